@@ -1,0 +1,109 @@
+/**
+ * The effective configuration: what the loader returns after parsing, validation, defaults and the
+ * "ensure" step (SPEC §3.5, §3.6). Durations are milliseconds, sizes are bytes/counts (numbers).
+ * Keys mirror the YAML so `sluice validate` can print it back (durations/sizes re-formatted).
+ */
+
+export interface UpstreamConfig {
+  connectTimeout: number; // ms, default 5s
+  /** Max wait for upstream response headers (ms); 504 past it. Default 5m (vLLM may queue). */
+  headersTimeout: number;
+  /** Max idle gap between upstream body chunks (ms); default 5m. */
+  bodyTimeout: number;
+  retries: number; // default 2
+  /** Keep-alive connections per endpoint. Default 128. */
+  connections: number;
+}
+
+export interface ServerConfig {
+  host: string; // default "0.0.0.0"
+  port: number; // 8080
+  metricsPort: number; // 9090
+  bodyLimit: number; // bytes, default 16Mi
+  shutdownGracePeriod: number; // ms, default 30s
+  upstream: UpstreamConfig;
+}
+
+export interface EndpointConfig {
+  name: string;
+  address: string;
+  port: number; // defaulted from pool.targetPort
+  labels: Record<string, string>;
+}
+
+export interface PoolConfig {
+  name: string; // default "default-pool"
+  targetPort: number; // default 8000
+  metrics: { path: string; interval: number; timeout: number }; // "/metrics", 50ms, 1s
+  endpoints: EndpointConfig[];
+}
+
+export interface Objective {
+  name: string;
+  priority: number;
+}
+
+export interface PluginSpec {
+  type: string;
+  name: string;
+  /** Parameters after the plugin's schema filled its defaults. */
+  parameters: Record<string, unknown>;
+}
+
+export interface ProfilePluginRef {
+  pluginRef: string;
+  weight?: number; // scorers: defaulted to 1 by ensure
+}
+
+export interface SchedulingProfileConfig {
+  name: string;
+  plugins: ProfilePluginRef[];
+  /** Sluice: `false` opts this profile out of the auto-appended saturation-detector filter. */
+  saturationFilter?: boolean;
+}
+
+export interface PriorityBandConfig {
+  priority: number;
+  maxBytes: number; // default 1e9
+  maxRequests: number; // default 5000
+  fairnessPolicyRef: string; // default global-strict-fairness-policy
+  orderingPolicyRef: string; // default fcfs-ordering-policy
+}
+
+export interface FlowControlConfig {
+  maxBytes: number; // 0 = unlimited
+  maxRequests: number; // 0 = unlimited
+  defaultRequestTTL: number; // ms, 60s
+  noEndpointRequestTTL: number; // ms, follows defaultRequestTTL
+  defaultPriorityBand: Omit<PriorityBandConfig, 'priority'>;
+  defaultNegativePriorityBand?: Omit<PriorityBandConfig, 'priority'>;
+  priorityBands: PriorityBandConfig[];
+  usageLimitPolicyPluginRef: string; // static-usage-limit-policy
+  saturationDetector: { pluginRef: string }; // utilization-detector
+}
+
+export interface SluiceConfig {
+  apiVersion: string;
+  kind: string;
+  server: ServerConfig;
+  pool: PoolConfig;
+  objectives: Objective[];
+  /** Raw gate strings as written; see `featureEnabled`. */
+  featureGates: string[];
+  plugins: PluginSpec[];
+  schedulingProfiles: SchedulingProfileConfig[];
+  flowControl: FlowControlConfig;
+}
+
+/** Where each auto-injected piece came from, for `sluice validate` and logs. */
+export interface Injection {
+  /** e.g. "plugins", "schedulingProfiles[0].plugins" */
+  where: string;
+  what: string;
+}
+
+export interface LoadedConfig {
+  file: string;
+  config: SluiceConfig;
+  injections: Injection[];
+}

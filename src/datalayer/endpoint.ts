@@ -1,0 +1,114 @@
+/**
+ * An endpoint (one model server) as the gateway knows it: identity, labels, role and stage,
+ * the last good metrics scraped from it (with their timestamp), and Sluice's own in-flight count.
+ *
+ * Endpoints are mutable objects owned by the Pool and mutated only on the event loop (scraper
+ * results, proxy in-flight accounting); scheduling and detectors read them synchronously.
+ */
+
+export const ROLE_LABEL = 'llm-d.ai/role';
+export const ENGINE_LABEL = 'llm-d.ai/engine-type';
+
+export type Stage = 'prefill' | 'decode' | 'interleaved';
+
+/** Normalised role: the label value with `both` mapped to `prefill-decode`; '' when unlabelled. */
+export function roleOf(labels: Readonly<Record<string, string>>): string {
+  const r = labels[ROLE_LABEL];
+  if (r === undefined) return '';
+  return r === 'both' ? 'prefill-decode' : r;
+}
+
+/**
+ * Stage partition of SPEC §6: prefill (`prefill`, `encode-prefill`), interleaved (`prefill-decode`,
+ * `both`, `encode-prefill-decode`), decode (everything else, including no label); `encode` → null.
+ */
+export function stageOf(role: string): Stage | null {
+  switch (role) {
+    case 'prefill':
+    case 'encode-prefill':
+      return 'prefill';
+    case 'prefill-decode':
+    case 'both':
+    case 'encode-prefill-decode':
+      return 'interleaved';
+    case 'encode':
+      return null;
+    default:
+      return 'decode';
+  }
+}
+
+export interface LoraInfo {
+  running: string[];
+  waiting: string[];
+  maxLora: number;
+}
+
+export interface CacheConfigInfo {
+  blockSize: number;
+  numGpuBlocks: number;
+}
+
+/** What we read from a model server's /metrics (SPEC §7.1). */
+export interface EndpointMetrics {
+  /** vllm:num_requests_waiting, summed over engine series. */
+  waiting: number;
+  /** vllm:num_requests_running, summed over engine series. */
+  running: number;
+  /** vllm:kv_cache_usage_perc (fallback gpu_cache_usage_perc), 0..1, averaged over engines. */
+  kvUsage: number;
+  lora?: LoraInfo;
+  cacheConfig?: CacheConfigInfo;
+}
+
+export interface EndpointSpec {
+  name: string;
+  address: string;
+  port: number;
+  labels: Record<string, string>;
+}
+
+export class Endpoint {
+  readonly name: string;
+  readonly address: string;
+  readonly port: number;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly role: string;
+  readonly stage: Stage | null;
+  readonly engineType: string;
+  /** `http://host:port` (IPv6 bracketed) — the upstream origin. */
+  readonly origin: string;
+  /** `host:port` with IPv6 bracketed (for x-prefiller-host-port and logs). */
+  readonly hostPort: string;
+
+  /** Last good metrics, or undefined if never scraped successfully. */
+  metrics: EndpointMetrics | undefined = undefined;
+  /** Clock time (ms) of the last good scrape; 0 = never. A failed scrape leaves it unchanged. */
+  metricsAt = 0;
+  /** Last scrape error message (cleared on success). */
+  lastError: string | undefined = undefined;
+  /** Total failed scrapes. */
+  scrapeErrors = 0;
+  /** Requests Sluice has outstanding on this endpoint right now. */
+  inFlight = 0;
+  /** Set when the endpoint left the pool; in-flight requests still finish. */
+  removed = false;
+
+  constructor(spec: EndpointSpec) {
+    this.name = spec.name;
+    this.address = spec.address;
+    this.port = spec.port;
+    this.labels = Object.freeze({ ...spec.labels });
+    this.role = roleOf(this.labels);
+    this.stage = stageOf(this.role);
+    this.engineType = this.labels[ENGINE_LABEL] ?? 'vllm';
+    const host = spec.address.includes(':') && !spec.address.startsWith('[') ? `[${spec.address}]` : spec.address;
+    this.hostPort = `${host}:${spec.port}`;
+    this.origin = `http://${this.hostPort}`;
+  }
+
+  /** Age of the last good metrics in ms (Infinity when never scraped). */
+  metricsAge(now: number): number {
+    return this.metricsAt === 0 ? Infinity : now - this.metricsAt;
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * Plugin registry: llm-d type name → definition. A definition declares which extension points the
+ * plugin implements (so the config loader's "ensure" step can reason about a config without
+ * instantiating anything), a zod schema that validates and defaults its parameters (so a bad
+ * parameter is a config error with a path), and a factory.
+ */
+import type { z } from 'zod';
+import type { Endpoint } from '../datalayer/endpoint.js';
+import type { Plugin } from '../scheduling/framework.js';
+import type { Clock, RandomSource } from '../util/clock.js';
+
+export type PluginKind =
+  | 'filter'
+  | 'scorer'
+  | 'picker'
+  | 'profileHandler'
+  | 'saturationDetector'
+  | 'decider'
+  | 'fairnessPolicy'
+  | 'orderingPolicy'
+  | 'usageLimitPolicy';
+
+/** The live endpoint set, as plugins may read it (e.g. prefix index purge, autoTune). */
+export interface PoolView {
+  readonly endpoints: readonly Endpoint[];
+}
+
+export interface PluginLogger {
+  warn(obj: object, msg?: string): void;
+  info(obj: object, msg?: string): void;
+  debug(obj: object, msg?: string): void;
+}
+
+export interface PluginDeps {
+  clock: Clock;
+  random: RandomSource;
+  pool: PoolView;
+  logger: PluginLogger;
+  /** Plugins instantiated so far, by name (a plugin may reference another in its parameters). */
+  plugins: ReadonlyMap<string, Plugin>;
+}
+
+export interface PluginDefinition<P = unknown> {
+  readonly type: string;
+  readonly kinds: readonly PluginKind[];
+  /** Validates raw parameters (absent → `{}`) and fills defaults. Must be strict (unknown keys rejected). */
+  readonly params: z.ZodType<P>;
+  create(name: string, params: P, deps: PluginDeps): Plugin;
+}
+
+export class PluginRegistry {
+  private readonly defs = new Map<string, PluginDefinition<any>>();
+
+  register<P>(def: PluginDefinition<P>): this {
+    if (this.defs.has(def.type)) throw new Error(`plugin type '${def.type}' is already registered`);
+    this.defs.set(def.type, def);
+    return this;
+  }
+
+  get(type: string): PluginDefinition<unknown> | undefined {
+    return this.defs.get(type);
+  }
+
+  has(type: string): boolean {
+    return this.defs.has(type);
+  }
+
+  types(): string[] {
+    return [...this.defs.keys()].sort();
+  }
+
+  /** Does a plugin of this type implement the given extension point? */
+  is(type: string, kind: PluginKind): boolean {
+    return this.defs.get(type)?.kinds.includes(kind) ?? false;
+  }
+}

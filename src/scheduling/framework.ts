@@ -1,0 +1,121 @@
+/**
+ * The scheduling framework's extension points, after llm-d: Filter, Scorer, Picker, ProfileHandler,
+ * plus the PreRequest hook (run once the destination is chosen, e.g. to teach the prefix index).
+ * The framework (scheduler.ts) only iterates these interfaces; it never names a concrete plugin.
+ */
+import type { Endpoint } from '../datalayer/endpoint.js';
+import type { Clock, RandomSource } from '../util/clock.js';
+
+export type ApiKind = 'chat' | 'completions' | 'embeddings' | 'responses';
+
+/** What scheduling knows about a request. Built once per request by the proxy. */
+export interface SchedulingRequest {
+  readonly requestId: string;
+  /** `model` from the body. */
+  readonly model: string;
+  readonly api: ApiKind;
+  /** Parsed JSON body (read-only for plugins). */
+  readonly body: Readonly<Record<string, unknown>>;
+  /**
+   * Text the prefix index hashes (chat: JSON of messages; completions: the prompt text;
+   * embeddings: JSON of input; responses: JSON of [instructions, tools, input]).
+   */
+  readonly promptText: string;
+  /** Lower-cased request headers. */
+  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+  /** Per-request scratch space shared between plugins of one scheduling run (e.g. prefix hashes). */
+  readonly state: Map<string, unknown>;
+}
+
+/** Per-cycle context: time and chance, injected. */
+export interface CycleContext {
+  readonly clock: Clock;
+  readonly random: RandomSource;
+}
+
+export interface Plugin {
+  /** llm-d type name, e.g. `queue-scorer`. */
+  readonly type: string;
+  /** Instance name (defaults to type); what `pluginRef` refers to. */
+  readonly name: string;
+}
+
+/** Narrows the candidate list. Returning an empty list fails the profile (429 rejected-saturated). */
+export interface Filter extends Plugin {
+  filter(ctx: CycleContext, req: SchedulingRequest, endpoints: readonly Endpoint[]): Endpoint[];
+}
+
+/**
+ * Scores every candidate. `out[i]` is the score of `endpoints[i]`; the framework clamps to [0,1]
+ * and multiplies by the profile weight. Writing into a caller-provided array keeps the hot path
+ * allocation-free.
+ */
+export interface Scorer extends Plugin {
+  score(ctx: CycleContext, req: SchedulingRequest, endpoints: readonly Endpoint[], out: Float64Array): void;
+}
+
+export interface ScoredEndpoint {
+  endpoint: Endpoint;
+  score: number;
+}
+
+export interface Picker extends Plugin {
+  /** Chooses up to `maxNumOfEndpoints` endpoints, best first. Never empty for a non-empty input. */
+  pick(ctx: CycleContext, req: SchedulingRequest, scored: ScoredEndpoint[]): Endpoint[];
+}
+
+/** Result of running one profile. */
+export interface ProfileRunResult {
+  /** Chosen endpoints, best first; empty when the profile failed. */
+  targets: Endpoint[];
+  /** Why it failed, when it did (e.g. "filter decode-filter left no endpoints"). */
+  failure?: string;
+}
+
+/** A configured profile, ready to run. */
+export interface SchedulingProfile {
+  readonly name: string;
+  readonly filters: readonly Filter[];
+  readonly scorers: readonly { scorer: Scorer; weight: number }[];
+  readonly picker: Picker;
+}
+
+export interface SchedulingResult {
+  /** Name of the primary profile; its first target is where the request goes. */
+  primaryProfile: string;
+  profileResults: Map<string, ProfileRunResult>;
+}
+
+/** Decides which profiles run (possibly in several rounds) and which result is primary. */
+export interface ProfileHandler extends Plugin {
+  /**
+   * Profiles to run next, given the results so far (empty map on the first call). Return [] to stop.
+   */
+  pickProfiles(
+    ctx: CycleContext,
+    req: SchedulingRequest,
+    profiles: ReadonlyMap<string, SchedulingProfile>,
+    results: ReadonlyMap<string, ProfileRunResult>,
+  ): SchedulingProfile[];
+  /** Chooses the primary profile once no more profiles are to run. */
+  processResults(req: SchedulingRequest, results: ReadonlyMap<string, ProfileRunResult>): SchedulingResult;
+}
+
+/** Runs after a destination was chosen and before the request is sent (e.g. prefix index learning). */
+export interface PreRequest extends Plugin {
+  preRequest(req: SchedulingRequest, result: SchedulingResult): void;
+}
+
+/** Runs when the upstream response headers arrive; may add response headers (e.g. session token). */
+export interface ResponseHeadersHook extends Plugin {
+  onResponseHeaders(req: SchedulingRequest, endpoint: Endpoint, setHeader: (name: string, value: string) => void): void;
+}
+
+export const isFilter = (p: object): p is Filter => typeof (p as Filter).filter === 'function';
+export const isScorer = (p: object): p is Scorer => typeof (p as Scorer).score === 'function';
+export const isPicker = (p: object): p is Picker => typeof (p as Picker).pick === 'function';
+export const isProfileHandler = (p: object): p is ProfileHandler =>
+  typeof (p as ProfileHandler).pickProfiles === 'function';
+export const isPreRequest = (p: object): p is PreRequest => typeof (p as PreRequest).preRequest === 'function';
+export const isResponseHeadersHook = (p: object): p is ResponseHeadersHook =>
+  typeof (p as ResponseHeadersHook).onResponseHeaders === 'function';

@@ -1,0 +1,109 @@
+/** `sluice sim [flags]`: argument parsing and the foreground run loop of the simulator. */
+import { startSimulator, type SimOptions } from './server.js';
+
+type NumericKey =
+  | 'port'
+  | 'maxNumSeqs'
+  | 'maxWaiting'
+  | 'ttftOverheadMs'
+  | 'prefillMsPerToken'
+  | 'itlMs'
+  | 'blockSizeTokens'
+  | 'numGpuBlocks'
+  | 'defaultOutputTokens'
+  | 'maxOutputTokens'
+  | 'failureRate'
+  | 'failureStatus';
+
+interface NumericFlag {
+  key: NumericKey;
+  integer: boolean;
+  min: number;
+  max?: number;
+}
+
+const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
+  '--port': { key: 'port', integer: true, min: 0, max: 65535 },
+  '--max-num-seqs': { key: 'maxNumSeqs', integer: true, min: 1 },
+  '--max-waiting': { key: 'maxWaiting', integer: true, min: 0 },
+  '--ttft-overhead-ms': { key: 'ttftOverheadMs', integer: false, min: 0 },
+  '--prefill-ms-per-token': { key: 'prefillMsPerToken', integer: false, min: 0 },
+  '--itl-ms': { key: 'itlMs', integer: false, min: 0 },
+  '--block-size': { key: 'blockSizeTokens', integer: true, min: 1 },
+  '--num-gpu-blocks': { key: 'numGpuBlocks', integer: true, min: 1 },
+  '--default-output-tokens': { key: 'defaultOutputTokens', integer: true, min: 1 },
+  '--max-output-tokens': { key: 'maxOutputTokens', integer: true, min: 1 },
+  '--failure-rate': { key: 'failureRate', integer: false, min: 0, max: 1 },
+  '--failure-status': { key: 'failureStatus', integer: true, min: 400, max: 599 },
+};
+
+const STRING_FLAGS: Readonly<Record<string, 'host' | 'name' | 'model'>> = {
+  '--host': 'host',
+  '--name': 'name',
+  '--model': 'model',
+};
+
+/** Parses `--flag value` and `--flag=value`; throws an Error naming the offending flag. */
+export function parseSimArgs(argv: string[]): SimOptions {
+  const opts: SimOptions = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const eq = arg.indexOf('=');
+    const flag = arg.startsWith('--') && eq > 0 ? arg.slice(0, eq) : arg;
+    const numeric = NUMERIC_FLAGS[flag];
+    const stringKey = STRING_FLAGS[flag];
+    if (numeric === undefined && stringKey === undefined) {
+      throw new Error(arg.startsWith('-') ? `unknown flag ${flag}` : `unexpected argument ${arg}`);
+    }
+    let value: string;
+    if (flag !== arg) value = arg.slice(eq + 1);
+    else {
+      const next = argv[i + 1];
+      if (next === undefined || next.startsWith('--')) throw new Error(`${flag} needs a value`);
+      value = next;
+      i++;
+    }
+    if (stringKey !== undefined) {
+      if (value === '') throw new Error(`${flag} must not be empty`);
+      opts[stringKey] = value;
+    } else if (numeric !== undefined) {
+      opts[numeric.key] = parseNumber(flag, value, numeric);
+    }
+  }
+  return opts;
+}
+
+function parseNumber(flag: string, raw: string, spec: NumericFlag): number {
+  const n = raw.trim() === '' ? NaN : Number(raw);
+  const kind = spec.integer ? 'an integer' : 'a number';
+  const range = spec.max === undefined ? `≥ ${spec.min}` : `in [${spec.min}, ${spec.max}]`;
+  if (!Number.isFinite(n) || (spec.integer && !Number.isInteger(n)) || n < spec.min || (spec.max !== undefined && n > spec.max)) {
+    throw new Error(`${flag} must be ${kind} ${range} (got "${raw}")`);
+  }
+  return n;
+}
+
+/**
+ * Starts the simulator, logs one JSON line with its URL, and resolves once SIGINT/SIGTERM have
+ * closed it (so a caller can `await` it and then exit). Bad arguments throw before listening.
+ */
+export async function runSimCli(argv: string[]): Promise<void> {
+  const opts = parseSimArgs(argv);
+  const sim = await startSimulator({ port: 8000, ...opts });
+  console.log(JSON.stringify({
+    level: 'info',
+    msg: 'simulator listening',
+    url: sim.url,
+    name: sim.name,
+    model: opts.model ?? 'sim-model',
+  }));
+  await new Promise<void>((resolve) => {
+    const stop = (): void => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      void sim.close().then(resolve);
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}

@@ -1,0 +1,563 @@
+/**
+ * The model of one vLLM instance, free of HTTP: `maxNumSeqs` running slots, a FIFO waiting queue,
+ * a per-instance LRU of chained prompt-block hashes (prefix cache), and a latency model
+ * (TTFT = overhead + cost per uncached prompt token; then one token every `itlMs`).
+ *
+ * Time is injected (a Clock for "now" and SimTimers for callbacks) so tests can drive it with
+ * virtual time; every token's due time is computed from the first-token time, so real timers
+ * do not accumulate drift.
+ */
+import { systemClock, type Clock } from '../util/clock.js';
+
+/** Timer facility; the default wraps setTimeout/setImmediate. */
+export interface SimTimers {
+  set(callback: () => void, delayMs: number): unknown;
+  clear(handle: unknown): void;
+}
+
+interface RealTimerHandle {
+  readonly immediate: boolean;
+  readonly ref: NodeJS.Timeout | NodeJS.Immediate;
+}
+
+export const realTimers: SimTimers = {
+  set(callback, delayMs): RealTimerHandle {
+    // setTimeout(0) waits ≥1 ms; zero-latency benchmarks want the next turn of the loop instead.
+    if (delayMs <= 0) return { immediate: true, ref: setImmediate(callback) };
+    return { immediate: false, ref: setTimeout(callback, delayMs) };
+  },
+  clear(handle) {
+    const h = handle as RealTimerHandle;
+    if (h.immediate) clearImmediate(h.ref as NodeJS.Immediate);
+    else clearTimeout(h.ref as NodeJS.Timeout);
+  },
+};
+
+/** Settings that can change at run time (POST /admin/config). */
+export interface SimLatencySettings {
+  ttftOverheadMs: number;
+  prefillMsPerToken: number;
+  itlMs: number;
+  maxNumSeqs: number;
+  maxWaiting: number;
+}
+
+export interface SimEngineOptions {
+  /** Concurrent running requests (vLLM --max-num-seqs). Default 8. */
+  maxNumSeqs?: number;
+  /** Waiting-queue capacity; a request beyond it is refused (HTTP 429). Default 1000. */
+  maxWaiting?: number;
+  /** Fixed part of the time to first token. Default 20. */
+  ttftOverheadMs?: number;
+  /** Prefill cost per uncached prompt token. Default 0.1. */
+  prefillMsPerToken?: number;
+  /** Inter-token latency. Default 5. */
+  itlMs?: number;
+  /** Tokens per KV block (vLLM --block-size). Default 16. */
+  blockSizeTokens?: number;
+  /** KV blocks in the GPU cache: LRU capacity and the denominator of kv_cache_usage_perc. Default 4096. */
+  numGpuBlocks?: number;
+  /** Output length when the request sets no max_tokens. Default 16. */
+  defaultOutputTokens?: number;
+  /** Upper bound on output length. Default 256. */
+  maxOutputTokens?: number;
+  clock?: Clock;
+  timers?: SimTimers;
+}
+
+/** One generation request as the engine sees it (already validated by the HTTP layer). */
+export interface GenerationInput {
+  /** Text whose length gives the prompt tokens (chars/4) and whose blocks are hashed. */
+  promptText: string;
+  /** max_completion_tokens ?? max_tokens, when the client set one. */
+  maxTokens?: number;
+  /** vLLM cache_salt: seeds the hash chain so salted tenants never share blocks. */
+  cacheSalt?: string;
+  // P/D hooks (kv_transfer_params) belong here: a `remotePrefill` flag replacing prefill cost by a
+  // transfer latency in prefillDelayMs(), and `remoteDecode` forcing one token with finish 'remote_decode'.
+}
+
+export type FinishReason = 'stop' | 'length' | 'abort' | 'remote_decode';
+
+export interface GenerationResult {
+  finishReason: FinishReason;
+  promptTokens: number;
+  cachedTokens: number;
+  completionTokens: number;
+  /** The whole output; only filled for listeners without onToken (non-streaming answers). */
+  text: string;
+}
+
+export interface GenerationListener {
+  /**
+   * Called for each output token when it is produced (streaming); `finishReason` is set on the
+   * last token only. When absent, the engine skips
+   * per-token timers and only reports completion, which keeps non-streaming load cheap.
+   */
+  onToken?(text: string, index: number, finishReason: FinishReason | null): void;
+  /** Called once when the request finishes normally (not after abort()). */
+  onFinish(result: GenerationResult): void;
+}
+
+export type RequestState = 'waiting' | 'running' | 'finished' | 'aborted';
+
+export interface SimRequestHandle {
+  readonly id: number;
+  readonly state: RequestState;
+  readonly promptTokens: number;
+  readonly outputTokens: number;
+  /** Prompt tokens found in the prefix cache; known once the request is admitted. */
+  readonly cachedTokens: number;
+  /** Frees the slot (or queue place) at once and admits the next waiting request. Idempotent. */
+  abort(): void;
+}
+
+export type SubmitResult =
+  | { accepted: true; request: SimRequestHandle }
+  | { accepted: false; reason: 'queue_full' };
+
+/** Values the /metrics gauges report; each may be pinned by the admin API. */
+export interface SimGauges {
+  waiting: number;
+  running: number;
+  kvUsage: number;
+}
+
+/** `null` (or absent in a patch) means "report the real value". */
+export interface SimPins {
+  waiting: number | null;
+  running: number | null;
+  kvUsage: number | null;
+}
+
+export interface SimCounters {
+  promptTokens: number;
+  generationTokens: number;
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  /** Finished requests by finish reason (vLLM counts aborts here too). */
+  requestSuccess: Record<FinishReason, number>;
+}
+
+/** vLLM's time_to_first_token_seconds buckets (upper bounds, seconds). */
+export const TTFT_BUCKETS_SECONDS: readonly number[] = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
+  160, 640, 2560,
+];
+
+export interface HistogramSnapshot {
+  /** Non-cumulative counts per bucket of TTFT_BUCKETS_SECONDS, plus one overflow slot (+Inf). */
+  counts: readonly number[];
+  sum: number;
+  count: number;
+}
+
+export const CHARS_PER_TOKEN = 4;
+
+/** Prompt-token estimate shared by the engine and its callers. */
+export function estimateTokens(text: string): number {
+  return Math.max(1, Math.ceil(text.length / CHARS_PER_TOKEN));
+}
+
+const VOCABULARY = [
+  'the', 'model', 'is', 'simulated', 'and', 'tokens', 'flow', 'through', 'a', 'sluice', 'gate',
+  'with', 'steady', 'latency', 'while', 'prefix', 'cache', 'blocks', 'stay', 'warm', 'for',
+  'each', 'request', 'in', 'order', 'so', 'tests', 'remain', 'repeatable', 'every', 'time', 'today',
+];
+const FIRST_TOKENS = VOCABULARY;
+const LATER_TOKENS = VOCABULARY.map((w) => ' ' + w);
+
+/** Deterministic output token `index` for a request seeded by its prompt. */
+export function outputToken(seed: number, index: number): string {
+  const w = (seed + index * 7) % VOCABULARY.length;
+  return index === 0 ? FIRST_TOKENS[w]! : LATER_TOKENS[w]!;
+}
+
+/**
+ * 53-bit string hash (cyrb53) of text[start, end) seeded with the previous block's hash, so a block
+ * hash identifies the whole prefix up to and including that block.
+ */
+function chainHash(text: string, start: number, end: number, prev: number): number {
+  let h1 = 0xdeadbeef ^ (prev >>> 0);
+  let h2 = 0x41c6ce57 ^ Math.floor(prev / 4294967296);
+  for (let i = start; i < end; i++) {
+    const ch = text.charCodeAt(i);
+    h1 = Math.imul(h1 ^ ch, 2654435761);
+    h2 = Math.imul(h2 ^ ch, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507);
+  h1 ^= Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507);
+  h2 ^= Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return 4294967296 * (2097151 & h2) + (h1 >>> 0);
+}
+
+/** Chained hashes of every full block of `text` (blockChars characters each). */
+export function promptBlockHashes(text: string, blockChars: number, cacheSalt?: string): number[] {
+  const full = Math.floor(text.length / blockChars);
+  const hashes = new Array<number>(full);
+  let prev = cacheSalt ? chainHash(cacheSalt, 0, cacheSalt.length, 0) : 0;
+  for (let b = 0; b < full; b++) {
+    prev = chainHash(text, b * blockChars, (b + 1) * blockChars, prev);
+    hashes[b] = prev;
+  }
+  return hashes;
+}
+
+/** LRU set of block hashes; Map iteration order is insertion order, so the first key is the oldest. */
+export class BlockLru {
+  private readonly entries = new Map<number, true>();
+  constructor(private capacity: number) {}
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  has(hash: number): boolean {
+    return this.entries.has(hash);
+  }
+
+  /** Marks the hash most recently used, inserting it (and evicting the oldest) if absent. */
+  touch(hash: number): void {
+    if (this.entries.has(hash)) this.entries.delete(hash);
+    else if (this.entries.size >= this.capacity) {
+      const oldest = this.entries.keys().next();
+      if (!oldest.done) this.entries.delete(oldest.value);
+    }
+    this.entries.set(hash, true);
+  }
+
+  /** Number of leading hashes present (consecutive from the first), touching the ones that hit. */
+  matchPrefix(hashes: readonly number[], limit: number): number {
+    let hits = 0;
+    const n = Math.min(limit, hashes.length);
+    while (hits < n && this.entries.has(hashes[hits]!)) {
+      this.touch(hashes[hits]!);
+      hits++;
+    }
+    return hits;
+  }
+
+  clear(): void {
+    this.entries.clear();
+  }
+}
+
+class EngineRequest implements SimRequestHandle {
+  state: RequestState = 'waiting';
+  cachedTokens = 0;
+  blockHashes: number[] = [];
+  admittedAt = 0;
+  firstTokenAt = 0;
+  itlMs = 0;
+  tokensEmitted = 0;
+  timer: unknown = undefined;
+
+  constructor(
+    readonly id: number,
+    private readonly engine: SimEngine,
+    readonly input: GenerationInput,
+    readonly listener: GenerationListener,
+    readonly promptTokens: number,
+    readonly outputTokens: number,
+    readonly finishReason: FinishReason,
+    readonly arrivedAt: number,
+    readonly tokenSeed: number,
+  ) {}
+
+  abort(): void {
+    this.engine.abortRequest(this);
+  }
+}
+
+export class SimEngine {
+  readonly blockSizeTokens: number;
+  readonly numGpuBlocks: number;
+  readonly defaultOutputTokens: number;
+  readonly maxOutputTokens: number;
+  private readonly clock: Clock;
+  private readonly timers: SimTimers;
+  private current: SimLatencySettings;
+  private pins: SimPins = { waiting: null, running: null, kvUsage: null };
+
+  private readonly running = new Set<EngineRequest>();
+  // FIFO as array + head index: O(1) dequeue; aborted entries are skipped lazily.
+  private queue: EngineRequest[] = [];
+  private queueHead = 0;
+  private waitingCount = 0;
+  private nextId = 1;
+  private readonly lru: BlockLru;
+
+  readonly counters: SimCounters = {
+    promptTokens: 0,
+    generationTokens: 0,
+    prefixCacheQueries: 0,
+    prefixCacheHits: 0,
+    requestSuccess: { stop: 0, length: 0, abort: 0, remote_decode: 0 },
+  };
+  private readonly ttftCounts = new Array<number>(TTFT_BUCKETS_SECONDS.length + 1).fill(0);
+  private ttftSum = 0;
+  private ttftCount = 0;
+
+  constructor(opts: SimEngineOptions = {}) {
+    this.current = {
+      ttftOverheadMs: opts.ttftOverheadMs ?? 20,
+      prefillMsPerToken: opts.prefillMsPerToken ?? 0.1,
+      itlMs: opts.itlMs ?? 5,
+      maxNumSeqs: opts.maxNumSeqs ?? 8,
+      maxWaiting: opts.maxWaiting ?? 1000,
+    };
+    this.blockSizeTokens = opts.blockSizeTokens ?? 16;
+    this.numGpuBlocks = opts.numGpuBlocks ?? 4096;
+    this.defaultOutputTokens = opts.defaultOutputTokens ?? 16;
+    this.maxOutputTokens = opts.maxOutputTokens ?? 256;
+    this.clock = opts.clock ?? systemClock;
+    this.timers = opts.timers ?? realTimers;
+    this.lru = new BlockLru(this.numGpuBlocks);
+    assertPositiveInt('maxNumSeqs', this.current.maxNumSeqs);
+    assertNonNegativeInt('maxWaiting', this.current.maxWaiting);
+    assertPositiveInt('blockSizeTokens', this.blockSizeTokens);
+    assertPositiveInt('numGpuBlocks', this.numGpuBlocks);
+    assertPositiveInt('defaultOutputTokens', this.defaultOutputTokens);
+    assertPositiveInt('maxOutputTokens', this.maxOutputTokens);
+  }
+
+  // ---- run-time settings -------------------------------------------------------------------
+
+  get settings(): Readonly<SimLatencySettings> {
+    return { ...this.current };
+  }
+
+  /** Latency changes apply to requests admitted afterwards; a larger maxNumSeqs admits at once. */
+  configure(patch: Partial<SimLatencySettings>): void {
+    const next = { ...this.current, ...patch };
+    assertPositiveInt('maxNumSeqs', next.maxNumSeqs);
+    assertNonNegativeInt('maxWaiting', next.maxWaiting);
+    for (const k of ['ttftOverheadMs', 'prefillMsPerToken', 'itlMs'] as const) {
+      if (!(Number.isFinite(next[k]) && next[k] >= 0)) throw new Error(`${k} must be a number ≥ 0`);
+    }
+    this.current = next;
+    this.admitWaiting();
+  }
+
+  get pinned(): Readonly<SimPins> {
+    return { ...this.pins };
+  }
+
+  /** Keys present in the patch are set (a number pins, null unpins); absent keys are unchanged. */
+  pin(patch: Partial<SimPins>): void {
+    this.pins = { ...this.pins, ...patch };
+  }
+
+  // ---- observation -------------------------------------------------------------------------
+
+  /** Real gauge values, ignoring pins. */
+  actualGauges(): SimGauges {
+    return { waiting: this.waitingCount, running: this.running.size, kvUsage: this.kvUsage() };
+  }
+
+  /** What /metrics reports: pinned values where pinned, real ones elsewhere. */
+  reportedGauges(): SimGauges {
+    const p = this.pins;
+    return {
+      waiting: p.waiting ?? this.waitingCount,
+      running: p.running ?? this.running.size,
+      kvUsage: p.kvUsage ?? this.kvUsage(),
+    };
+  }
+
+  ttftHistogram(): HistogramSnapshot {
+    return { counts: [...this.ttftCounts], sum: this.ttftSum, count: this.ttftCount };
+  }
+
+  /** Blocks held by running requests (prompt + tokens generated so far) over the GPU block count. */
+  private kvUsage(): number {
+    const now = this.clock.now();
+    let blocks = 0;
+    for (const r of this.running) {
+      blocks += Math.ceil((r.promptTokens + this.tokensProducedBy(r, now)) / this.blockSizeTokens);
+    }
+    return Math.min(1, blocks / this.numGpuBlocks);
+  }
+
+  private tokensProducedBy(r: EngineRequest, now: number): number {
+    if (r.admittedAt === 0 || now < r.firstTokenAt) return 0;
+    if (r.itlMs <= 0) return r.outputTokens;
+    return Math.min(r.outputTokens, 1 + Math.floor((now - r.firstTokenAt) / r.itlMs));
+  }
+
+  // ---- requests ----------------------------------------------------------------------------
+
+  submit(input: GenerationInput, listener: GenerationListener): SubmitResult {
+    const s = this.current;
+    const freeSlot = this.running.size < s.maxNumSeqs && this.waitingCount === 0;
+    if (!freeSlot && this.waitingCount >= s.maxWaiting) return { accepted: false, reason: 'queue_full' };
+
+    const promptTokens = estimateTokens(input.promptText);
+    const wanted = input.maxTokens ?? this.defaultOutputTokens;
+    const outputTokens = Math.max(1, Math.min(wanted, this.maxOutputTokens));
+    // vLLM reports 'length' when generation stops at a token limit, 'stop' on a natural end.
+    const finishReason: FinishReason =
+      input.maxTokens !== undefined || wanted > this.maxOutputTokens ? 'length' : 'stop';
+    const seed = input.promptText.length + (input.promptText.charCodeAt(0) || 0);
+    const r = new EngineRequest(
+      this.nextId++, this, input, listener, promptTokens, outputTokens, finishReason,
+      this.clock.now(), seed,
+    );
+    if (freeSlot) this.admit(r);
+    else {
+      this.queue.push(r);
+      this.waitingCount++;
+    }
+    return { accepted: true, request: r };
+  }
+
+  /** Aborts everything and cancels every timer (server shutdown). */
+  dispose(): void {
+    // Empty the queue first, or aborting the running requests would admit the waiting ones.
+    for (let i = this.queueHead; i < this.queue.length; i++) {
+      const r = this.queue[i]!;
+      if (r.state === 'waiting') r.state = 'aborted';
+    }
+    this.queue = [];
+    this.queueHead = 0;
+    this.waitingCount = 0;
+    for (const r of [...this.running]) this.abortRequest(r);
+  }
+
+  /** @internal — called through SimRequestHandle.abort(). */
+  abortRequest(r: EngineRequest): void {
+    if (r.state === 'waiting') {
+      r.state = 'aborted';
+      this.waitingCount--;
+      return;
+    }
+    if (r.state !== 'running') return;
+    r.state = 'aborted';
+    if (r.timer !== undefined) this.timers.clear(r.timer);
+    r.timer = undefined;
+    this.running.delete(r);
+    const produced = r.listener.onToken ? r.tokensEmitted : this.tokensProducedBy(r, this.clock.now());
+    this.counters.generationTokens += produced;
+    this.counters.requestSuccess.abort++;
+    this.admitWaiting();
+  }
+
+  private admitWaiting(): void {
+    while (this.running.size < this.current.maxNumSeqs && this.waitingCount > 0) {
+      const r = this.queue[this.queueHead++]!;
+      if (r.state !== 'waiting') continue;
+      this.waitingCount--;
+      this.admit(r);
+    }
+    if (this.queueHead > 1024 && this.queueHead * 2 > this.queue.length) {
+      this.queue = this.queue.slice(this.queueHead);
+      this.queueHead = 0;
+    }
+    if (this.waitingCount === 0 && this.queueHead > 0) {
+      this.queue = [];
+      this.queueHead = 0;
+    }
+  }
+
+  private admit(r: EngineRequest): void {
+    const s = this.current;
+    const now = this.clock.now();
+    r.state = 'running';
+    r.admittedAt = now;
+    r.itlMs = s.itlMs;
+    this.running.add(r);
+
+    r.blockHashes = promptBlockHashes(
+      r.input.promptText, this.blockSizeTokens * CHARS_PER_TOKEN, r.input.cacheSalt,
+    );
+    // Like vLLM, the last prompt token is always computed, so a full-prompt hit stops one block short.
+    const lookupLimit = Math.floor((r.promptTokens - 1) / this.blockSizeTokens);
+    const hitBlocks = this.lru.matchPrefix(r.blockHashes, lookupLimit);
+    r.cachedTokens = Math.min(r.promptTokens, hitBlocks * this.blockSizeTokens);
+    this.counters.prefixCacheQueries += r.promptTokens;
+    this.counters.prefixCacheHits += r.cachedTokens;
+
+    const prefillMs = this.prefillDelayMs(r.promptTokens - r.cachedTokens);
+    r.firstTokenAt = now + prefillMs;
+    r.timer = this.timers.set(() => this.onPrefillDone(r), prefillMs);
+  }
+
+  private prefillDelayMs(uncachedTokens: number): number {
+    return this.current.ttftOverheadMs + this.current.prefillMsPerToken * uncachedTokens;
+  }
+
+  private onPrefillDone(r: EngineRequest): void {
+    r.timer = undefined;
+    if (r.state !== 'running') return;
+    // Blocks become reusable once computed, i.e. after prefill.
+    for (const h of r.blockHashes) this.lru.touch(h);
+    this.counters.promptTokens += r.promptTokens;
+    this.observeTtft((r.firstTokenAt - r.arrivedAt) / 1000);
+
+    if (r.listener.onToken) {
+      this.emitToken(r);
+    } else if (r.outputTokens <= 1 || r.itlMs <= 0) {
+      this.finish(r);
+    } else {
+      const doneAt = r.firstTokenAt + (r.outputTokens - 1) * r.itlMs;
+      r.timer = this.timers.set(() => {
+        r.timer = undefined;
+        if (r.state === 'running') this.finish(r);
+      }, Math.max(0, doneAt - this.clock.now()));
+    }
+  }
+
+  private emitToken(r: EngineRequest): void {
+    r.timer = undefined;
+    // With no inter-token latency every token is due now: emit them in one turn, not one timer each.
+    do {
+      if (r.state !== 'running') return; // the listener aborted (client went away mid-write)
+      const index = r.tokensEmitted++;
+      const isLast = r.tokensEmitted >= r.outputTokens;
+      r.listener.onToken!(outputToken(r.tokenSeed, index), index, isLast ? r.finishReason : null);
+      if (r.state !== 'running') return;
+      if (isLast) {
+        this.finish(r);
+        return;
+      }
+    } while (r.itlMs <= 0);
+    const dueAt = r.firstTokenAt + r.tokensEmitted * r.itlMs;
+    r.timer = this.timers.set(() => this.emitToken(r), Math.max(0, dueAt - this.clock.now()));
+  }
+
+  private finish(r: EngineRequest): void {
+    r.state = 'finished';
+    this.running.delete(r);
+    this.counters.generationTokens += r.outputTokens;
+    this.counters.requestSuccess[r.finishReason]++;
+    let text = '';
+    if (!r.listener.onToken) {
+      for (let i = 0; i < r.outputTokens; i++) text += outputToken(r.tokenSeed, i);
+    }
+    this.admitWaiting();
+    r.listener.onFinish({
+      finishReason: r.finishReason,
+      promptTokens: r.promptTokens,
+      cachedTokens: r.cachedTokens,
+      completionTokens: r.outputTokens,
+      text,
+    });
+  }
+
+  private observeTtft(seconds: number): void {
+    let i = 0;
+    while (i < TTFT_BUCKETS_SECONDS.length && seconds > TTFT_BUCKETS_SECONDS[i]!) i++;
+    this.ttftCounts[i]!++;
+    this.ttftSum += seconds;
+    this.ttftCount++;
+  }
+}
+
+function assertPositiveInt(name: string, v: number): void {
+  if (!(Number.isInteger(v) && v >= 1)) throw new Error(`${name} must be an integer ≥ 1 (got ${v})`);
+}
+
+function assertNonNegativeInt(name: string, v: number): void {
+  if (!(Number.isInteger(v) && v >= 0)) throw new Error(`${name} must be an integer ≥ 0 (got ${v})`);
+}

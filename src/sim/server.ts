@@ -1,0 +1,540 @@
+/**
+ * HTTP surface of the simulator (SPEC §8): the vLLM/OpenAI routes in front of a SimEngine, plus
+ * /metrics in vLLM's names, failure injection and a small admin API. Plain node:http on purpose:
+ * benchmarks push thousands of requests per second through it.
+ */
+import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { RandomSource } from '../util/clock.js';
+import {
+  SimEngine,
+  TTFT_BUCKETS_SECONDS,
+  type GenerationInput,
+  type FinishReason,
+  type GenerationResult,
+  type SimEngineOptions,
+  type SimLatencySettings,
+  type SimPins,
+} from './engine.js';
+
+export interface SimOptions extends SimEngineOptions {
+  /** 0 (default) picks an ephemeral port. */
+  port?: number;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Pod name reported in `x-inference-pod`; default `sim-<port>`. */
+  name?: string;
+  /** The one served model; default "sim-model". */
+  model?: string;
+  /** Probability in [0, 1] that an inference request fails with failureStatus. Default 0. */
+  failureRate?: number;
+  /** Status of random failures. Default 500. */
+  failureStatus?: number;
+  /** Request bodies larger than this get 413. Default 32 MiB (above the gateway's 16Mi default). */
+  maxBodyBytes?: number;
+  random?: RandomSource;
+}
+
+export interface RunningSimulator {
+  port: number;
+  url: string;
+  name: string;
+  engine: SimEngine;
+  close(): Promise<void>;
+}
+
+/** Effective run-time settings, as returned by /admin/config. */
+export interface SimAdminSettings extends SimLatencySettings {
+  failureRate: number;
+  failureStatus: number;
+  pin: SimPins;
+}
+
+// OpenAI SDK error class names per status, as the llm-d simulator maps them.
+const ERROR_TYPES: Readonly<Record<number, string>> = {
+  400: 'BadRequestError',
+  401: 'AuthenticationError',
+  403: 'PermissionDeniedError',
+  404: 'NotFoundError',
+  413: 'BadRequestError',
+  422: 'UnprocessableEntityError',
+  429: 'RateLimitError',
+};
+
+export function errorTypeFor(status: number): string {
+  return ERROR_TYPES[status] ?? (status >= 500 ? 'InternalServerError' : 'APIConnectionError');
+}
+
+/** vLLM ≥ 0.10.1 error body: nested, `code` is the HTTP status as a number. */
+export function errorBody(status: number, message: string, param: string | null = null): string {
+  return JSON.stringify({ error: { message, type: errorTypeFor(status), param, code: status } });
+}
+
+/** A request problem answered with `status` and the OpenAI error body. */
+export class SimHttpError extends Error {
+  constructor(readonly status: number, message: string, readonly param: string | null = null) {
+    super(message);
+  }
+}
+
+type JsonObject = Record<string, unknown>;
+
+function isObject(v: unknown): v is JsonObject {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+const ADMIN_NUMBER_KEYS = ['ttftOverheadMs', 'prefillMsPerToken', 'itlMs'] as const;
+const ADMIN_KEYS = new Set<string>([...ADMIN_NUMBER_KEYS, 'maxNumSeqs', 'maxWaiting', 'failureRate', 'pin']);
+const PIN_KEYS = new Set<string>(['waiting', 'running', 'kvUsage']);
+
+export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimulator> {
+  const engine = new SimEngine(opts);
+  const clock = opts.clock ?? { now: () => Date.now() };
+  const model = opts.model ?? 'sim-model';
+  const modelJson = JSON.stringify(model);
+  const random = opts.random ?? Math.random;
+  const maxBodyBytes = opts.maxBodyBytes ?? 32 * 1024 * 1024;
+  let failureRate = opts.failureRate ?? 0;
+  const failureStatus = opts.failureStatus ?? 500;
+  if (!(failureRate >= 0 && failureRate <= 1)) throw new Error('failureRate must be within [0, 1]');
+  if (!(Number.isInteger(failureStatus) && failureStatus >= 400 && failureStatus <= 599)) {
+    throw new Error('failureStatus must be an HTTP error status (400-599)');
+  }
+  const startedAtSec = Math.floor(Date.now() / 1000);
+  let name = opts.name ?? '';
+  let idSeq = 0;
+  const metricsText = metricsRenderer(engine, model, startedAtSec);
+
+  const server = createServer({ noDelay: true, keepAlive: true }, (req, res) => {
+    try {
+      route(req, res);
+    } catch (err) {
+      sendError(res, req, err);
+    }
+  });
+  // Gateways pool connections; outlive their idle timeouts (typically 60 s) so we never close first.
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+
+  function baseHeaders(req: IncomingMessage): OutgoingHttpHeaders {
+    const headers: OutgoingHttpHeaders = { 'x-inference-pod': name };
+    const rid = req.headers['x-request-id'];
+    if (rid !== undefined) headers['x-request-id'] = rid;
+    return headers;
+  }
+
+  function sendJson(res: ServerResponse, req: IncomingMessage, status: number, body: string): void {
+    if (res.headersSent) {
+      res.end();
+      return;
+    }
+    const headers = baseHeaders(req);
+    headers['content-type'] = 'application/json';
+    headers['content-length'] = Buffer.byteLength(body);
+    res.writeHead(status, headers);
+    res.end(body);
+  }
+
+  function sendError(res: ServerResponse, req: IncomingMessage, err: unknown): void {
+    if (err instanceof SimHttpError) sendJson(res, req, err.status, errorBody(err.status, err.message, err.param));
+    else sendJson(res, req, 500, errorBody(500, err instanceof Error ? err.message : String(err)));
+  }
+
+  function route(req: IncomingMessage, res: ServerResponse): void {
+    const rawUrl = req.url ?? '/';
+    const q = rawUrl.indexOf('?');
+    const path = q < 0 ? rawUrl : rawUrl.slice(0, q);
+    const method = req.method;
+    if (method === 'POST' && (path === '/v1/chat/completions' || path === '/v1/completions')) {
+      handleInference(req, res, path === '/v1/chat/completions');
+    } else if (method === 'GET' && path === '/metrics') {
+      const text = metricsText();
+      const headers = baseHeaders(req);
+      headers['content-type'] = 'text/plain; version=0.0.4; charset=utf-8';
+      headers['content-length'] = Buffer.byteLength(text);
+      res.writeHead(200, headers);
+      res.end(text);
+    } else if (method === 'GET' && path === '/health') {
+      const headers = baseHeaders(req);
+      headers['content-length'] = 0;
+      res.writeHead(200, headers);
+      res.end();
+    } else if (method === 'GET' && path === '/v1/models') {
+      sendJson(res, req, 200, JSON.stringify({
+        object: 'list',
+        data: [{ id: model, object: 'model', created: startedAtSec, owned_by: 'vllm', root: model, parent: null }],
+      }));
+    } else if (path === '/admin/config' && (method === 'POST' || method === 'GET')) {
+      if (method === 'GET') sendJson(res, req, 200, JSON.stringify(adminSettings()));
+      else readBody(req, res, (body) => handleAdmin(req, res, body));
+    } else {
+      sendJson(res, req, 404, errorBody(404, `Not found: ${method} ${path}`));
+    }
+  }
+
+  /** Buffers the body (up to maxBodyBytes) and calls back once; drops it if the client goes away. */
+  function readBody(req: IncomingMessage, res: ServerResponse, onBody: (body: Buffer) => void): void {
+    const declared = Number(req.headers['content-length']);
+    if (declared > maxBodyBytes) {
+      sendJson(res, req, 413, errorBody(413, `Request body exceeds ${maxBodyBytes} bytes`));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let tooLarge = false;
+    req.on('data', (chunk: Buffer) => {
+      if (tooLarge) return;
+      size += chunk.length;
+      if (size > maxBodyBytes) {
+        tooLarge = true;
+        sendJson(res, req, 413, errorBody(413, `Request body exceeds ${maxBodyBytes} bytes`));
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => {
+      if (tooLarge || res.destroyed) return;
+      try {
+        onBody(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+      } catch (err) {
+        sendError(res, req, err);
+      }
+    });
+    req.on('error', () => {
+      /* client went away mid-body; nothing to answer */
+    });
+  }
+
+  function parseJsonObject(body: Buffer): JsonObject {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch (err) {
+      throw new SimHttpError(400, `Invalid JSON body: ${(err as Error).message}`);
+    }
+    if (!isObject(parsed)) throw new SimHttpError(400, 'Request body must be a JSON object');
+    return parsed;
+  }
+
+  function handleInference(req: IncomingMessage, res: ServerResponse, chat: boolean): void {
+    const injected = req.headers['x-return-error'];
+    if (injected !== undefined) {
+      const status = Number(Array.isArray(injected) ? injected[0] : injected);
+      if (Number.isInteger(status) && status >= 400 && status <= 599) {
+        sendJson(res, req, status, errorBody(status, `Injected error (x-return-error: ${status})`));
+        return;
+      }
+    }
+    if (failureRate > 0 && random() < failureRate) {
+      sendJson(res, req, failureStatus, errorBody(failureStatus, 'Injected failure (failure rate)'));
+      return;
+    }
+    readBody(req, res, (body) => runInference(req, res, chat, parseJsonObject(body)));
+  }
+
+  function runInference(req: IncomingMessage, res: ServerResponse, chat: boolean, body: JsonObject): void {
+    const input = toGenerationInput(body, chat, model);
+    const stream = body.stream === true;
+    const streamOptions = body.stream_options;
+    const includeUsage = stream && isObject(streamOptions) && streamOptions.include_usage === true;
+    const id = `${chat ? 'chatcmpl' : 'cmpl'}-${name}-${++idSeq}`;
+    const created = Math.floor(clock.now() / 1000);
+
+    const submitted = stream
+      ? engine.submit(input, new SseWriter(res, baseHeaders(req), chat, id, created, modelJson, includeUsage))
+      : engine.submit(input, {
+          onFinish: (result) => sendJson(res, req, 200, completionJson(chat, id, created, model, result)),
+        });
+    if (!submitted.accepted) {
+      sendJson(res, req, 429, errorBody(429, 'Failed to enqueue request, waiting requests queue is full'));
+      return;
+    }
+    const handle = submitted.request;
+    // A client that goes away frees its slot (or queue place) at once, as vLLM aborts on disconnect.
+    res.on('close', () => {
+      if (!res.writableFinished) handle.abort();
+    });
+  }
+
+  function adminSettings(): SimAdminSettings {
+    return { ...engine.settings, failureRate, failureStatus, pin: { ...engine.pinned } };
+  }
+
+  function handleAdmin(req: IncomingMessage, res: ServerResponse, rawBody: Buffer): void {
+    const body = parseJsonObject(rawBody);
+    const patch: Partial<SimLatencySettings> = {};
+    const pinPatch: Partial<SimPins> = {};
+    let newFailureRate: number | undefined;
+    for (const [key, value] of Object.entries(body)) {
+      if (!ADMIN_KEYS.has(key)) throw new SimHttpError(400, `Unknown setting: ${key}`, key);
+      if (key === 'pin') {
+        if (!isObject(value)) throw new SimHttpError(400, 'pin must be an object', 'pin');
+        for (const [pk, pv] of Object.entries(value)) {
+          if (!PIN_KEYS.has(pk)) throw new SimHttpError(400, `Unknown pin: ${pk}`, `pin.${pk}`);
+          if (pv === null) pinPatch[pk as keyof SimPins] = null;
+          else if (typeof pv === 'number' && Number.isFinite(pv) && pv >= 0 && (pk !== 'kvUsage' || pv <= 1)) {
+            pinPatch[pk as keyof SimPins] = pv;
+          } else {
+            throw new SimHttpError(400, `pin.${pk} must be null or a number ≥ 0${pk === 'kvUsage' ? ' and ≤ 1' : ''}`, `pin.${pk}`);
+          }
+        }
+      } else if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
+        throw new SimHttpError(400, `${key} must be a number ≥ 0`, key);
+      } else if (key === 'failureRate') {
+        if (value > 1) throw new SimHttpError(400, 'failureRate must be within [0, 1]', key);
+        newFailureRate = value;
+      } else if (key === 'maxNumSeqs' || key === 'maxWaiting') {
+        if (!Number.isInteger(value) || (key === 'maxNumSeqs' && value < 1)) {
+          throw new SimHttpError(400, `${key} must be an integer ≥ ${key === 'maxNumSeqs' ? 1 : 0}`, key);
+        }
+        patch[key] = value;
+      } else {
+        patch[key as (typeof ADMIN_NUMBER_KEYS)[number]] = value;
+      }
+    }
+    // Validated in full above, so the change applies all-or-nothing.
+    engine.configure(patch);
+    engine.pin(pinPatch);
+    if (newFailureRate !== undefined) failureRate = newFailureRate;
+    sendJson(res, req, 200, JSON.stringify(adminSettings()));
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  if (!name) name = `sim-${address.port}`;
+  const hostForUrl = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+
+  let closing: Promise<void> | undefined;
+  return {
+    port: address.port,
+    url: `http://${hostForUrl}:${address.port}`,
+    name,
+    engine,
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+        engine.dispose();
+      });
+      return closing;
+    },
+  };
+}
+
+/** Validates an OpenAI body (as vLLM does) and maps it to the engine's input; throws SimHttpError 400/404. */
+export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: string): GenerationInput {
+  const requested = body.model;
+  if (typeof requested !== 'string' || requested === '') {
+    throw new SimHttpError(400, 'Field required: model', 'model');
+  }
+  if (requested !== servedModel) {
+    throw new SimHttpError(404, `The model \`${requested}\` does not exist.`, 'model');
+  }
+  let promptText: string;
+  if (chat) {
+    const messages = body.messages;
+    if (!Array.isArray(messages) || messages.length === 0 || !messages.every(isObject)) {
+      throw new SimHttpError(400, 'Field required: messages (a non-empty array of message objects)', 'messages');
+    }
+    // Same text the gateway's approximate prefix index hashes, so predicted and real hits agree.
+    promptText = JSON.stringify(messages);
+  } else {
+    const prompt = body.prompt;
+    if (typeof prompt === 'string' && prompt !== '') promptText = prompt;
+    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((p) => typeof p === 'string')) {
+      promptText = prompt.join('');
+    } else if (Array.isArray(prompt) && prompt.length > 0 && isTokenIdPrompt(prompt)) {
+      promptText = JSON.stringify(prompt);
+    } else {
+      throw new SimHttpError(400, 'Field required: prompt (a non-empty string, string array or token array)', 'prompt');
+    }
+  }
+  const input: GenerationInput = { promptText };
+  const maxTokens = optionalPositiveInt(body, chat ? 'max_completion_tokens' : undefined) ??
+    optionalPositiveInt(body, 'max_tokens');
+  if (maxTokens !== undefined) input.maxTokens = maxTokens;
+  if (typeof body.cache_salt === 'string' && body.cache_salt !== '') input.cacheSalt = body.cache_salt;
+  // kv_transfer_params (P/D) will be read here and mapped to engine flags.
+  return input;
+}
+
+function isTokenIdPrompt(prompt: unknown[]): boolean {
+  return prompt.every((p) => Number.isInteger(p)) ||
+    prompt.every((p) => Array.isArray(p) && p.length > 0 && p.every((t) => Number.isInteger(t)));
+}
+
+function optionalPositiveInt(body: JsonObject, key: string | undefined): number | undefined {
+  if (key === undefined) return undefined;
+  const v = body[key];
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) {
+    throw new SimHttpError(400, `${key} must be an integer ≥ 1`, key);
+  }
+  return v;
+}
+
+function usageOf(result: GenerationResult): JsonObject {
+  return {
+    prompt_tokens: result.promptTokens,
+    completion_tokens: result.completionTokens,
+    total_tokens: result.promptTokens + result.completionTokens,
+    prompt_tokens_details: { cached_tokens: result.cachedTokens },
+  };
+}
+
+function completionJson(chat: boolean, id: string, created: number, model: string, result: GenerationResult): string {
+  const choice = chat
+    ? { index: 0, message: { role: 'assistant', content: result.text }, logprobs: null, finish_reason: result.finishReason }
+    : { index: 0, text: result.text, logprobs: null, finish_reason: result.finishReason };
+  return JSON.stringify({
+    id,
+    object: chat ? 'chat.completion' : 'text_completion',
+    created,
+    model,
+    choices: [choice],
+    usage: usageOf(result),
+  });
+}
+
+/**
+ * Streams one request as SSE: headers and the first event go out with the first token (after
+ * TTFT), one `data:` event per token, the last token carrying finish_reason, then the optional
+ * usage chunk and `[DONE]`. Event strings are assembled from precomputed pieces (hot path).
+ */
+class SseWriter {
+  private readonly head: string;
+  private readonly tail: string;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly headers: OutgoingHttpHeaders,
+    private readonly chat: boolean,
+    private readonly id: string,
+    private readonly created: number,
+    private readonly modelJson: string,
+    private readonly includeUsage: boolean,
+  ) {
+    const object = chat ? 'chat.completion.chunk' : 'text_completion';
+    this.head = `data: {"id":"${id}","object":"${object}","created":${created},"model":${modelJson},"choices":[{"index":0,`;
+    this.tail = chat ? '},"logprobs":null,"finish_reason":' : ',"logprobs":null,"finish_reason":';
+  }
+
+  onToken(text: string, index: number, finishReason: FinishReason | null): void {
+    const res = this.res;
+    if (index === 0) {
+      this.headers['content-type'] = 'text/event-stream; charset=utf-8';
+      this.headers['cache-control'] = 'no-cache';
+      res.writeHead(200, this.headers);
+    }
+    this.corkUntilNextTick();
+    const content = JSON.stringify(text);
+    const body = this.chat
+      ? (index === 0 ? `"delta":{"role":"assistant","content":${content}` : `"delta":{"content":${content}`)
+      : `"text":${content}`;
+    res.write(this.head + body + this.tail + (finishReason === null ? 'null' : `"${finishReason}"`) + '}]}\n\n');
+  }
+
+  onFinish(result: GenerationResult): void {
+    const res = this.res;
+    if (this.includeUsage) {
+      const object = this.chat ? 'chat.completion.chunk' : 'text_completion';
+      res.write(
+        `data: {"id":"${this.id}","object":"${object}","created":${this.created},"model":${this.modelJson},` +
+          `"choices":[],"usage":${JSON.stringify(usageOf(result))}}\n\n`,
+      );
+    }
+    res.end('data: [DONE]\n\n');
+  }
+
+  private corked = false;
+  private readonly uncork = (): void => {
+    this.corked = false;
+    // end() already uncorked the socket fully; the socket may even serve the next request by now.
+    if (!this.res.writableEnded) this.res.uncork();
+  };
+
+  /** Events written in the same turn (zero ITL, or last token + usage + [DONE]) share one socket write. */
+  private corkUntilNextTick(): void {
+    if (this.corked) return;
+    this.corked = true;
+    this.res.cork();
+    process.nextTick(this.uncork);
+  }
+}
+
+/** Renders /metrics; static text (HELP/TYPE lines, label sets) is built once. */
+export type MetricsRenderer = () => string;
+
+function escapeLabel(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/\n/g, '\\n');
+}
+
+export function metricsRenderer(engine: SimEngine, model: string, startedAtSec: number): MetricsRenderer {
+  const m = `model_name="${escapeLabel(model)}"`;
+  const lbl = `{${m}}`;
+  const gauge = (name: string, help: string): string => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n`;
+  const counter = (name: string, help: string): string => `# HELP ${name} ${help}\n# TYPE ${name} counter\n`;
+
+  const cacheConfig =
+    gauge('vllm:cache_config_info', 'Information of the LLMEngine CacheConfig.') +
+    `vllm:cache_config_info{block_size="${engine.blockSizeTokens}",num_gpu_blocks="${engine.numGpuBlocks}"} 1\n`;
+  const lora =
+    gauge('vllm:lora_requests_info', 'Running stats on lora requests.') +
+    `vllm:lora_requests_info{max_lora="0",running_lora_adapters="",waiting_lora_adapters=""} ${startedAtSec}\n`;
+  const kvHead = gauge('vllm:kv_cache_usage_perc', 'Prometheus metric for the fraction of KV-cache blocks currently in use (from 0 to 1).') + `vllm:kv_cache_usage_perc${lbl} `;
+  const runHead = gauge('vllm:num_requests_running', 'Number of requests currently running on GPU.') + `vllm:num_requests_running${lbl} `;
+  const waitHead = gauge('vllm:num_requests_waiting', 'Prometheus metric for the number of queued requests.') + `vllm:num_requests_waiting${lbl} `;
+  const hitsHead = counter('vllm:prefix_cache_hits_total', 'Prefix cache hits, in terms of number of cached tokens.') + `vllm:prefix_cache_hits_total${lbl} `;
+  const queriesHead = counter('vllm:prefix_cache_queries_total', 'Prefix cache queries, in terms of number of queried tokens.') + `vllm:prefix_cache_queries_total${lbl} `;
+  const promptHead = counter('vllm:prompt_tokens_total', 'Total number of prompt tokens processed.') + `vllm:prompt_tokens_total${lbl} `;
+  const genHead = counter('vllm:generation_tokens_total', 'Total number of generated tokens.') + `vllm:generation_tokens_total${lbl} `;
+  const successHead = counter('vllm:request_success_total', 'Count of successfully processed requests.');
+  const successPrefix = (reason: string): string => `vllm:request_success_total{finish_reason="${reason}",${m}} `;
+  const successLines = {
+    abort: successPrefix('abort'),
+    length: successPrefix('length'),
+    remote_decode: successPrefix('remote_decode'),
+    stop: successPrefix('stop'),
+  };
+  const ttftHead = '# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.\n' +
+    '# TYPE vllm:time_to_first_token_seconds histogram\n';
+  const bucketPrefixes = [...TTFT_BUCKETS_SECONDS.map((b) => String(b)), '+Inf'].map(
+    (le) => `vllm:time_to_first_token_seconds_bucket{${m},le="${le}"} `,
+  );
+  const ttftSum = `vllm:time_to_first_token_seconds_sum${lbl} `;
+  const ttftCount = `vllm:time_to_first_token_seconds_count${lbl} `;
+
+  return () => {
+    const g = engine.reportedGauges();
+    const c = engine.counters;
+    const s = c.requestSuccess;
+    const h = engine.ttftHistogram();
+    let out = cacheConfig + lora +
+      kvHead + g.kvUsage + '\n' +
+      runHead + g.running + '\n' +
+      waitHead + g.waiting + '\n' +
+      hitsHead + c.prefixCacheHits + '\n' +
+      queriesHead + c.prefixCacheQueries + '\n' +
+      promptHead + c.promptTokens + '\n' +
+      genHead + c.generationTokens + '\n' +
+      successHead +
+      successLines.abort + s.abort + '\n' +
+      successLines.length + s.length + '\n' +
+      successLines.remote_decode + s.remote_decode + '\n' +
+      successLines.stop + s.stop + '\n' +
+      ttftHead;
+    let cumulative = 0;
+    for (let i = 0; i < bucketPrefixes.length; i++) {
+      cumulative += h.counts[i]!;
+      out += bucketPrefixes[i]! + cumulative + '\n';
+    }
+    out += ttftSum + h.sum + '\n' + ttftCount + h.count + '\n';
+    return out;
+  };
+}

@@ -1,0 +1,36 @@
+/** Time and chance are injected so TTLs, staleness and tie-breaks are testable without sleeping. */
+export interface Clock {
+  /** Milliseconds, monotonic enough for ages and deadlines (Date.now() by default). */
+  now(): number;
+}
+
+export const systemClock: Clock = { now: () => Date.now() };
+
+/** A source of uniform numbers in [0, 1), like Math.random. */
+export type RandomSource = () => number;
+
+/** Deterministic PRNG (mulberry32) for tests and reproducible benchmarks. */
+export function seededRandom(seed: number): RandomSource {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A clock tests move by hand. */
+export class ManualClock implements Clock {
+  constructor(private t = 1_000_000) {}
+  now(): number {
+    return this.t;
+  }
+  advance(ms: number): void {
+    this.t += ms;
+  }
+  set(ms: number): void {
+    this.t = ms;
+  }
+}

@@ -1,0 +1,451 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Agent, request } from 'undici';
+import OpenAI from 'openai';
+import { seededRandom } from '../../src/util/clock.js';
+import { startSimulator, type RunningSimulator, type SimOptions } from '../../src/sim/server.js';
+
+const agent = new Agent({ keepAliveTimeout: 1000 });
+after(() => agent.close());
+
+type Json = Record<string, unknown>;
+
+async function post(sim: RunningSimulator, path: string, body: unknown, headers: Record<string, string> = {}) {
+  const res = await request(sim.url + path, {
+    method: 'POST',
+    dispatcher: agent,
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await res.body.text();
+  return { status: res.statusCode, headers: res.headers, text };
+}
+
+async function postJson(sim: RunningSimulator, path: string, body: unknown, headers: Record<string, string> = {}) {
+  const r = await post(sim, path, body, headers);
+  return { ...r, json: JSON.parse(r.text) as Json };
+}
+
+async function get(sim: RunningSimulator, path: string) {
+  const res = await request(sim.url + path, { dispatcher: agent });
+  return { status: res.statusCode, headers: res.headers, text: await res.body.text() };
+}
+
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** Strict line-by-line parse of the Prometheus text format (throws on any malformed line). */
+function parseMetrics(text: string): Sample[] {
+  const samples: Sample[] = [];
+  assert.ok(text.endsWith('\n'), 'exposition ends with a newline');
+  for (const line of text.slice(0, -1).split('\n')) {
+    if (line.startsWith('# HELP ') || line.startsWith('# TYPE ')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    assert.ok(m, `malformed metrics line: ${JSON.stringify(line)}`);
+    const labels: Record<string, string> = {};
+    if (m[2]) {
+      for (const pair of m[2].match(/[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"/g) ?? []) {
+        const eq = pair.indexOf('=');
+        labels[pair.slice(0, eq)] = pair.slice(eq + 2, -1);
+      }
+    }
+    const value = Number(m[3]);
+    assert.ok(!Number.isNaN(value), `bad value in ${line}`);
+    samples.push({ name: m[1]!, labels, value });
+  }
+  return samples;
+}
+
+function metricValue(samples: Sample[], name: string, labels: Record<string, string> = {}): number {
+  const s = samples.find((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v));
+  assert.ok(s, `metric ${name} ${JSON.stringify(labels)} present`);
+  return s.value;
+}
+
+async function scrape(sim: RunningSimulator): Promise<Sample[]> {
+  const r = await get(sim, '/metrics');
+  assert.equal(r.status, 200);
+  return parseMetrics(r.text);
+}
+
+/** Opens a streaming request and records each network read with its arrival time. */
+async function openStream(sim: RunningSimulator, body: Json, signal?: AbortSignal) {
+  const res = await request(sim.url + '/v1/chat/completions', {
+    method: 'POST',
+    dispatcher: agent,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'hello' }], stream: true, ...body }),
+    ...(signal ? { signal } : {}),
+  });
+  return res;
+}
+
+async function waitFor(check: () => boolean, timeoutMs = 2000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error('condition not reached in time');
+    await sleep(5);
+  }
+}
+
+async function withSim(opts: SimOptions, fn: (sim: RunningSimulator) => Promise<void>): Promise<void> {
+  const sim = await startSimulator({ ttftOverheadMs: 2, prefillMsPerToken: 0, itlMs: 1, ...opts });
+  try {
+    await fn(sim);
+  } finally {
+    await sim.close();
+  }
+}
+
+describe('sim server: answers', () => {
+  let sim: RunningSimulator;
+  before(async () => {
+    sim = await startSimulator({ name: 'pod-a', ttftOverheadMs: 2, prefillMsPerToken: 0, itlMs: 1 });
+  });
+  after(() => sim.close());
+
+  test('chat JSON answer with usage, pod header and request id echo', async () => {
+    const r = await postJson(
+      sim, '/v1/chat/completions',
+      { model: 'sim-model', messages: [{ role: 'user', content: 'Hi there' }], max_tokens: 5 },
+      { 'x-request-id': 'req-123' },
+    );
+    assert.equal(r.status, 200);
+    assert.equal(r.headers['x-inference-pod'], 'pod-a');
+    assert.equal(r.headers['x-request-id'], 'req-123');
+    assert.match(String(r.headers['content-type']), /application\/json/);
+    const body = r.json as {
+      id: string; object: string; model: string;
+      choices: { index: number; message: { role: string; content: string }; finish_reason: string }[];
+      usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+    };
+    assert.equal(body.object, 'chat.completion');
+    assert.equal(body.model, 'sim-model');
+    assert.match(body.id, /^chatcmpl-/);
+    assert.equal(body.choices[0]!.message.role, 'assistant');
+    assert.equal(body.choices[0]!.message.content.split(' ').length, 5);
+    assert.equal(body.choices[0]!.finish_reason, 'length');
+    const promptTokens = Math.ceil(JSON.stringify([{ role: 'user', content: 'Hi there' }]).length / 4);
+    assert.deepEqual(body.usage, {
+      prompt_tokens: promptTokens, completion_tokens: 5, total_tokens: promptTokens + 5,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
+  });
+
+  test('completions JSON answer; max_completion_tokens is not a completions field', async () => {
+    const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: 'Once upon a time', max_tokens: 3 });
+    assert.equal(r.status, 200);
+    const body = r.json as { object: string; choices: { text: string; finish_reason: string }[]; usage: Json };
+    assert.equal(body.object, 'text_completion');
+    assert.equal(body.choices[0]!.text.split(' ').length, 3);
+    assert.equal(body.usage.prompt_tokens, 4);
+    assert.equal(body.usage.completion_tokens, 3);
+  });
+
+  test('a repeated long prompt reports cached tokens', async () => {
+    const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(30);
+    const first = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt, max_tokens: 1 });
+    const second = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt, max_tokens: 1 });
+    const cached = (r: { json: Json }) => (r.json.usage as { prompt_tokens_details: { cached_tokens: number } }).prompt_tokens_details.cached_tokens;
+    assert.equal(cached(first), 0);
+    assert.ok(cached(second) > 300, `cached ${cached(second)}`);
+  });
+
+  test('SSE stream: role first, one event per token, finish reason, usage chunk, [DONE]', async () => {
+    const res = await openStream(sim, { max_tokens: 4, stream_options: { include_usage: true } });
+    assert.equal(res.statusCode, 200);
+    assert.match(String(res.headers['content-type']), /text\/event-stream/);
+    assert.equal(res.headers['x-inference-pod'], 'pod-a');
+    const text = await res.body.text();
+    assert.ok(text.endsWith('data: [DONE]\n\n'));
+    const events = text.split('\n\n').filter((e) => e !== '');
+    assert.ok(events.every((e) => e.startsWith('data: ')));
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)) as {
+      object: string; choices: { delta: { role?: string; content?: string }; finish_reason: string | null }[]; usage?: Json;
+    });
+    assert.equal(chunks.length, 5, '4 token chunks + usage chunk');
+    assert.ok(chunks.every((c) => c.object === 'chat.completion.chunk'));
+    assert.equal(chunks[0]!.choices[0]!.delta.role, 'assistant');
+    assert.equal(chunks[1]!.choices[0]!.delta.role, undefined);
+    assert.deepEqual(chunks.slice(0, 4).map((c) => c.choices[0]!.finish_reason), [null, null, null, 'length']);
+    assert.deepEqual(chunks[4]!.choices, []);
+    assert.equal((chunks[4]!.usage as { completion_tokens: number }).completion_tokens, 4);
+    assert.equal(typeof (chunks[4]!.usage as { prompt_tokens_details: { cached_tokens: number } }).prompt_tokens_details.cached_tokens, 'number');
+  });
+
+  test('SSE stream without include_usage has no usage chunk; completions chunks carry text', async () => {
+    const res = await request(sim.url + '/v1/completions', {
+      method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: 'abc', max_tokens: 2, stream: true }),
+    });
+    const events = (await res.body.text()).split('\n\n').filter((e) => e !== '');
+    assert.equal(events.length, 3);
+    assert.equal(events[2], 'data: [DONE]');
+    const chunk = JSON.parse(events[0]!.slice(6)) as { object: string; choices: { text: string }[]; usage?: unknown };
+    assert.equal(chunk.object, 'text_completion');
+    assert.equal(typeof chunk.choices[0]!.text, 'string');
+    assert.ok(!events.some((e) => e.includes('"usage"')));
+  });
+
+  test('the OpenAI SDK reads both answers', async () => {
+    const client = new OpenAI({ baseURL: sim.url + '/v1', apiKey: 'none', maxRetries: 0 });
+    const answer = await client.chat.completions.create({ model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 });
+    assert.equal(answer.usage?.completion_tokens, 3);
+    const stream = await client.chat.completions.create({
+      model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, stream: true,
+      stream_options: { include_usage: true },
+    });
+    let content = '';
+    let usageTokens = 0;
+    for await (const chunk of stream) {
+      content += chunk.choices[0]?.delta.content ?? '';
+      usageTokens = chunk.usage?.completion_tokens ?? usageTokens;
+    }
+    assert.equal(content, answer.choices[0]!.message.content);
+    assert.equal(usageTokens, 3);
+  });
+
+  test('GET /v1/models lists the model; /health is 200', async () => {
+    const models = await get(sim, '/v1/models');
+    assert.equal(models.status, 200);
+    const body = JSON.parse(models.text) as { object: string; data: { id: string; object: string }[] };
+    assert.equal(body.object, 'list');
+    assert.deepEqual(body.data.map((m) => [m.id, m.object]), [['sim-model', 'model']]);
+    const health = await get(sim, '/health');
+    assert.equal(health.status, 200);
+    assert.equal(health.headers['x-inference-pod'], 'pod-a');
+  });
+
+  test('responses keep the connection alive for pooling gateways', async () => {
+    const r = await get(sim, '/health');
+    assert.match(String(r.headers['keep-alive']), /timeout=(6[5-9]|[7-9]\d|\d{3,})/);
+  });
+});
+
+describe('sim server: errors', () => {
+  let sim: RunningSimulator;
+  before(async () => {
+    sim = await startSimulator({ name: 'pod-e', ttftOverheadMs: 1, prefillMsPerToken: 0, itlMs: 0 });
+  });
+  after(() => sim.close());
+
+  const cases: [string, string, unknown, number, RegExp, string | null][] = [
+    ['invalid JSON', '/v1/chat/completions', '{"model": ', 400, /Invalid JSON/, null],
+    ['non-object body', '/v1/chat/completions', '[1,2]', 400, /JSON object/, null],
+    ['missing model', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }] }, 400, /model/, 'model'],
+    ['missing messages', '/v1/chat/completions', { model: 'sim-model' }, 400, /messages/, 'messages'],
+    ['empty messages', '/v1/chat/completions', { model: 'sim-model', messages: [] }, 400, /messages/, 'messages'],
+    ['missing prompt', '/v1/completions', { model: 'sim-model' }, 400, /prompt/, 'prompt'],
+    ['bad max_tokens', '/v1/completions', { model: 'sim-model', prompt: 'x', max_tokens: 0 }, 400, /max_tokens/, 'max_tokens'],
+    ['unknown model', '/v1/completions', { model: 'gpt-9', prompt: 'x' }, 404, /^The model `gpt-9` does not exist\.$/, 'model'],
+  ];
+  for (const [title, path, body, status, message, param] of cases) {
+    test(`${title} → ${status} in the OpenAI error shape`, async () => {
+      const r = await postJson(sim, path, body);
+      assert.equal(r.status, status);
+      assert.equal(r.headers['x-inference-pod'], 'pod-e');
+      const err = (r.json as { error: { message: string; type: string; param: string | null; code: number } }).error;
+      assert.match(err.message, message);
+      assert.equal(err.type, status === 404 ? 'NotFoundError' : 'BadRequestError');
+      assert.equal(err.param, param);
+      assert.equal(err.code, status);
+    });
+  }
+
+  test('token-id prompts are accepted', async () => {
+    const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: [1, 2, 3], max_tokens: 1 });
+    assert.equal(r.status, 200);
+  });
+
+  test('x-return-error answers that status at once', async () => {
+    const r = await postJson(sim, '/v1/chat/completions', { model: 'sim-model', messages: [{ role: 'user', content: 'x' }] }, { 'x-return-error': '503' });
+    assert.equal(r.status, 503);
+    assert.deepEqual(Object.keys(r.json.error as Json).sort(), ['code', 'message', 'param', 'type']);
+    assert.equal((r.json.error as Json).type, 'InternalServerError');
+    const rl = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: 'x' }, { 'x-return-error': '429' });
+    assert.equal(rl.status, 429);
+    assert.equal((rl.json.error as Json).type, 'RateLimitError');
+  });
+
+  test('unknown paths and methods → 404 JSON', async () => {
+    for (const r of [await get(sim, '/v2/nothing'), await get(sim, '/v1/chat/completions')]) {
+      assert.equal(r.status, 404);
+      assert.equal(r.headers['x-inference-pod'], 'pod-e');
+      assert.equal((JSON.parse(r.text) as { error: { code: number } }).error.code, 404);
+    }
+  });
+
+  test('failureRate injects failureStatus', async () => {
+    await withSim({ failureRate: 1, failureStatus: 502, random: seededRandom(1) }, async (s) => {
+      const r = await postJson(s, '/v1/completions', { model: 'sim-model', prompt: 'x' });
+      assert.equal(r.status, 502);
+      assert.equal((r.json.error as Json).code, 502);
+    });
+  });
+
+  test('a full waiting queue → 429 RateLimitError', async () => {
+    await withSim({ maxNumSeqs: 1, maxWaiting: 0, itlMs: 20 }, async (s) => {
+      const held = await openStream(s, { max_tokens: 50 });
+      const r = await postJson(s, '/v1/completions', { model: 'sim-model', prompt: 'x' });
+      assert.equal(r.status, 429);
+      assert.equal((r.json.error as Json).type, 'RateLimitError');
+      held.body.destroy();
+    });
+  });
+});
+
+describe('sim server: streaming, load and admin', () => {
+  test('SSE events arrive incrementally: the first before the last token is produced', async () => {
+    await withSim({ itlMs: 25 }, async (sim) => {
+      const res = await openStream(sim, { max_tokens: 6 });
+      const arrivals: { at: number; events: number; finishedInEngine: number }[] = [];
+      for await (const chunk of res.body) {
+        arrivals.push({
+          at: Date.now(),
+          events: (String(chunk).match(/^data: /gm) ?? []).length,
+          finishedInEngine: sim.engine.counters.requestSuccess.length,
+        });
+      }
+      assert.ok(arrivals.length >= 3, `expected several reads, got ${arrivals.length}`);
+      assert.equal(arrivals[0]!.events, 1, 'the first read holds just the first token');
+      assert.equal(arrivals[0]!.finishedInEngine, 0, 'the engine had not produced the last token yet');
+      const spread = arrivals.at(-1)!.at - arrivals[0]!.at;
+      assert.ok(spread >= 80, `first and last events are ~125 ms apart, got ${spread}`);
+    });
+  });
+
+  test('/metrics reflects running and waiting requests while streams are held', async () => {
+    await withSim({ maxNumSeqs: 2, itlMs: 20, numGpuBlocks: 1000 }, async (sim) => {
+      const controller = new AbortController();
+      const streams = await Promise.all([0, 1].map(() => openStream(sim, { max_tokens: 100 }, controller.signal)));
+      // The third is queued: its headers only come with its first token, so don't await it.
+      const third = openStream(sim, { max_tokens: 100 }, controller.signal).catch(() => undefined);
+      await waitFor(() => sim.engine.actualGauges().waiting === 1);
+
+      const samples = await scrape(sim);
+      const model = { model_name: 'sim-model' };
+      assert.equal(metricValue(samples, 'vllm:num_requests_running', model), 2);
+      assert.equal(metricValue(samples, 'vllm:num_requests_waiting', model), 1);
+      assert.ok(metricValue(samples, 'vllm:kv_cache_usage_perc', model) > 0);
+      assert.equal(metricValue(samples, 'vllm:cache_config_info', { block_size: '16', num_gpu_blocks: '1000' }), 1);
+
+      controller.abort();
+      for (const s of streams) s.body.destroy();
+      await third;
+      await waitFor(() => sim.engine.actualGauges().running === 0 && sim.engine.actualGauges().waiting === 0);
+      const afterAbort = await scrape(sim);
+      assert.equal(metricValue(afterAbort, 'vllm:num_requests_running', model), 0);
+      assert.equal(metricValue(afterAbort, 'vllm:kv_cache_usage_perc', model), 0);
+    });
+  });
+
+  test('/metrics exposes every vLLM family with the expected labels and counters', async () => {
+    await withSim({ model: 'org/Model "q"' }, async (sim) => {
+      const body = { model: 'org/Model "q"', prompt: 'x'.repeat(200), max_tokens: 3 };
+      await postJson(sim, '/v1/completions', body);
+      await postJson(sim, '/v1/completions', body);
+      const r = await get(sim, '/metrics');
+      assert.match(String(r.headers['content-type']), /^text\/plain/);
+      assert.equal(r.headers['x-inference-pod'], sim.name);
+      const samples = parseMetrics(r.text);
+      const model = { model_name: 'org/Model \\"q\\"' };
+      for (const family of ['vllm:num_requests_waiting', 'vllm:num_requests_running', 'vllm:kv_cache_usage_perc',
+        'vllm:prompt_tokens_total', 'vllm:generation_tokens_total', 'vllm:prefix_cache_queries_total',
+        'vllm:prefix_cache_hits_total', 'vllm:time_to_first_token_seconds_count']) {
+        assert.ok(r.text.includes(`# TYPE ${family.replace(/_count$/, '')} `), `TYPE line for ${family}`);
+        metricValue(samples, family, model);
+      }
+      assert.equal(metricValue(samples, 'vllm:prompt_tokens_total', model), 100);
+      assert.equal(metricValue(samples, 'vllm:generation_tokens_total', model), 6);
+      assert.equal(metricValue(samples, 'vllm:prefix_cache_queries_total', model), 100);
+      assert.equal(metricValue(samples, 'vllm:prefix_cache_hits_total', model), 48); // 50-token prompt: 3 full blocks may hit
+      assert.equal(metricValue(samples, 'vllm:request_success_total', { ...model, finish_reason: 'length' }), 2);
+      assert.equal(metricValue(samples, 'vllm:time_to_first_token_seconds_count', model), 2);
+      assert.equal(metricValue(samples, 'vllm:time_to_first_token_seconds_bucket', { ...model, le: '+Inf' }), 2);
+      const lora = metricValue(samples, 'vllm:lora_requests_info', { running_lora_adapters: '', waiting_lora_adapters: '', max_lora: '0' });
+      assert.ok(Math.abs(lora - Date.now() / 1000) < 60, 'lora info value is the start time in seconds');
+      // Histogram buckets are cumulative.
+      const buckets = samples.filter((s) => s.name === 'vllm:time_to_first_token_seconds_bucket').map((s) => s.value);
+      assert.deepEqual(buckets, [...buckets].sort((a, b) => a - b));
+    });
+  });
+
+  test('a client that disconnects frees its slot', async () => {
+    await withSim({ maxNumSeqs: 1, itlMs: 20 }, async (sim) => {
+      const controller = new AbortController();
+      const res = await openStream(sim, { max_tokens: 200 }, controller.signal);
+      const iterator = res.body[Symbol.asyncIterator]();
+      await iterator.next(); // first token arrived: the request is running
+      assert.equal(sim.engine.actualGauges().running, 1);
+      controller.abort();
+      await waitFor(() => sim.engine.actualGauges().running === 0);
+      assert.equal(sim.engine.counters.requestSuccess.abort, 1);
+
+      // A non-streaming request aborted while queued leaves the queue too.
+      const holder = new AbortController();
+      const held = openStream(sim, { max_tokens: 200 }, holder.signal);
+      await waitFor(() => sim.engine.actualGauges().running === 1);
+      const queued = new AbortController();
+      const pending = request(sim.url + '/v1/completions', {
+        method: 'POST', dispatcher: agent, signal: queued.signal,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt: 'x' }),
+      }).catch(() => undefined);
+      await waitFor(() => sim.engine.actualGauges().waiting === 1);
+      queued.abort();
+      await pending;
+      await waitFor(() => sim.engine.actualGauges().waiting === 0);
+      holder.abort();
+      await held.catch(() => undefined);
+      await waitFor(() => sim.engine.actualGauges().running === 0);
+    });
+  });
+
+  test('/admin/config changes settings and pins metric values', async () => {
+    await withSim({}, async (sim) => {
+      const r = await postJson(sim, '/admin/config', { itlMs: 7, maxNumSeqs: 3, failureRate: 0, pin: { waiting: 5, kvUsage: 0.25 } });
+      assert.equal(r.status, 200);
+      assert.equal(r.json.itlMs, 7);
+      assert.equal(r.json.maxNumSeqs, 3);
+      assert.deepEqual(r.json.pin, { waiting: 5, running: null, kvUsage: 0.25 });
+      assert.equal(sim.engine.settings.itlMs, 7);
+
+      let samples = await scrape(sim);
+      assert.equal(metricValue(samples, 'vllm:num_requests_waiting'), 5);
+      assert.equal(metricValue(samples, 'vllm:kv_cache_usage_perc'), 0.25);
+      assert.equal(metricValue(samples, 'vllm:num_requests_running'), 0);
+
+      await postJson(sim, '/admin/config', { pin: { waiting: null } });
+      samples = await scrape(sim);
+      assert.equal(metricValue(samples, 'vllm:num_requests_waiting'), 0);
+      assert.equal(metricValue(samples, 'vllm:kv_cache_usage_perc'), 0.25);
+
+      const current = JSON.parse((await get(sim, '/admin/config')).text) as Json;
+      assert.equal(current.itlMs, 7);
+    });
+  });
+
+  test('/admin/config rejects bad bodies without applying any part', async () => {
+    await withSim({ itlMs: 1 }, async (sim) => {
+      for (const body of ['nope', { itlMs: -1 }, { bogus: 1 }, { maxNumSeqs: 1.5 }, { failureRate: 2 },
+        { pin: { kvUsage: 2 } }, { pin: { other: 1 } }, { itlMs: 9, pin: 3 }]) {
+        const r = await post(sim, '/admin/config', body);
+        assert.equal(r.status, 400, JSON.stringify(body));
+        assert.equal((JSON.parse(r.text) as { error: { code: number } }).error.code, 400);
+      }
+      assert.equal(sim.engine.settings.itlMs, 1);
+    });
+  });
+
+  test('failureRate set through /admin/config takes effect', async () => {
+    await withSim({ random: seededRandom(7) }, async (sim) => {
+      await postJson(sim, '/admin/config', { failureRate: 1 });
+      const r = await post(sim, '/v1/completions', { model: 'sim-model', prompt: 'x' });
+      assert.equal(r.status, 500);
+    });
+  });
+});
