@@ -1,0 +1,42 @@
+/**
+ * The registry of every built-in plugin type. Adding a plugin is one definition file plus one line
+ * here.
+ */
+import { flowControlPolicyDefinitions } from '../flowcontrol/policies/index.js';
+import { utilizationDetectorDefinition } from '../saturation/utilization-detector.js';
+import { activeRequestScorerDefinition } from '../scheduling/plugins/active-request-scorer.js';
+import { decodeFilterDefinition } from '../scheduling/plugins/decode-filter.js';
+import { kvCacheUtilizationScorerDefinition } from '../scheduling/plugins/kv-cache-utilization-scorer.js';
+import { labelSelectorFilterDefinition } from '../scheduling/plugins/label-selector-filter.js';
+import { maxScorePickerDefinition } from '../scheduling/plugins/max-score-picker.js';
+import { prefillFilterDefinition } from '../scheduling/plugins/prefill-filter.js';
+import { prefixCacheScorerDefinition } from '../scheduling/plugins/prefix-cache-scorer.js';
+import { queueScorerDefinition } from '../scheduling/plugins/queue-scorer.js';
+import { randomPickerDefinition } from '../scheduling/plugins/random-picker.js';
+import { singleProfileHandlerDefinition } from '../scheduling/plugins/single-profile-handler.js';
+import { weightedRandomPickerDefinition } from '../scheduling/plugins/weighted-random-picker.js';
+import { PluginRegistry } from './registry.js';
+
+export function builtinRegistry(): PluginRegistry {
+  const registry = new PluginRegistry()
+    // profile handlers
+    .register(singleProfileHandlerDefinition)
+    // filters
+    .register(decodeFilterDefinition)
+    .register(prefillFilterDefinition)
+    .register(labelSelectorFilterDefinition)
+    // scorers
+    .register(queueScorerDefinition)
+    .register(kvCacheUtilizationScorerDefinition)
+    .register(activeRequestScorerDefinition)
+    .register(prefixCacheScorerDefinition)
+    // pickers
+    .register(maxScorePickerDefinition)
+    .register(randomPickerDefinition)
+    .register(weightedRandomPickerDefinition)
+    // saturation detectors
+    .register(utilizationDetectorDefinition);
+  // flow-control policies
+  for (const def of flowControlPolicyDefinitions) registry.register(def);
+  return registry;
+}

@@ -1,0 +1,145 @@
+/**
+ * `utilization-detector` — saturation detector and filter (kinds: filter, saturationDetector).
+ *
+ * Saturation, per endpoint: `max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`
+ * (the "roofline"). An endpoint whose metrics are missing or older than `metricsStalenessThreshold`
+ * (strict >) scores 1.0 — fail closed — unless `stalenessPolicy: ignore`, which leaves it out of the
+ * mean (all left out → 1.0). Pool value = unweighted mean; empty list = 1.0; never clamped.
+ * `stale` in the reading counts stale endpoints under either policy (visibility, SPEC §6). While any
+ * endpoint is stale, one warning naming them and their last scrape error is logged at most every 30 s.
+ *
+ * Filter (SPEC §7.2): keep an endpoint iff its metrics are fresh and
+ * `waiting < queueDepthThreshold × (1 + headroom)` and `kvUsage < kvCacheUtilThreshold × (1 + headroom)`;
+ * if that would drop every candidate, all are returned (fail open).
+ *
+ * Parameters (defaults):
+ * - `queueDepthThreshold` 5 — integer > 0
+ * - `kvCacheUtilThreshold` 0.8 — in (0, 1]
+ * - `metricsStalenessThreshold` "200ms" — duration string ("200ms", "1s", "1m30s") or milliseconds, > 0;
+ *   the parsed parameters hold milliseconds (like every duration in the effective config)
+ * - `headroom` 0 — ≥ 0, a fraction (0.2 = 20 %)
+ * - `stalenessPolicy` "saturated" — `saturated` | `ignore` (Sluice addition)
+ */
+import { z } from 'zod';
+import { parseDuration } from '../config/units.js';
+import type { Endpoint } from '../datalayer/endpoint.js';
+import type { PluginDefinition, PluginLogger } from '../plugins/registry.js';
+import type { CycleContext, SchedulingRequest } from '../scheduling/framework.js';
+import type { SaturationDetector, SaturationReading } from './detector.js';
+
+export const UTILIZATION_DETECTOR_TYPE = 'utilization-detector';
+
+/** Minimum gap between two stale-endpoint warnings. */
+const STALE_WARNING_INTERVAL_MS = 30_000;
+
+/** A positive duration: a Go-style string ("200ms", "1s", "1m30s") or milliseconds; parsed to ms. */
+const positiveDurationMs = z.union([
+  z.number().positive(),
+  z.string().transform((text, ctx) => {
+    let ms = NaN;
+    try {
+      ms = parseDuration(text);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+      return z.NEVER;
+    }
+    if (!(ms > 0)) {
+      ctx.addIssue({ code: 'custom', message: `duration "${text}" must be greater than 0` });
+      return z.NEVER;
+    }
+    return ms;
+  }),
+]);
+
+export const utilizationDetectorParams = z.strictObject({
+  queueDepthThreshold: z.number().int().positive().default(5),
+  kvCacheUtilThreshold: z.number().gt(0).lte(1).default(0.8),
+  metricsStalenessThreshold: positiveDurationMs.default(200),
+  headroom: z.number().min(0).default(0),
+  stalenessPolicy: z.enum(['saturated', 'ignore']).default('saturated'),
+});
+
+export type UtilizationDetectorParams = z.infer<typeof utilizationDetectorParams>;
+
+export class UtilizationDetector implements SaturationDetector {
+  readonly type = UTILIZATION_DETECTOR_TYPE;
+  readonly queueDepthThreshold: number;
+  readonly kvCacheUtilThreshold: number;
+  readonly stalenessMs: number;
+  readonly ignoreStale: boolean;
+  private readonly queueLimit: number;
+  private readonly kvLimit: number;
+  private lastStaleWarningAt = -Infinity;
+
+  constructor(
+    readonly name: string,
+    params: UtilizationDetectorParams,
+    private readonly logger?: PluginLogger,
+  ) {
+    this.queueDepthThreshold = params.queueDepthThreshold;
+    this.kvCacheUtilThreshold = params.kvCacheUtilThreshold;
+    this.stalenessMs = params.metricsStalenessThreshold;
+    this.ignoreStale = params.stalenessPolicy === 'ignore';
+    this.queueLimit = params.queueDepthThreshold * (1 + params.headroom);
+    this.kvLimit = params.kvCacheUtilThreshold * (1 + params.headroom);
+  }
+
+  private isStale(endpoint: Endpoint, now: number): boolean {
+    return endpoint.metrics === undefined || endpoint.metricsAge(now) > this.stalenessMs;
+  }
+
+  saturation(now: number, endpoints: readonly Endpoint[]): SaturationReading {
+    if (endpoints.length === 0) return { value: 1, stale: 0 };
+    const warnDue = now - this.lastStaleWarningAt >= STALE_WARNING_INTERVAL_MS;
+    let staleNames: string[] | undefined;
+    let sum = 0;
+    let counted = 0;
+    let stale = 0;
+    for (const endpoint of endpoints) {
+      const m = endpoint.metrics;
+      if (m === undefined || endpoint.metricsAge(now) > this.stalenessMs) {
+        stale++;
+        if (warnDue) (staleNames ??= []).push(`${endpoint.name} (${endpoint.lastError ?? 'no recent scrape'})`);
+        if (!this.ignoreStale) {
+          sum += 1;
+          counted++;
+        }
+        continue;
+      }
+      sum += Math.max(m.waiting / this.queueDepthThreshold, m.kvUsage / this.kvCacheUtilThreshold);
+      counted++;
+    }
+    if (staleNames !== undefined && this.logger !== undefined) {
+      this.lastStaleWarningAt = now;
+      this.logger.warn(
+        { detector: this.name, staleEndpoints: staleNames },
+        'endpoints with missing or stale metrics are read as saturated',
+      );
+    }
+    return { value: counted === 0 ? 1 : sum / counted, stale };
+  }
+
+  filter(ctx: CycleContext, _req: SchedulingRequest, endpoints: readonly Endpoint[]): Endpoint[] {
+    const now = ctx.clock.now();
+    const kept: Endpoint[] = [];
+    for (const endpoint of endpoints) {
+      if (this.isStale(endpoint, now)) continue;
+      const m = endpoint.metrics!;
+      if (m.waiting < this.queueLimit && m.kvUsage < this.kvLimit) kept.push(endpoint);
+    }
+    // Fail open: a fully saturated set is still better served than refused here; flow control gates.
+    return kept.length === 0 ? endpoints.slice() : kept;
+  }
+}
+
+export const utilizationDetectorDefinition: PluginDefinition<UtilizationDetectorParams> = {
+  type: UTILIZATION_DETECTOR_TYPE,
+  kinds: ['filter', 'saturationDetector'],
+  params: utilizationDetectorParams,
+  create(name, params, deps) {
+    if (params.headroom > 1) {
+      deps.logger.warn({ plugin: name, headroom: params.headroom }, 'headroom is a fraction (0.2 = 20%), not a percentage');
+    }
+    return new UtilizationDetector(name, params, deps.logger);
+  },
+};

@@ -1,0 +1,169 @@
+/**
+ * `prefix-cache-scorer` — scorer and PreRequest hook (approximate prefix-cache affinity).
+ *
+ * The prompt text (SchedulingRequest.promptText) is cut into blocks of blockSizeTokens × 4
+ * characters and hashed as a chain seeded by the model name and the body's `cache_salt` (see
+ * prefix-index.ts). Score = `w × min(1, matched × blockSizeTokens / matchLengthScaleTokens)²
+ * + (1 − w) × matched / total`, with w = `matchLengthWeight` (default 0: the plain ratio of leading
+ * blocks the endpoint is believed to cache); 0 when the prompt is shorter than one block.
+ * After scheduling, preRequest() teaches the index the request's blocks on the primary target and on
+ * the target of a profile literally named `prefill` (as llm-d). Endpoints that left the pool are
+ * purged at most every 2 minutes.
+ *
+ * Parameters (defaults, llm-d/GIE compatible):
+ * - `autoTune` true — per-endpoint LRU capacity from `vllm:cache_config_info` num_gpu_blocks when known
+ * - `blockSizeTokens` 16 — tokens per block (≈ 4 characters per token)
+ * - `maxPrefixBlocksToMatch` 256 — blocks hashed at most (0 = unlimited)
+ * - `maxPrefixTokensToMatch` 0 — when > 0, overrides: max blocks = tokens / blockSizeTokens
+ * - `lruCapacityPerServer` 31250 — blocks remembered per endpoint (when not auto-tuned)
+ * - `blockSize` — deprecated: characters per block; overrides blockSizeTokens × 4 when set
+ * - `matchLengthWeight` 0 — in [0, 1]; weight of the absolute match-length term
+ * - `matchLengthScaleTokens` 8192 — > 0; matched tokens at which the length term saturates
+ */
+import { z } from 'zod';
+import type { Endpoint } from '../../datalayer/endpoint.js';
+import type { PluginDefinition, PoolView } from '../../plugins/registry.js';
+import type { Clock } from '../../util/clock.js';
+import type {
+  CycleContext,
+  PreRequest,
+  Scorer,
+  SchedulingRequest,
+  SchedulingResult,
+} from '../framework.js';
+import { blockHashes, hashString, PrefixIndex, type PrefixHashOptions } from '../prefix-index.js';
+
+export const PREFIX_CACHE_SCORER_TYPE = 'prefix-cache-scorer';
+
+/** Profile whose target also learns the blocks (hard-coded in llm-d too). */
+const PREFILL_PROFILE_NAME = 'prefill';
+const PURGE_INTERVAL_MS = 120_000;
+const CHARS_PER_TOKEN = 4;
+
+export const prefixCacheScorerParams = z.strictObject({
+  autoTune: z.boolean().default(true),
+  blockSizeTokens: z.number().int().positive().default(16),
+  maxPrefixBlocksToMatch: z.number().int().min(0).default(256),
+  maxPrefixTokensToMatch: z.number().int().min(0).default(0),
+  lruCapacityPerServer: z.number().int().positive().default(31250),
+  blockSize: z.number().int().positive().optional(),
+  matchLengthWeight: z.number().min(0).max(1).default(0),
+  matchLengthScaleTokens: z.number().positive().default(8192),
+});
+
+export type PrefixCacheScorerParams = z.infer<typeof prefixCacheScorerParams>;
+
+/** What the scorer knows about one request on one endpoint (e.g. for a P/D decider). */
+export interface PrefixMatch {
+  matchedBlocks: number;
+  totalBlocks: number;
+  /** Tokens per block (estimated at 4 characters per token). */
+  blockSizeTokens: number;
+}
+
+export class PrefixCacheScorer implements Scorer, PreRequest {
+  readonly type = PREFIX_CACHE_SCORER_TYPE;
+  readonly index = new PrefixIndex();
+  readonly hashOptions: PrefixHashOptions;
+  readonly blockSizeTokens: number;
+  /** req.state key of this instance's block hashes. */
+  readonly stateKey: string;
+  private readonly autoTune: boolean;
+  private readonly lruCapacity: number;
+  private readonly lengthWeight: number;
+  private readonly lengthScaleTokens: number;
+  private lastPurgeAt: number;
+  private readonly single = new Float64Array(1);
+
+  constructor(
+    readonly name: string,
+    params: PrefixCacheScorerParams,
+    private readonly clock: Clock,
+    private readonly pool: PoolView,
+  ) {
+    const blockChars = params.blockSize ?? params.blockSizeTokens * CHARS_PER_TOKEN;
+    this.blockSizeTokens = blockChars / CHARS_PER_TOKEN;
+    const maxBlocks =
+      params.maxPrefixTokensToMatch > 0
+        ? Math.max(1, Math.floor(params.maxPrefixTokensToMatch / this.blockSizeTokens))
+        : params.maxPrefixBlocksToMatch;
+    this.hashOptions = { blockChars, maxBlocks };
+    this.autoTune = params.autoTune;
+    this.lruCapacity = params.lruCapacityPerServer;
+    this.lengthWeight = params.matchLengthWeight;
+    this.lengthScaleTokens = params.matchLengthScaleTokens;
+    this.stateKey = `${PREFIX_CACHE_SCORER_TYPE}/${name}/hashes`;
+    this.lastPurgeAt = clock.now();
+  }
+
+  /** The request's block hashes, computed once per request and kept in req.state. */
+  hashesFor(req: SchedulingRequest): number[] {
+    const cached = req.state.get(this.stateKey) as number[] | undefined;
+    if (cached !== undefined) return cached;
+    const salt = req.body['cache_salt'];
+    let seed = hashString(req.model);
+    if (typeof salt === 'string' && salt !== '') seed = hashString(salt, seed);
+    const hashes = blockHashes(req.promptText, seed, this.hashOptions);
+    req.state.set(this.stateKey, hashes);
+    return hashes;
+  }
+
+  score(_ctx: CycleContext, req: SchedulingRequest, endpoints: readonly Endpoint[], out: Float64Array): void {
+    const hashes = this.hashesFor(req);
+    const total = hashes.length;
+    if (total === 0) {
+      out.fill(0);
+      return;
+    }
+    this.index.match(hashes, endpoints, out);
+    for (let i = 0; i < endpoints.length; i++) out[i] = this.scoreOf(out[i]!, total);
+  }
+
+  private scoreOf(matched: number, total: number): number {
+    const ratio = matched / total;
+    if (this.lengthWeight === 0) return ratio;
+    const length = Math.min(1, (matched * this.blockSizeTokens) / this.lengthScaleTokens);
+    return this.lengthWeight * length * length + (1 - this.lengthWeight) * ratio;
+  }
+
+  /** Leading blocks of this request `endpoint` is believed to cache. */
+  prefixMatch(req: SchedulingRequest, endpoint: Endpoint): PrefixMatch {
+    const hashes = this.hashesFor(req);
+    const matched = hashes.length === 0 ? 0 : this.index.match(hashes, [endpoint], this.single)[0]!;
+    return { matchedBlocks: matched, totalBlocks: hashes.length, blockSizeTokens: this.blockSizeTokens };
+  }
+
+  preRequest(req: SchedulingRequest, result: SchedulingResult): void {
+    const hashes = this.hashesFor(req);
+    if (hashes.length === 0) return;
+    const primary = result.profileResults.get(result.primaryProfile)?.targets[0];
+    if (primary !== undefined) this.learn(primary, hashes);
+    if (result.primaryProfile !== PREFILL_PROFILE_NAME) {
+      const prefill = result.profileResults.get(PREFILL_PROFILE_NAME)?.targets[0];
+      if (prefill !== undefined && prefill !== primary) this.learn(prefill, hashes);
+    }
+    this.maybePurge();
+  }
+
+  private learn(endpoint: Endpoint, hashes: readonly number[]): void {
+    const gpuBlocks = endpoint.metrics?.cacheConfig?.numGpuBlocks ?? 0;
+    const capacity = this.autoTune && gpuBlocks > 0 ? gpuBlocks : this.lruCapacity;
+    this.index.learn(endpoint.name, hashes, capacity);
+  }
+
+  private maybePurge(): void {
+    const now = this.clock.now();
+    if (now - this.lastPurgeAt < PURGE_INTERVAL_MS) return;
+    this.lastPurgeAt = now;
+    const live = new Set<string>();
+    for (const endpoint of this.pool.endpoints) if (!endpoint.removed) live.add(endpoint.name);
+    this.index.purge(live);
+  }
+}
+
+export const prefixCacheScorerDefinition: PluginDefinition<PrefixCacheScorerParams> = {
+  type: PREFIX_CACHE_SCORER_TYPE,
+  kinds: ['scorer'],
+  params: prefixCacheScorerParams,
+  create: (name, params, deps) => new PrefixCacheScorer(name, params, deps.clock, deps.pool),
+};

@@ -1,0 +1,176 @@
+/**
+ * Approximate prefix-cache index (reference pd-and-vllm §3.2, GIE "estimate" mode).
+ *
+ * The prompt text is cut into blocks of `blockChars` characters (≈ blockSizeTokens × 4), each block
+ * hashed together with the previous block's hash, so a block hash stands for the whole prefix up to
+ * it. After each scheduling decision the chosen endpoint "learns" the request's block hashes; for a
+ * new request, an endpoint's match is the number of leading blocks it has learned. This estimates
+ * what vLLM's prefix cache holds without asking it.
+ *
+ * Storage: per endpoint an LRU set of hashes (insertion order of a JS Set = recency), plus a reverse
+ * map hash → owner(s) so a block nobody has ends the walk at once. An owner entry is a bare name
+ * when one endpoint has the block (the common case) and a Set only when several do, to keep memory
+ * per hash small.
+ */
+import type { Endpoint } from '../datalayer/endpoint.js';
+
+/** Hash-chain parameters. */
+export interface PrefixHashOptions {
+  /** Characters per block (blockSizeTokens × 4 unless the deprecated `blockSize` is given). */
+  blockChars: number;
+  /** At most this many blocks are hashed (0 = unlimited). */
+  maxBlocks: number;
+}
+
+const TWO_POW_32 = 4294967296;
+
+/**
+ * 53-bit non-cryptographic hash of `text[start, end)` seeded with a previous 53-bit hash: two
+ * 32-bit multiplicative lanes (cyrb53-style) over UTF-16 code units, finalised and combined into
+ * one safe integer. No substring is allocated.
+ */
+export function hashRange(text: string, start: number, end: number, seed: number): number {
+  const seedLow = seed >>> 0;
+  const seedHigh = Math.floor(seed / TWO_POW_32) >>> 0;
+  let h1 = 0xdeadbeef ^ seedLow;
+  let h2 = 0x41c6ce57 ^ seedHigh;
+  for (let i = start; i < end; i++) {
+    const ch = text.charCodeAt(i);
+    h1 = Math.imul(h1 ^ ch, 2654435761);
+    h2 = Math.imul(h2 ^ ch, 1597334677);
+  }
+  // The length goes in too, so a trailing partial block differs from any full one.
+  h1 ^= end - start;
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507);
+  h1 ^= Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507);
+  h2 ^= Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  return TWO_POW_32 * (0x1fffff & h2) + (h1 >>> 0);
+}
+
+/** Hash of the whole string (e.g. the chain seed from model and cache salt). */
+export function hashString(text: string, seed = 0): number {
+  return hashRange(text, 0, text.length, seed);
+}
+
+/**
+ * Chained block hashes of `text`: full blocks, then a trailing partial block, truncated to
+ * `maxBlocks` blocks. A text shorter than one block yields no hashes (too short to be worth
+ * caching, as in GIE).
+ */
+export function blockHashes(text: string, seed: number, opts: PrefixHashOptions): number[] {
+  const { blockChars } = opts;
+  if (text.length < blockChars) return [];
+  let end = text.length;
+  if (opts.maxBlocks > 0 && end > opts.maxBlocks * blockChars) end = opts.maxBlocks * blockChars;
+  const hashes: number[] = new Array(Math.ceil(end / blockChars));
+  let previous = seed;
+  let i = 0;
+  for (let start = 0; start < end; start += blockChars) {
+    previous = hashRange(text, start, Math.min(start + blockChars, end), previous);
+    hashes[i++] = previous;
+  }
+  return hashes;
+}
+
+type Owners = string | Set<string>;
+
+function ownedBy(owners: Owners, name: string): boolean {
+  return typeof owners === 'string' ? owners === name : owners.has(name);
+}
+
+export class PrefixIndex {
+  /** endpoint name → its learned hashes, least recently used first. */
+  private readonly lrus = new Map<string, Set<number>>();
+  /** hash → endpoint name(s) holding it. */
+  private readonly owners = new Map<number, Owners>();
+
+  /**
+   * Matched leading blocks per candidate: `out[i]` is how many of `hashes`, from the first on,
+   * `candidates[i]` has learned. The walk stops at the first block no candidate still matching has.
+   */
+  match(hashes: readonly number[], candidates: readonly Endpoint[], out?: Float64Array): Float64Array {
+    const n = candidates.length;
+    const matched = out ?? new Float64Array(n);
+    matched.fill(0, 0, n);
+    let alive = n;
+    for (let b = 0; b < hashes.length && alive > 0; b++) {
+      const owners = this.owners.get(hashes[b]!);
+      if (owners === undefined) break;
+      alive = 0;
+      for (let i = 0; i < n; i++) {
+        if (matched[i] === b && ownedBy(owners, candidates[i]!.name)) {
+          matched[i] = b + 1;
+          alive++;
+        }
+      }
+    }
+    return matched;
+  }
+
+  /** Records that `endpointName` now caches these blocks (most recent), evicting down to `capacity`. */
+  learn(endpointName: string, hashes: readonly number[], capacity: number): void {
+    let lru = this.lrus.get(endpointName);
+    if (lru === undefined) {
+      lru = new Set();
+      this.lrus.set(endpointName, lru);
+    }
+    for (const hash of hashes) {
+      if (lru.has(hash)) {
+        lru.delete(hash); // re-insert below: most recently used
+      } else {
+        this.addOwner(hash, endpointName);
+      }
+      lru.add(hash);
+    }
+    while (lru.size > capacity) {
+      const oldest = lru.values().next().value as number;
+      lru.delete(oldest);
+      this.removeOwner(oldest, endpointName);
+    }
+  }
+
+  /** Forgets every endpoint not in `liveNames`. */
+  purge(liveNames: ReadonlySet<string>): void {
+    for (const [name, lru] of this.lrus) {
+      if (liveNames.has(name)) continue;
+      for (const hash of lru) this.removeOwner(hash, name);
+      this.lrus.delete(name);
+    }
+  }
+
+  /** Blocks learned by one endpoint (tests, debug). */
+  size(endpointName: string): number {
+    return this.lrus.get(endpointName)?.size ?? 0;
+  }
+
+  /** Endpoints the index knows. */
+  endpointNames(): string[] {
+    return [...this.lrus.keys()];
+  }
+
+  /** Distinct hashes held by any endpoint. */
+  get distinctBlocks(): number {
+    return this.owners.size;
+  }
+
+  private addOwner(hash: number, name: string): void {
+    const owners = this.owners.get(hash);
+    if (owners === undefined) this.owners.set(hash, name);
+    else if (typeof owners === 'string') {
+      if (owners !== name) this.owners.set(hash, new Set([owners, name]));
+    } else owners.add(name);
+  }
+
+  private removeOwner(hash: number, name: string): void {
+    const owners = this.owners.get(hash);
+    if (owners === undefined) return;
+    if (typeof owners === 'string') {
+      if (owners === name) this.owners.delete(hash);
+      return;
+    }
+    owners.delete(name);
+    if (owners.size === 1) this.owners.set(hash, owners.values().next().value as string);
+    else if (owners.size === 0) this.owners.delete(hash);
+  }
+}

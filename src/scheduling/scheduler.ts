@@ -1,0 +1,120 @@
+/**
+ * The scheduler: one decision per request (SPEC §7, reference epp-flow-control §5.1).
+ *
+ * The profile handler says which profiles run (possibly over several rounds) and which result is
+ * primary; a profile runs its filters in order (the first that returns nothing fails the profile),
+ * then sums `weight × clamp(score, 0, 1)` over its scorers (NaN → 0), then lets its picker choose.
+ * Once the primary profile has a target, every PreRequest hook runs (e.g. prefix-index learning).
+ *
+ * Only interfaces are used here; no concrete plugin is named.
+ */
+import type { Endpoint } from '../datalayer/endpoint.js';
+import type {
+  CycleContext,
+  PreRequest,
+  ProfileHandler,
+  ProfileRunResult,
+  ScoredEndpoint,
+  SchedulingProfile,
+  SchedulingRequest,
+  SchedulingResult,
+} from './framework.js';
+
+export type SchedulingOutcome =
+  | { ok: true; result: SchedulingResult; target: Endpoint }
+  /** `no-endpoints` → 503 rejected-no-endpoints; `filtered` → 429 rejected-saturated. */
+  | { ok: false; reason: 'no-endpoints' | 'filtered'; message: string };
+
+/** A handler that keeps asking for profiles is a bug; stop it rather than spin forever. */
+const MAX_HANDLER_ROUNDS = 64;
+
+/**
+ * Scratch buffer the scorers write into. Scheduling is synchronous and runs one profile at a time,
+ * so one buffer serves every run; it is re-allocated only when the candidate count changes.
+ */
+let scoreScratch = new Float64Array(0);
+
+function scoreBuffer(length: number): Float64Array {
+  if (scoreScratch.length !== length) scoreScratch = new Float64Array(length);
+  return scoreScratch;
+}
+
+/** Runs one profile over the candidates: filters → weighted scorers → picker. */
+export function runProfile(
+  ctx: CycleContext,
+  profile: SchedulingProfile,
+  req: SchedulingRequest,
+  candidates: readonly Endpoint[],
+): ProfileRunResult {
+  let remaining: readonly Endpoint[] = candidates;
+  if (remaining.length === 0) return { targets: [], failure: `profile ${profile.name}: no candidate endpoints` };
+  for (const filter of profile.filters) {
+    remaining = filter.filter(ctx, req, remaining);
+    if (remaining.length === 0) {
+      return { targets: [], failure: `profile ${profile.name}: filter ${filter.name} left no endpoints` };
+    }
+  }
+
+  const n = remaining.length;
+  const scored: ScoredEndpoint[] = new Array(n);
+  for (let i = 0; i < n; i++) scored[i] = { endpoint: remaining[i]!, score: 0 };
+
+  if (profile.scorers.length > 0) {
+    const out = scoreBuffer(n);
+    for (const { scorer, weight } of profile.scorers) {
+      out.fill(0);
+      scorer.score(ctx, req, remaining, out);
+      for (let i = 0; i < n; i++) {
+        let s = out[i]!;
+        // `!(s > 0)` also catches NaN.
+        if (!(s > 0)) s = 0;
+        else if (s > 1) s = 1;
+        scored[i]!.score += s * weight;
+      }
+    }
+  }
+
+  const targets = profile.picker.pick(ctx, req, scored);
+  if (targets.length === 0) {
+    return { targets, failure: `profile ${profile.name}: picker ${profile.picker.name} chose no endpoint` };
+  }
+  return { targets };
+}
+
+export class Scheduler {
+  constructor(
+    readonly handler: ProfileHandler,
+    readonly profiles: ReadonlyMap<string, SchedulingProfile>,
+    readonly preRequest: readonly PreRequest[],
+    readonly ctx: CycleContext,
+  ) {}
+
+  schedule(req: SchedulingRequest, candidates: readonly Endpoint[]): SchedulingOutcome {
+    if (candidates.length === 0) {
+      return { ok: false, reason: 'no-endpoints', message: 'no endpoints available for scheduling' };
+    }
+    const { ctx, handler, profiles } = this;
+    const results = new Map<string, ProfileRunResult>();
+    for (let round = 0; ; round++) {
+      const next = handler.pickProfiles(ctx, req, profiles, results);
+      if (next.length === 0) break;
+      if (round >= MAX_HANDLER_ROUNDS) {
+        throw new Error(`profile handler ${handler.name} still picking profiles after ${MAX_HANDLER_ROUNDS} rounds`);
+      }
+      for (const profile of next) results.set(profile.name, runProfile(ctx, profile, req, candidates));
+    }
+
+    const result = handler.processResults(req, results);
+    const primary = result.profileResults.get(result.primaryProfile);
+    const target = primary?.targets[0];
+    if (target === undefined) {
+      return {
+        ok: false,
+        reason: 'filtered',
+        message: primary?.failure ?? `primary profile ${result.primaryProfile} chose no endpoint`,
+      };
+    }
+    for (const hook of this.preRequest) hook.preRequest(req, result);
+    return { ok: true, result, target };
+  }
+}

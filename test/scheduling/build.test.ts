@@ -1,0 +1,192 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { PluginSpec, SchedulingProfileConfig, SluiceConfig } from '../../src/config/types.js';
+import { loadConfigText } from '../../src/config/load.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { isSaturationDetector } from '../../src/saturation/detector.js';
+import { buildScheduling } from '../../src/scheduling/build.js';
+import { makeDeps, makeEndpoint, makeRequest } from './helpers.js';
+
+function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfig[], detectorRef = 'utilization-detector'): SluiceConfig {
+  return {
+    apiVersion: 'llm-d.ai/v1alpha1',
+    kind: 'EndpointPickerConfig',
+    server: {
+      host: '0.0.0.0',
+      port: 8080,
+      metricsPort: 9090,
+      bodyLimit: 16 << 20,
+      shutdownGracePeriod: 30_000,
+      upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 128 },
+    },
+    pool: { name: 'pool', targetPort: 8000, metrics: { path: '/metrics', interval: 50, timeout: 1000 }, endpoints: [] },
+    objectives: [],
+    featureGates: [],
+    plugins: plugins.map((p) => ({ type: p.type!, name: p.name ?? p.type!, parameters: p.parameters ?? {} })),
+    schedulingProfiles: profiles,
+    flowControl: {
+      maxBytes: 0,
+      maxRequests: 0,
+      defaultRequestTTL: 60_000,
+      noEndpointRequestTTL: 60_000,
+      defaultPriorityBand: {
+        maxBytes: 1e9,
+        maxRequests: 5000,
+        fairnessPolicyRef: 'global-strict-fairness-policy',
+        orderingPolicyRef: 'fcfs-ordering-policy',
+      },
+      priorityBands: [],
+      usageLimitPolicyPluginRef: 'static-usage-limit-policy',
+      saturationDetector: { pluginRef: detectorRef },
+    },
+  };
+}
+
+const DEFAULT_PLUGINS: Partial<PluginSpec>[] = [
+  { type: 'queue-scorer' },
+  { type: 'kv-cache-utilization-scorer' },
+  { type: 'prefix-cache-scorer' },
+  { type: 'single-profile-handler' },
+  { type: 'max-score-picker' },
+  { type: 'utilization-detector' },
+];
+const DEFAULT_PROFILE: SchedulingProfileConfig = {
+  name: 'default',
+  plugins: [
+    { pluginRef: 'queue-scorer', weight: 2 },
+    { pluginRef: 'kv-cache-utilization-scorer', weight: 2 },
+    { pluginRef: 'prefix-cache-scorer', weight: 3 },
+    { pluginRef: 'max-score-picker' },
+    { pluginRef: 'utilization-detector' },
+  ],
+};
+
+describe('buildScheduling', () => {
+  test('builds the default configuration', () => {
+    const built = buildScheduling(config(DEFAULT_PLUGINS, [DEFAULT_PROFILE]), builtinRegistry(), makeDeps());
+    assert.deepEqual([...built.plugins.keys()], DEFAULT_PLUGINS.map((p) => p.type));
+    assert.equal(built.detector.name, 'utilization-detector');
+    assert.ok(isSaturationDetector(built.detector));
+    assert.equal(built.detector, built.plugins.get('utilization-detector'));
+    const profile = built.scheduler.profiles.get('default')!;
+    assert.deepEqual(
+      profile.scorers.map((s) => [s.scorer.name, s.weight]),
+      [
+        ['queue-scorer', 2],
+        ['kv-cache-utilization-scorer', 2],
+        ['prefix-cache-scorer', 3],
+      ],
+    );
+    assert.deepEqual(profile.filters.map((f) => f.name), ['utilization-detector']);
+    assert.equal(profile.picker.name, 'max-score-picker');
+    assert.equal(built.scheduler.handler.name, 'single-profile-handler');
+    assert.deepEqual(built.scheduler.preRequest.map((p) => p.name), ['prefix-cache-scorer']);
+    assert.deepEqual(built.responseHooks, []);
+  });
+
+  test('schedules end to end', () => {
+    const built = buildScheduling(config(DEFAULT_PLUGINS, [DEFAULT_PROFILE]), builtinRegistry(), makeDeps());
+    const outcome = built.scheduler.schedule(makeRequest('x'), [
+      makeEndpoint('busy', { waiting: 4, kv: 0.5 }),
+      makeEndpoint('idle', { waiting: 0, kv: 0.1 }),
+    ]);
+    assert.ok(outcome.ok);
+    assert.equal(outcome.target.name, 'idle');
+  });
+
+  test('one instance per name, shared between profiles; weight defaults to 1; filters keep listed order', () => {
+    const built = buildScheduling(
+      config(
+        [
+          { type: 'decode-filter' },
+          { type: 'prefill-filter' },
+          { type: 'queue-scorer', name: 'q' },
+          { type: 'max-score-picker' },
+          { type: 'single-profile-handler' },
+          { type: 'utilization-detector', name: 'ud', parameters: { headroom: 0.5 } },
+        ],
+        [
+          { name: 'a', plugins: [{ pluginRef: 'decode-filter' }, { pluginRef: 'ud' }, { pluginRef: 'q' }, { pluginRef: 'max-score-picker' }] },
+          { name: 'b', plugins: [{ pluginRef: 'ud' }, { pluginRef: 'prefill-filter' }, { pluginRef: 'q', weight: 4 }, { pluginRef: 'max-score-picker' }] },
+        ],
+        'ud',
+      ),
+      builtinRegistry(),
+      makeDeps(),
+    );
+    const a = built.scheduler.profiles.get('a')!;
+    const b = built.scheduler.profiles.get('b')!;
+    assert.deepEqual(a.filters.map((f) => f.name), ['decode-filter', 'ud']);
+    assert.deepEqual(b.filters.map((f) => f.name), ['ud', 'prefill-filter']);
+    assert.equal(a.scorers[0]!.weight, 1);
+    assert.equal(b.scorers[0]!.weight, 4);
+    assert.equal(a.scorers[0]!.scorer, b.scorers[0]!.scorer);
+    assert.equal(a.picker, b.picker);
+    assert.equal(built.detector, a.filters[1]);
+  });
+
+  test('inconsistent configurations throw', () => {
+    const registry = builtinRegistry();
+    const deps = makeDeps();
+    const cases: [SluiceConfig, RegExp][] = [
+      [config([...DEFAULT_PLUGINS, { type: 'nope' }], [DEFAULT_PROFILE]), /unknown type 'nope'/],
+      [config([...DEFAULT_PLUGINS, { type: 'queue-scorer' }], [DEFAULT_PROFILE]), /declared twice/],
+      [config(DEFAULT_PLUGINS, [{ name: 'default', plugins: [{ pluginRef: 'ghost' }] }]), /no plugin named 'ghost'/],
+      [
+        config([...DEFAULT_PLUGINS, { type: 'random-picker' }], [
+          { name: 'default', plugins: [{ pluginRef: 'max-score-picker' }, { pluginRef: 'random-picker' }] },
+        ]),
+        /more than one picker/,
+      ],
+      [config(DEFAULT_PLUGINS, [{ name: 'default', plugins: [{ pluginRef: 'queue-scorer' }] }]), /no picker/],
+      [
+        config(DEFAULT_PLUGINS, [{ name: 'default', plugins: [{ pluginRef: 'single-profile-handler' }, { pluginRef: 'max-score-picker' }] }]),
+        /not a filter, scorer or picker/,
+      ],
+      [config(DEFAULT_PLUGINS.filter((p) => p.type !== 'single-profile-handler'), [DEFAULT_PROFILE]), /no profile handler/],
+      [
+        config([...DEFAULT_PLUGINS, { type: 'single-profile-handler', name: 'second' }], [DEFAULT_PROFILE]),
+        /multiple profile handlers/,
+      ],
+      [config(DEFAULT_PLUGINS, [DEFAULT_PROFILE], 'queue-scorer'), /not a saturation detector/],
+      [config(DEFAULT_PLUGINS, [DEFAULT_PROFILE], 'missing'), /no plugin named 'missing'/],
+      [config([...DEFAULT_PLUGINS.slice(0, 5), { type: 'utilization-detector', parameters: { headroom: -1 } }], [DEFAULT_PROFILE]), /invalid parameters/],
+      [config(DEFAULT_PLUGINS, []), /no scheduling profiles/],
+    ];
+    for (const [cfg, error] of cases) assert.throws(() => buildScheduling(cfg, registry, deps), error);
+  });
+
+  test('works on what the config loader produces (defaults with no plugins)', () => {
+    const registry = builtinRegistry();
+    const loaded = loadConfigText('pool:\n  endpoints:\n  - {name: a, address: 127.0.0.1}\n', 'test.yaml', registry);
+    const built = buildScheduling(loaded.config, registry, makeDeps());
+    const profile = built.scheduler.profiles.get('default')!;
+    assert.deepEqual(profile.scorers.map((s) => s.weight), [2, 2, 3]);
+    assert.equal(built.detector.type, 'utilization-detector');
+    assert.deepEqual(profile.filters.map((f) => f.type), ['utilization-detector']);
+  });
+});
+
+describe('builtinRegistry', () => {
+  test('registers every scheduling plugin and detector with its kinds', () => {
+    const registry = builtinRegistry();
+    for (const [type, kind] of [
+      ['single-profile-handler', 'profileHandler'],
+      ['decode-filter', 'filter'],
+      ['prefill-filter', 'filter'],
+      ['label-selector-filter', 'filter'],
+      ['queue-scorer', 'scorer'],
+      ['kv-cache-utilization-scorer', 'scorer'],
+      ['active-request-scorer', 'scorer'],
+      ['prefix-cache-scorer', 'scorer'],
+      ['max-score-picker', 'picker'],
+      ['random-picker', 'picker'],
+      ['weighted-random-picker', 'picker'],
+      ['utilization-detector', 'saturationDetector'],
+      ['utilization-detector', 'filter'],
+    ] as const) {
+      assert.ok(registry.is(type, kind), `${type} is a ${kind}`);
+    }
+    assert.ok(registry.has('fcfs-ordering-policy'));
+  });
+});

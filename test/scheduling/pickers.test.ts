@@ -1,0 +1,140 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Endpoint } from '../../src/datalayer/endpoint.js';
+import type { Picker } from '../../src/scheduling/framework.js';
+import { MaxScorePicker, maxScorePickerDefinition } from '../../src/scheduling/plugins/max-score-picker.js';
+import { RandomPicker, randomPickerDefinition } from '../../src/scheduling/plugins/random-picker.js';
+import {
+  WeightedRandomPicker,
+  weightedRandomPickerDefinition,
+} from '../../src/scheduling/plugins/weighted-random-picker.js';
+import { makeContext, makeEndpoint, makeRequest, names, scoredOf, tally } from './helpers.js';
+
+const eps = ['a', 'b', 'c', 'd'].map((n) => makeEndpoint(n));
+const [a, b, c, d] = eps as [Endpoint, Endpoint, Endpoint, Endpoint];
+
+/** Picks `draws` times (one pick = first endpoint) with one seeded random stream. */
+function draw(picker: Picker, scores: number[], draws: number, seed = 7): Map<string, number> {
+  const ctx = makeContext(seed);
+  const req = makeRequest();
+  const picked: string[] = [];
+  for (let i = 0; i < draws; i++) {
+    picked.push(picker.pick(ctx, req, scoredOf(eps.map((e, j) => [e, scores[j]!])))[0]!.name);
+  }
+  return tally(picked);
+}
+
+describe('max-score-picker', () => {
+  test('picks the highest score', () => {
+    const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 1 });
+    const picked = picker.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 3], [c, 2]]));
+    assert.deepEqual(names(picked), ['b']);
+  });
+
+  test('maxNumOfEndpoints > 1 returns the best first', () => {
+    const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 3 });
+    const picked = picker.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 3], [c, 2], [d, 0]]));
+    assert.deepEqual(names(picked), ['b', 'c', 'a']);
+    const all = new MaxScorePicker('p', { maxNumOfEndpoints: 10 }).pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 2]]));
+    assert.deepEqual(names(all), ['b', 'a']);
+  });
+
+  test('all-equal scores spread uniformly over the endpoints (random tie-break)', () => {
+    for (const seed of [1, 2, 3]) {
+      const counts = draw(new MaxScorePicker('p', { maxNumOfEndpoints: 1 }), [1, 1, 1, 1], 4000, seed);
+      for (const e of eps) {
+        const n = counts.get(e.name) ?? 0;
+        assert.ok(n > 800 && n < 1200, `seed ${seed}: ${e.name} picked ${n}/4000`);
+      }
+    }
+  });
+
+  test('ties among the best only: lower scores are never picked', () => {
+    const counts = draw(new MaxScorePicker('p', { maxNumOfEndpoints: 1 }), [2, 2, 1, 0], 2000);
+    assert.equal(counts.get('c'), undefined);
+    assert.equal(counts.get('d'), undefined);
+    assert.ok(counts.get('a')! > 800 && counts.get('b')! > 800, JSON.stringify([...counts]));
+  });
+
+  test('multi-pick tie-break is random too', () => {
+    const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 2 });
+    const ctx = makeContext(5);
+    const firsts: string[] = [];
+    for (let i = 0; i < 1000; i++) firsts.push(picker.pick(ctx, makeRequest(), scoredOf([[a, 1], [b, 1], [c, 0.5]]))[0]!.name);
+    const counts = tally(firsts);
+    assert.ok(counts.get('a')! > 400 && counts.get('b')! > 400);
+    assert.equal(counts.get('c'), undefined);
+  });
+
+  test('parameters', () => {
+    assert.deepEqual(maxScorePickerDefinition.params.parse({}), { maxNumOfEndpoints: 1 });
+    assert.equal(maxScorePickerDefinition.params.safeParse({ maxNumOfEndpoints: 0 }).success, false);
+    assert.equal(maxScorePickerDefinition.params.safeParse({ maxNumOfEndpoints: 1.5 }).success, false);
+    assert.equal(maxScorePickerDefinition.params.safeParse({ max: 1 }).success, false);
+  });
+});
+
+describe('random-picker', () => {
+  test('ignores scores and spreads uniformly', () => {
+    const counts = draw(new RandomPicker('p', { maxNumOfEndpoints: 1 }), [10, 0, 0, 0], 4000);
+    for (const e of eps) {
+      const n = counts.get(e.name) ?? 0;
+      assert.ok(n > 800 && n < 1200, `${e.name} picked ${n}/4000`);
+    }
+  });
+
+  test('maxNumOfEndpoints distinct endpoints', () => {
+    const picked = new RandomPicker('p', { maxNumOfEndpoints: 3 }).pick(makeContext(3), makeRequest(), scoredOf(eps.map((e) => [e, 0])));
+    assert.equal(picked.length, 3);
+    assert.equal(new Set(names(picked)).size, 3);
+    const capped = new RandomPicker('p', { maxNumOfEndpoints: 9 }).pick(makeContext(3), makeRequest(), scoredOf([[a, 0]]));
+    assert.deepEqual(names(capped), ['a']);
+  });
+
+  test('parameters', () => {
+    assert.deepEqual(randomPickerDefinition.params.parse({}), { maxNumOfEndpoints: 1 });
+  });
+});
+
+describe('weighted-random-picker', () => {
+  test('picks in proportion to score', () => {
+    const draws = 20000;
+    const counts = draw(new WeightedRandomPicker('p', { maxNumOfEndpoints: 1 }), [1, 2, 3, 4], draws, 11);
+    const expected = [0.1, 0.2, 0.3, 0.4];
+    eps.forEach((e, i) => {
+      const share = (counts.get(e.name) ?? 0) / draws;
+      assert.ok(Math.abs(share - expected[i]!) < 0.02, `${e.name}: ${share} vs ${expected[i]}`);
+    });
+  });
+
+  test('a zero score is never picked while a positive one exists', () => {
+    const counts = draw(new WeightedRandomPicker('p', { maxNumOfEndpoints: 1 }), [0, 1, 0, 3], 2000);
+    assert.equal(counts.get('a'), undefined);
+    assert.equal(counts.get('c'), undefined);
+    assert.ok(counts.get('d')! > counts.get('b')!);
+  });
+
+  test('all scores ≤ 0 → uniform random', () => {
+    const counts = draw(new WeightedRandomPicker('p', { maxNumOfEndpoints: 1 }), [0, 0, -1, 0], 4000);
+    for (const e of eps) {
+      const n = counts.get(e.name) ?? 0;
+      assert.ok(n > 800 && n < 1200, `${e.name} picked ${n}/4000`);
+    }
+  });
+
+  test('several picks: distinct, positive scores first, zero scores fill up', () => {
+    const picker = new WeightedRandomPicker('p', { maxNumOfEndpoints: 3 });
+    const ctx = makeContext(9);
+    for (let i = 0; i < 200; i++) {
+      const picked = names(picker.pick(ctx, makeRequest(), scoredOf([[a, 0], [b, 1], [c, 2], [d, 0]])));
+      assert.equal(picked.length, 3);
+      assert.equal(new Set(picked).size, 3);
+      assert.deepEqual(new Set(picked.slice(0, 2)), new Set(['b', 'c']));
+    }
+  });
+
+  test('parameters', () => {
+    assert.deepEqual(weightedRandomPickerDefinition.params.parse({}), { maxNumOfEndpoints: 1 });
+    assert.equal(weightedRandomPickerDefinition.params.safeParse({ maxNumOfEndpoints: -1 }).success, false);
+  });
+});

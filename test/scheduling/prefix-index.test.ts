@@ -1,0 +1,257 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Endpoint } from '../../src/datalayer/endpoint.js';
+import type { SchedulingResult } from '../../src/scheduling/framework.js';
+import { blockHashes, hashRange, hashString, PrefixIndex } from '../../src/scheduling/prefix-index.js';
+import {
+  PrefixCacheScorer,
+  prefixCacheScorerDefinition,
+  prefixCacheScorerParams,
+} from '../../src/scheduling/plugins/prefix-cache-scorer.js';
+import { ManualClock, seededRandom } from '../../src/util/clock.js';
+import { makeContext, makeEndpoint, makeRequest } from './helpers.js';
+
+/** Deterministic pseudo-text of `length` characters. */
+function text(seed: number, length: number): string {
+  const random = seededRandom(seed);
+  const words = ['alpha', 'beta', 'gamma', 'delta', 'kv', 'cache', 'token', 'decode', 'prefill', 'model'];
+  let s = '';
+  while (s.length < length) s += words[Math.floor(random() * words.length)] + ' ';
+  return s.slice(0, length);
+}
+
+const OPTS = { blockChars: 64, maxBlocks: 256 };
+
+describe('block hashing', () => {
+  test('deterministic, seed- and content-sensitive, safe integers', () => {
+    const t = text(1, 500);
+    assert.deepEqual(blockHashes(t, 1, OPTS), blockHashes(t, 1, OPTS));
+    assert.notDeepEqual(blockHashes(t, 1, OPTS), blockHashes(t, 2, OPTS));
+    for (const h of blockHashes(t, 1, OPTS)) assert.ok(Number.isSafeInteger(h) && h >= 0);
+    assert.notEqual(hashString('abc'), hashString('abd'));
+    assert.equal(hashRange('xxabcxx', 2, 5, 0), hashString('abc'));
+  });
+
+  test('full blocks plus a trailing partial block; shorter than one block → none', () => {
+    assert.equal(blockHashes(text(1, 63), 0, OPTS).length, 0);
+    assert.equal(blockHashes(text(1, 64), 0, OPTS).length, 1);
+    assert.equal(blockHashes(text(1, 65), 0, OPTS).length, 2);
+    assert.equal(blockHashes(text(1, 640), 0, OPTS).length, 10);
+  });
+
+  test('chained: a shared prefix gives shared leading hashes, then they diverge for good', () => {
+    const common = text(1, 256);
+    const h1 = blockHashes(common + text(2, 256), 0, OPTS);
+    const h2 = blockHashes(common + text(3, 256), 0, OPTS);
+    assert.deepEqual(h1.slice(0, 4), h2.slice(0, 4));
+    for (let i = 4; i < 8; i++) assert.notEqual(h1[i], h2[i]);
+  });
+
+  test('a differing tail changes the trailing partial block', () => {
+    const base = text(1, 128);
+    assert.notEqual(blockHashes(base + 'x', 0, OPTS).at(-1), blockHashes(base + 'y', 0, OPTS).at(-1));
+  });
+
+  test('truncated to maxBlocks (0 = unlimited)', () => {
+    const long = text(1, 64 * 300 + 10);
+    assert.equal(blockHashes(long, 0, { blockChars: 64, maxBlocks: 256 }).length, 256);
+    assert.equal(blockHashes(long, 0, { blockChars: 64, maxBlocks: 0 }).length, 301);
+  });
+});
+
+describe('PrefixIndex', () => {
+  const [a, b, c] = ['a', 'b', 'c'].map((n) => makeEndpoint(n)) as [Endpoint, Endpoint, Endpoint];
+
+  test('learned endpoint matches; others do not; distinct prompts match nothing', () => {
+    const index = new PrefixIndex();
+    const hashes = blockHashes(text(1, 1000), 0, OPTS);
+    index.learn('b', hashes, 1000);
+    assert.deepEqual([...index.match(hashes, [a, b, c])], [0, hashes.length, 0]);
+    assert.deepEqual([...index.match(blockHashes(text(2, 1000), 0, OPTS), [a, b, c])], [0, 0, 0]);
+  });
+
+  test('partial shared prefix → partial match', () => {
+    const index = new PrefixIndex();
+    const common = text(1, 64 * 4);
+    index.learn('a', blockHashes(common + text(2, 64 * 4), 0, OPTS), 1000);
+    const query = blockHashes(common + text(3, 64 * 12), 0, OPTS);
+    assert.equal(query.length, 16);
+    assert.deepEqual([...index.match(query, [a, b])], [4, 0]);
+  });
+
+  test('several owners of the same blocks', () => {
+    const index = new PrefixIndex();
+    const hashes = blockHashes(text(1, 640), 0, OPTS);
+    index.learn('a', hashes.slice(0, 3), 1000);
+    index.learn('b', hashes, 1000);
+    assert.deepEqual([...index.match(hashes, [a, b, c])], [3, 10, 0]);
+    assert.equal(index.distinctBlocks, 10);
+  });
+
+  test('LRU eviction per endpoint, most recent kept; the reverse map follows', () => {
+    const index = new PrefixIndex();
+    const first = blockHashes(text(1, 64 * 3), 0, OPTS);
+    const second = blockHashes(text(2, 64 * 3), 0, OPTS);
+    index.learn('a', first, 4);
+    index.learn('a', second, 4);
+    assert.equal(index.size('a'), 4);
+    // first[0] and first[1] evicted (oldest); first[2] survives but no longer matches from the start
+    assert.deepEqual([...index.match(first, [a])], [0]);
+    assert.deepEqual([...index.match(second, [a])], [3]);
+    assert.equal(index.distinctBlocks, 4);
+  });
+
+  test('re-learning refreshes recency', () => {
+    const index = new PrefixIndex();
+    const keep = blockHashes(text(1, 64 * 2), 0, OPTS);
+    index.learn('a', keep, 4);
+    index.learn('a', blockHashes(text(2, 64 * 2), 0, OPTS), 4);
+    index.learn('a', keep, 4); // touch
+    index.learn('a', blockHashes(text(3, 64 * 2), 0, OPTS), 4);
+    assert.deepEqual([...index.match(keep, [a])], [2]);
+  });
+
+  test('purge forgets endpoints that left the pool', () => {
+    const index = new PrefixIndex();
+    const hashes = blockHashes(text(1, 640), 0, OPTS);
+    index.learn('a', hashes, 1000);
+    index.learn('b', hashes, 1000);
+    index.purge(new Set(['b']));
+    assert.deepEqual(index.endpointNames(), ['b']);
+    assert.deepEqual([...index.match(hashes, [a, b])], [0, 10]);
+    index.purge(new Set());
+    assert.equal(index.distinctBlocks, 0);
+  });
+});
+
+describe('prefix-cache-scorer', () => {
+  const endpoints = ['a', 'b', 'c'].map((n) => makeEndpoint(n));
+  const [a, b, c] = endpoints as [Endpoint, Endpoint, Endpoint];
+
+  function setup(params: Record<string, unknown> = {}, pool: Endpoint[] = endpoints) {
+    const clock = new ManualClock();
+    const scorer = new PrefixCacheScorer('prefix-cache-scorer', prefixCacheScorerParams.parse(params), clock, { endpoints: pool });
+    const score = (prompt: string, opts: Parameters<typeof makeRequest>[1] = {}, on: Endpoint[] = endpoints) => {
+      const req = makeRequest(prompt, opts);
+      const out = new Float64Array(on.length);
+      scorer.score(makeContext(), req, on, out);
+      return { req, scores: [...out] };
+    };
+    const learn = (prompt: string, target: Endpoint, opts: Parameters<typeof makeRequest>[1] = {}, prefill?: Endpoint) => {
+      const req = makeRequest(prompt, opts);
+      const result: SchedulingResult = {
+        primaryProfile: 'decode',
+        profileResults: new Map([['decode', { targets: [target] }]]),
+      };
+      if (prefill) result.profileResults.set('prefill', { targets: [prefill] });
+      scorer.preRequest(req, result);
+    };
+    return { clock, scorer, score, learn };
+  }
+
+  test('score = matched / total blocks; 0 before learning and for short prompts', () => {
+    const { score, learn } = setup();
+    const prompt = text(1, 64 * 10);
+    assert.deepEqual(score(prompt).scores, [0, 0, 0]);
+    learn(prompt, b);
+    assert.deepEqual(score(prompt).scores, [0, 1, 0]);
+    assert.deepEqual(score(prompt.slice(0, 64 * 5) + text(9, 64 * 5)).scores, [0, 0.5, 0]);
+    assert.deepEqual(score('short').scores, [0, 0, 0]);
+  });
+
+  test('hashes computed in score() are reused by preRequest() via req.state', () => {
+    const { scorer, score } = setup();
+    const { req } = score(text(1, 640));
+    const hashes = req.state.get(scorer.stateKey);
+    assert.ok(Array.isArray(hashes) && hashes.length === 10);
+    assert.equal(scorer.hashesFor(req), hashes);
+  });
+
+  test('learns the primary target and the `prefill` profile target', () => {
+    const { score, learn } = setup();
+    const prompt = text(1, 640);
+    learn(prompt, a, {}, c);
+    assert.deepEqual(score(prompt).scores, [1, 0, 1]);
+  });
+
+  test('cache_salt and model separate the chains', () => {
+    const { score, learn } = setup();
+    const prompt = text(1, 640);
+    learn(prompt, a, { body: { cache_salt: 'tenant-1' } });
+    assert.deepEqual(score(prompt, { body: { cache_salt: 'tenant-1' } }).scores, [1, 0, 0]);
+    assert.deepEqual(score(prompt, { body: { cache_salt: 'tenant-2' } }).scores, [0, 0, 0]);
+    assert.deepEqual(score(prompt).scores, [0, 0, 0]);
+    assert.deepEqual(score(prompt, { model: 'other', body: { cache_salt: 'tenant-1' } }).scores, [0, 0, 0]);
+  });
+
+  test('LRU capacity: lruCapacityPerServer, or num_gpu_blocks when autoTune', () => {
+    const small = makeEndpoint('small', { numGpuBlocks: 5 });
+    const { scorer, learn } = setup({ lruCapacityPerServer: 8 }, [small, a]);
+    learn(text(1, 64 * 20), small);
+    learn(text(1, 64 * 20), a);
+    assert.equal(scorer.index.size('small'), 5);
+    assert.equal(scorer.index.size('a'), 8);
+    const fixed = setup({ autoTune: false, lruCapacityPerServer: 8 }, [small]);
+    fixed.learn(text(1, 64 * 20), small);
+    assert.equal(fixed.scorer.index.size('small'), 8);
+  });
+
+  test('purges endpoints that left the pool, at most every 2 minutes', () => {
+    const pool = [a, b];
+    const { clock, scorer, learn } = setup({}, pool);
+    learn(text(1, 640), a);
+    learn(text(2, 640), b);
+    pool.pop(); // b leaves
+    clock.advance(60_000);
+    learn(text(3, 640), a);
+    assert.deepEqual(scorer.index.endpointNames().sort(), ['a', 'b']);
+    clock.advance(60_000);
+    learn(text(4, 640), a);
+    assert.deepEqual(scorer.index.endpointNames(), ['a']);
+  });
+
+  test('block size and match limits', () => {
+    const tokens = setup({ blockSizeTokens: 32, maxPrefixBlocksToMatch: 3 });
+    assert.deepEqual(tokens.scorer.hashOptions, { blockChars: 128, maxBlocks: 3 });
+    const byTokens = setup({ blockSizeTokens: 16, maxPrefixTokensToMatch: 160 });
+    assert.deepEqual(byTokens.scorer.hashOptions, { blockChars: 64, maxBlocks: 10 });
+    const deprecated = setup({ blockSize: 256 });
+    assert.deepEqual(deprecated.scorer.hashOptions, { blockChars: 256, maxBlocks: 256 });
+    const { req } = byTokens.score(text(1, 64 * 40));
+    assert.equal((req.state.get(byTokens.scorer.stateKey) as number[]).length, 10);
+  });
+
+  test('matchLengthWeight mixes in the absolute match length', () => {
+    const { score, learn } = setup({ matchLengthWeight: 0.5, matchLengthScaleTokens: 320 });
+    const prompt = text(1, 64 * 40);
+    learn(prompt.slice(0, 64 * 10), a); // 10 blocks × 16 tokens = 160 tokens matched of 40 blocks
+    const s = score(prompt).scores[0]!;
+    const expected = 0.5 * (160 / 320) ** 2 + 0.5 * (10 / 40);
+    assert.ok(Math.abs(s - expected) < 1e-12, `${s} vs ${expected}`);
+  });
+
+  test('prefixMatch for one endpoint (for P/D deciders)', () => {
+    const { scorer, learn } = setup();
+    const prompt = text(1, 64 * 8);
+    learn(prompt.slice(0, 64 * 6), a);
+    const req = makeRequest(prompt);
+    assert.deepEqual(scorer.prefixMatch(req, a), { matchedBlocks: 6, totalBlocks: 8, blockSizeTokens: 16 });
+    assert.deepEqual(scorer.prefixMatch(req, b), { matchedBlocks: 0, totalBlocks: 8, blockSizeTokens: 16 });
+  });
+
+  test('parameters: llm-d defaults, strict', () => {
+    const p = prefixCacheScorerDefinition.params;
+    assert.deepEqual(p.parse({}), {
+      autoTune: true,
+      blockSizeTokens: 16,
+      maxPrefixBlocksToMatch: 256,
+      maxPrefixTokensToMatch: 0,
+      lruCapacityPerServer: 31250,
+      matchLengthWeight: 0,
+      matchLengthScaleTokens: 8192,
+    });
+    assert.equal(p.safeParse({ blockSizeTokens: 0 }).success, false);
+    assert.equal(p.safeParse({ autoTune: 'yes' }).success, false);
+    assert.equal(p.safeParse({ hashSeed: 1 }).success, false);
+  });
+});

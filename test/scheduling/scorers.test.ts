@@ -1,0 +1,101 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Endpoint } from '../../src/datalayer/endpoint.js';
+import type { Scorer } from '../../src/scheduling/framework.js';
+import {
+  activeRequestScorerDefinition,
+  ActiveRequestScorer,
+} from '../../src/scheduling/plugins/active-request-scorer.js';
+import {
+  kvCacheUtilizationScorerDefinition,
+  KvCacheUtilizationScorer,
+} from '../../src/scheduling/plugins/kv-cache-utilization-scorer.js';
+import { QueueScorer, queueScorerDefinition } from '../../src/scheduling/plugins/queue-scorer.js';
+import { makeContext, makeEndpoint, makeRequest } from './helpers.js';
+
+function scores(scorer: Scorer, endpoints: Endpoint[]): number[] {
+  const out = new Float64Array(endpoints.length);
+  scorer.score(makeContext(), makeRequest(), endpoints, out);
+  return [...out];
+}
+
+function approx(actual: number[], expected: number[]): void {
+  assert.equal(actual.length, expected.length);
+  actual.forEach((v, i) => assert.ok(Math.abs(v - expected[i]!) < 1e-9, `[${i}] ${v} ≠ ${expected[i]}`));
+}
+
+describe('queue-scorer', () => {
+  const scorer = new QueueScorer('queue-scorer');
+
+  test('(maxQ − q)/(maxQ − minQ) over candidates', () => {
+    approx(
+      scores(scorer, [makeEndpoint('a', { waiting: 0 }), makeEndpoint('b', { waiting: 5 }), makeEndpoint('c', { waiting: 10 })]),
+      [1, 0.5, 0],
+    );
+    approx(scores(scorer, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { waiting: 8 })]), [1, 0]);
+  });
+
+  test('all equal → 1', () => {
+    approx(scores(scorer, [makeEndpoint('a', { waiting: 3 }), makeEndpoint('b', { waiting: 3 })]), [1, 1]);
+    approx(scores(scorer, [makeEndpoint('a', { waiting: 7 })]), [1]);
+  });
+
+  test('missing metrics → worst (0), and left out of min/max', () => {
+    approx(
+      scores(scorer, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { noMetrics: true }), makeEndpoint('c', { waiting: 8 })]),
+      [1, 0, 0],
+    );
+    approx(scores(scorer, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { noMetrics: true })]), [1, 0]);
+    approx(scores(scorer, [makeEndpoint('a', { noMetrics: true })]), [0]);
+  });
+
+  test('takes no parameters (strict)', () => {
+    assert.deepEqual(queueScorerDefinition.params.parse({}), {});
+    assert.equal(queueScorerDefinition.params.safeParse({ foo: 1 }).success, false);
+  });
+});
+
+describe('kv-cache-utilization-scorer', () => {
+  const scorer = new KvCacheUtilizationScorer('kv');
+
+  test('1 − kvUsage; missing metrics → 0', () => {
+    approx(
+      scores(scorer, [makeEndpoint('a', { kv: 0 }), makeEndpoint('b', { kv: 0.25 }), makeEndpoint('c', { kv: 1 }), makeEndpoint('d', { noMetrics: true })]),
+      [1, 0.75, 0, 0],
+    );
+  });
+
+  test('strict parameters', () => {
+    assert.equal(kvCacheUtilizationScorerDefinition.params.safeParse({ x: true }).success, false);
+  });
+});
+
+describe('active-request-scorer', () => {
+  const inflight = (...counts: number[]) => counts.map((n, i) => makeEndpoint(`e${i}`, { inFlight: n }));
+
+  test('defaults: idle (≤ 0) → 1, else (max − count)/max', () => {
+    const scorer = new ActiveRequestScorer('ar', activeRequestScorerDefinition.params.parse({}));
+    approx(scores(scorer, inflight(0, 2, 4)), [1, 0.5, 0]);
+    approx(scores(scorer, inflight(1, 3)), [2 / 3, 0]);
+  });
+
+  test('all idle → all 1', () => {
+    const scorer = new ActiveRequestScorer('ar', activeRequestScorerDefinition.params.parse({}));
+    approx(scores(scorer, inflight(0, 0, 0)), [1, 1, 1]);
+  });
+
+  test('idleThreshold and maxBusyScore', () => {
+    const scorer = new ActiveRequestScorer('ar', activeRequestScorerDefinition.params.parse({ idleThreshold: 2, maxBusyScore: 0.5 }));
+    approx(scores(scorer, inflight(0, 2, 4)), [1, 1, 0]);
+    approx(scores(scorer, inflight(3, 6)), [0.25, 0]);
+  });
+
+  test('parameters: defaults, deprecated requestTimeout accepted, bad values rejected', () => {
+    const p = activeRequestScorerDefinition.params;
+    assert.deepEqual(p.parse({}), { idleThreshold: 0, maxBusyScore: 1 });
+    assert.equal(p.safeParse({ requestTimeout: '2m' }).success, true);
+    assert.equal(p.safeParse({ idleThreshold: -1 }).success, false);
+    assert.equal(p.safeParse({ maxBusyScore: 1.5 }).success, false);
+    assert.equal(p.safeParse({ idle: 1 }).success, false);
+  });
+});

@@ -1,0 +1,169 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  UtilizationDetector,
+  utilizationDetectorDefinition,
+  utilizationDetectorParams,
+} from '../../src/saturation/utilization-detector.js';
+import { isSaturationDetector } from '../../src/saturation/detector.js';
+import { ManualClock } from '../../src/util/clock.js';
+import { makeContext, makeDeps, makeEndpoint, makeRequest, names, recordingLogger, type EndpointOptions } from './helpers.js';
+
+const NOW = 1_000_000;
+
+function detector(params: Record<string, unknown>, logger = recordingLogger()): UtilizationDetector {
+  return new UtilizationDetector('utilization-detector', utilizationDetectorParams.parse(params), logger);
+}
+
+const fleet = (...specs: EndpointOptions[]) => specs.map((s, i) => makeEndpoint(`e${i}`, s, NOW));
+
+describe('utilization-detector saturation (reference §6.1: q=5, kv=0.9, staleness 100ms)', () => {
+  const d = detector({ queueDepthThreshold: 5, kvCacheUtilThreshold: 0.9, metricsStalenessThreshold: '100ms' });
+  const cases: [string, EndpointOptions[], number][] = [
+    ['none', [], 1.0],
+    ['(2, 0.5) fresh', [{ waiting: 2, kv: 0.5 }], 0.5 / 0.9],
+    ['(1, 0.1) 200ms old', [{ waiting: 1, kv: 0.1, age: 200 }], 1.0],
+    ['(10, 0.1)', [{ waiting: 10, kv: 0.1 }], 2.0],
+    ['(1, 0.95)', [{ waiting: 1, kv: 0.95 }], 0.95 / 0.9],
+    ['nil metrics', [{ noMetrics: true }], 1.0],
+    ['(1, 0.1), (0, 0.2)', [{ waiting: 1, kv: 0.1 }, { waiting: 0, kv: 0.2 }], (0.2 + 0.2 / 0.9) / 2],
+    ['(1, 0.1), (0, 0.2, 300ms old)', [{ waiting: 1, kv: 0.1 }, { waiting: 0, kv: 0.2, age: 300 }], 0.6],
+    ['(1, 0.1), (15, 0.2)', [{ waiting: 1, kv: 0.1 }, { waiting: 15, kv: 0.2 }], 1.6],
+    [
+      '(1, 0.1, stale), (20, 0.2), (1, 0.99)',
+      [{ waiting: 1, kv: 0.1, age: 500 }, { waiting: 20, kv: 0.2 }, { waiting: 1, kv: 0.99 }],
+      (1 + 4 + 0.99 / 0.9) / 3,
+    ],
+    ['(5, 0.1)', [{ waiting: 5, kv: 0.1 }], 1.0],
+    ['(1, 0.1) 101ms old', [{ waiting: 1, kv: 0.1, age: 101 }], 1.0],
+    ['(1, 0.1) exactly 100ms old is still fresh (strict >)', [{ waiting: 1, kv: 0.1, age: 100 }], 0.2],
+  ];
+  for (const [name, specs, expected] of cases) {
+    test(name, () => {
+      const { value } = d.saturation(NOW, fleet(...specs));
+      assert.ok(Math.abs(value - expected) < 1e-4, `${value} ≠ ${expected}`);
+    });
+  }
+
+  test('(1, 0.1, stale), (20, 0.2), (1, 0.99) ≈ 2.0333 (not clamped)', () => {
+    const { value } = d.saturation(NOW, fleet({ waiting: 1, kv: 0.1, age: 500 }, { waiting: 20, kv: 0.2 }, { waiting: 1, kv: 0.99 }));
+    assert.ok(Math.abs(value - 2.0333) < 1e-3);
+  });
+
+  test('never-scraped endpoint (metricsAt 0) is stale even with metrics set', () => {
+    const [e] = fleet({ waiting: 0, kv: 0 });
+    e!.metricsAt = 0;
+    assert.equal(d.saturation(NOW, [e!]).value, 1);
+  });
+});
+
+describe('utilization-detector stale count and warning', () => {
+  test('fresh + 2h-old + nil metrics → stale 2; empty → 0; fresh only → 0', () => {
+    const d = detector({});
+    const r = d.saturation(NOW, fleet({ waiting: 0 }, { waiting: 0, age: 2 * 3600_000 }, { noMetrics: true }));
+    assert.equal(r.stale, 2);
+    assert.equal(d.saturation(NOW, []).stale, 0);
+    assert.equal(d.saturation(NOW, fleet({ waiting: 1 })).stale, 0);
+  });
+
+  test('one warning naming the stale endpoints and last error, at most every 30 s', () => {
+    const logger = recordingLogger();
+    const d = detector({}, logger);
+    const endpoints = fleet({ waiting: 0 }, { noMetrics: true });
+    endpoints[1]!.lastError = 'connect ECONNREFUSED';
+    d.saturation(NOW, endpoints);
+    assert.equal(logger.warnings.length, 1);
+    const logged = JSON.stringify(logger.warnings[0]!.obj);
+    assert.match(logged, /e1/);
+    assert.match(logged, /ECONNREFUSED/);
+    assert.doesNotMatch(logged, /"e0/);
+    d.saturation(NOW + 10_000, endpoints);
+    assert.equal(logger.warnings.length, 1);
+    d.saturation(NOW + 30_000, endpoints);
+    assert.equal(logger.warnings.length, 2);
+    d.saturation(NOW + 90_000, fleet({ waiting: 0 }).map((e) => ((e.metricsAt = NOW + 90_000), e)));
+    assert.equal(logger.warnings.length, 2);
+  });
+
+  test('stalenessPolicy ignore: stale endpoints left out of the mean, still counted; all stale → 1.0', () => {
+    const d = detector({ stalenessPolicy: 'ignore' });
+    const r = d.saturation(NOW, fleet({ waiting: 1, kv: 0 }, { noMetrics: true }, { waiting: 0, age: 10_000 }));
+    assert.ok(Math.abs(r.value - 0.2) < 1e-9);
+    assert.equal(r.stale, 2);
+    assert.equal(d.saturation(NOW, fleet({ noMetrics: true }, { noMetrics: true })).value, 1);
+  });
+});
+
+describe('utilization-detector filter (reference §6.2: q=5, kv=0.8, headroom 0.2 → 6.0 / 0.96)', () => {
+  const d = detector({ queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, headroom: 0.2 });
+  const ctx = makeContext(1, new ManualClock(NOW));
+  const cases: [string, EndpointOptions[], string[]][] = [
+    ['(1,0.1)+(4,0.7) → keep 2', [{ waiting: 1, kv: 0.1 }, { waiting: 4, kv: 0.7 }], ['e0', 'e1']],
+    ['(5,0.8) → keep', [{ waiting: 5, kv: 0.8 }], ['e0']],
+    ['(5,0.9) → keep', [{ waiting: 5, kv: 0.9 }], ['e0']],
+    ['(7,0.1)+(1,0.1) → keep 1', [{ waiting: 7, kv: 0.1 }, { waiting: 1, kv: 0.1 }], ['e1']],
+    ['(1,0.97)+(1,0.5) → keep 1', [{ waiting: 1, kv: 0.97 }, { waiting: 1, kv: 0.5 }], ['e1']],
+    ['two stale → keep 2 (fail open)', [{ waiting: 0, age: 1000 }, { noMetrics: true }], ['e0', 'e1']],
+    ['(10,0.1)+(1,0.99) → keep 2 (fail open)', [{ waiting: 10, kv: 0.1 }, { waiting: 1, kv: 0.99 }], ['e0', 'e1']],
+    ['stale dropped next to a healthy one', [{ waiting: 0, age: 1000 }, { waiting: 2, kv: 0.2 }], ['e1']],
+  ];
+  for (const [name, specs, expected] of cases) {
+    test(name, () => {
+      assert.deepEqual(names(d.filter(ctx, makeRequest(), fleet(...specs))), expected);
+    });
+  }
+
+  test('headroom 0: exactly at the threshold is dropped (strict <)', () => {
+    const strict = detector({ queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8 });
+    const kept = strict.filter(ctx, makeRequest(), fleet({ waiting: 5, kv: 0.1 }, { waiting: 1, kv: 0.8 }, { waiting: 4, kv: 0.79 }));
+    assert.deepEqual(names(kept), ['e2']);
+  });
+});
+
+describe('utilization-detector parameters', () => {
+  const p = utilizationDetectorDefinition.params;
+
+  test('defaults (staleness in ms)', () => {
+    assert.deepEqual(p.parse({}), {
+      queueDepthThreshold: 5,
+      kvCacheUtilThreshold: 0.8,
+      metricsStalenessThreshold: 200,
+      headroom: 0,
+      stalenessPolicy: 'saturated',
+    });
+  });
+
+  test('durations as strings or milliseconds; parse is idempotent', () => {
+    assert.equal(p.parse({ metricsStalenessThreshold: '1s' }).metricsStalenessThreshold, 1000);
+    assert.equal(p.parse({ metricsStalenessThreshold: '1m30s' }).metricsStalenessThreshold, 90_000);
+    assert.equal(p.parse({ metricsStalenessThreshold: 250 }).metricsStalenessThreshold, 250);
+    const once = p.parse({ metricsStalenessThreshold: '2s', headroom: 0.1 });
+    assert.deepEqual(p.parse(once), once);
+  });
+
+  test('config errors (reference §6.2)', () => {
+    for (const bad of [
+      { queueDepthThreshold: 0 },
+      { kvCacheUtilThreshold: 1.5 },
+      { kvCacheUtilThreshold: 0.0 },
+      { metricsStalenessThreshold: '0s' },
+      { metricsStalenessThreshold: 'soon' },
+      { metricsStalenessThreshold: -5 },
+      { headroom: -0.5 },
+      { queueDepthThreshold: '5' },
+      { stalenessPolicy: 'open' },
+      { unknownKey: 1 },
+    ]) {
+      assert.equal(p.safeParse(bad).success, false, JSON.stringify(bad));
+    }
+  });
+
+  test('created through its definition: a detector and a filter; warns on headroom > 1', () => {
+    const logger = recordingLogger();
+    const plugin = utilizationDetectorDefinition.create('ud', p.parse({ headroom: 20 }), makeDeps({ logger }));
+    assert.ok(isSaturationDetector(plugin));
+    assert.equal(plugin.name, 'ud');
+    assert.equal(plugin.type, 'utilization-detector');
+    assert.equal(logger.warnings.length, 1);
+  });
+});
