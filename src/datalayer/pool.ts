@@ -1,0 +1,170 @@
+/**
+ * The live endpoint set and everything the gateway knows about each endpoint (ARCHITECTURE: state
+ * lives in one place). Scheduling and detectors read `endpoints` synchronously; the scraper and the
+ * proxy write through `recordScrape`, `acquire` and `release`; the flow controller listens with
+ * `onChange` so it re-runs dispatch when anything that could change saturation changes.
+ */
+import type { PoolView } from '../plugins/registry.js';
+import { Endpoint, type EndpointMetrics, type EndpointSpec } from './endpoint.js';
+
+export type PoolChangeReason = 'metrics' | 'endpoints' | 'inflight';
+export type PoolListener = (reason: PoolChangeReason, ep?: Endpoint) => void;
+export type ScrapeResult = { metrics: EndpointMetrics } | { error: string };
+
+export interface PoolOptions {
+  /** Told about broken invariants (e.g. a release without an acquire); the pool never throws for them. */
+  onInvariantViolation?: (message: string, ep: Endpoint) => void;
+}
+
+function sameLabels(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
+  const aKeys = Object.keys(a);
+  if (aKeys.length !== Object.keys(b).length) return false;
+  for (const key of aKeys) {
+    if (!Object.prototype.hasOwnProperty.call(b, key) || a[key] !== b[key]) return false;
+  }
+  return true;
+}
+
+function sameIdentity(ep: Endpoint, spec: EndpointSpec): boolean {
+  return ep.address === spec.address && ep.port === spec.port && sameLabels(ep.labels, spec.labels);
+}
+
+/** Rejects duplicate names and duplicate address:port pairs (SPEC §3.1) before anything changes. */
+function checkUnique(specs: readonly EndpointSpec[]): void {
+  const names = new Set<string>();
+  const targets = new Set<string>();
+  for (const spec of specs) {
+    if (names.has(spec.name)) throw new Error(`duplicate endpoint name '${spec.name}'`);
+    names.add(spec.name);
+    const target = `${spec.address}|${spec.port}`;
+    if (targets.has(target)) throw new Error(`duplicate endpoint address ${spec.address}:${spec.port} ('${spec.name}')`);
+    targets.add(target);
+  }
+}
+
+export class Pool implements PoolView {
+  private list: readonly Endpoint[] = Object.freeze([]);
+  private readonly byNameMap = new Map<string, Endpoint>();
+  // Copy-on-write so notify() can iterate without copying and listeners may unsubscribe mid-notify.
+  private listeners: readonly PoolListener[] = [];
+  private readonly onInvariantViolation: ((message: string, ep: Endpoint) => void) | undefined;
+
+  /** Releases that would have taken an in-flight count below zero (a proxy accounting bug). */
+  releaseUnderflows = 0;
+
+  constructor(specs: readonly EndpointSpec[], opts: PoolOptions = {}) {
+    this.onInvariantViolation = opts.onInvariantViolation;
+    this.setEndpoints(specs);
+  }
+
+  /** Current endpoints in configuration order. The array is frozen and replaced only when the set changes. */
+  get endpoints(): readonly Endpoint[] {
+    return this.list;
+  }
+
+  byName(name: string): Endpoint | undefined {
+    return this.byNameMap.get(name);
+  }
+
+  /**
+   * Applies a new endpoint list (config reload). An endpoint whose name, address, port and labels are
+   * unchanged keeps its object — metrics, error counts and in-flight count survive the reload; anything
+   * else gets a fresh object. Endpoints that left are marked `removed` (their in-flight requests still
+   * finish and release against the old object). Throws, changing nothing, on duplicate names/targets.
+   */
+  setEndpoints(specs: readonly EndpointSpec[]): { added: Endpoint[]; removed: Endpoint[] } {
+    checkUnique(specs);
+    const added: Endpoint[] = [];
+    const removed: Endpoint[] = [];
+    const next: Endpoint[] = [];
+    const kept = new Set<Endpoint>();
+    for (const spec of specs) {
+      const existing = this.byNameMap.get(spec.name);
+      if (existing !== undefined && sameIdentity(existing, spec)) {
+        next.push(existing);
+        kept.add(existing);
+      } else {
+        const ep = new Endpoint(spec);
+        next.push(ep);
+        added.push(ep);
+      }
+    }
+    for (const ep of this.list) {
+      if (!kept.has(ep)) removed.push(ep);
+    }
+
+    const orderChanged = next.length !== this.list.length || next.some((ep, k) => ep !== this.list[k]);
+    if (!orderChanged) return { added, removed };
+
+    for (const ep of removed) ep.removed = true;
+    this.byNameMap.clear();
+    for (const ep of next) this.byNameMap.set(ep.name, ep);
+    this.list = Object.freeze(next);
+    this.notify('endpoints');
+    return { added, removed };
+  }
+
+  /** Subscribes to changes; returns the unsubscribe function. */
+  onChange(fn: PoolListener): () => void {
+    this.listeners = [...this.listeners, fn];
+    return () => {
+      this.listeners = this.listeners.filter((l) => l !== fn);
+    };
+  }
+
+  /**
+   * Tells every listener. A throwing listener does not keep the others from hearing about the change;
+   * the first error is rethrown once all have run.
+   */
+  notify(reason: PoolChangeReason, ep?: Endpoint): void {
+    const listeners = this.listeners;
+    let firstError: unknown;
+    let failed = false;
+    for (const fn of listeners) {
+      try {
+        fn(reason, ep);
+      } catch (err) {
+        if (!failed) {
+          failed = true;
+          firstError = err;
+        }
+      }
+    }
+    if (failed) throw firstError;
+  }
+
+  /** A request was sent to `ep`. */
+  acquire(ep: Endpoint): void {
+    ep.inFlight++;
+    this.notify('inflight', ep);
+  }
+
+  /** A request to `ep` finished (exactly once per acquire). Never takes the count below zero. */
+  release(ep: Endpoint): void {
+    if (ep.inFlight <= 0) {
+      this.releaseUnderflows++;
+      this.onInvariantViolation?.(`release without a matching acquire on endpoint '${ep.name}'`, ep);
+      return;
+    }
+    ep.inFlight--;
+    this.notify('inflight', ep);
+  }
+
+  /**
+   * Stores a scrape outcome. Success: new metrics, `metricsAt = now`, error cleared. Failure: the last
+   * good metrics stay with their old timestamp (so they age into staleness), the error is recorded
+   * and counted. Results for endpoints no longer in the pool are dropped.
+   */
+  recordScrape(ep: Endpoint, result: ScrapeResult, now: number): void {
+    if (ep.removed) return;
+    if ('metrics' in result) {
+      ep.metrics = result.metrics;
+      ep.metricsAt = now;
+      ep.lastError = undefined;
+    } else {
+      ep.lastError = result.error;
+      ep.scrapeErrors++;
+    }
+    this.notify('metrics', ep);
+  }
+}

@@ -1,0 +1,268 @@
+/**
+ * Scrapes every pool endpoint's /metrics (SPEC §7.1): one loop per endpoint, the next scrape
+ * `intervalMs` after the previous one finished (so a slow server is never hit by overlapping scrapes),
+ * an overall time-out covering connect, headers and body, a body-size cap, and every outcome recorded
+ * through `pool.recordScrape`. The loops follow the pool: added endpoints start at once, removed
+ * ones stop (an in-progress scrape of a removed endpoint is aborted).
+ *
+ * Nothing escapes a loop: every failure becomes a recorded scrape error, so there is never an
+ * unhandled rejection, and timers are unref()'d so the scraper alone does not keep a process alive.
+ */
+import { Agent } from 'undici';
+import type { Clock } from '../util/clock.js';
+import type { Endpoint } from './endpoint.js';
+import type { Pool, ScrapeResult } from './pool.js';
+import { extractVllmMetrics } from './vllm-metrics.js';
+
+export interface ScraperOptions {
+  /** Request path, e.g. `/metrics`. */
+  path: string;
+  /** Pause between the end of one scrape and the start of the next, per endpoint (ms). */
+  intervalMs: number;
+  /** Whole-scrape deadline: connect + headers + body (ms). */
+  timeoutMs: number;
+  /** Timestamps recorded with metrics (`metricsAt`). */
+  clock: Clock;
+  /** Called after every failed scrape (already recorded on the endpoint); for logs and metrics. */
+  onError?: (ep: Endpoint, err: string) => void;
+  /** Largest accepted body; default 4 MiB. */
+  maxBytes?: number;
+}
+
+export const DEFAULT_SCRAPE_MAX_BYTES = 4 * 1024 * 1024;
+
+/**
+ * Asks for the classic text format: Python's prometheus_client would otherwise be free to answer
+ * OpenMetrics, and without an Accept-Encoding it will not gzip.
+ */
+const SCRAPE_HEADERS = {
+  accept: 'text/plain;version=0.0.4;q=1,*/*;q=0.1',
+  'user-agent': 'sluice-scraper',
+} as const;
+
+interface ScrapeLoop {
+  readonly ep: Endpoint;
+  active: boolean;
+  timer: NodeJS.Timeout | undefined;
+}
+
+interface InProgressScrape {
+  readonly controller: AbortController;
+  promise: Promise<void>;
+  /** Why the scrape was aborted; 'stopped' and 'removed' outcomes are not recorded as errors. */
+  abortReason: 'timeout' | 'stopped' | 'removed' | undefined;
+}
+
+class ScrapeHttpError extends Error {}
+
+function ignoreError(): void {}
+
+function describeError(err: unknown): string {
+  if (err instanceof Error) {
+    const code = (err as { code?: unknown }).code;
+    // undici's messages ("other side closed") are clearer with their code; node's already include it.
+    return typeof code === 'string' && !err.message.includes(code) ? `${err.message} (${code})` : err.message;
+  }
+  return String(err);
+}
+
+export class Scraper {
+  private readonly pool: Pool;
+  private readonly path: string;
+  private readonly intervalMs: number;
+  private readonly timeoutMs: number;
+  private readonly clock: Clock;
+  private readonly onError: ((ep: Endpoint, err: string) => void) | undefined;
+  private readonly maxBytes: number;
+
+  private running = false;
+  private unsubscribe: (() => void) | undefined;
+  private agent: Agent | undefined;
+  private readonly loops = new Map<Endpoint, ScrapeLoop>();
+  private readonly inProgress = new Map<Endpoint, InProgressScrape>();
+
+  constructor(pool: Pool, opts: ScraperOptions) {
+    this.pool = pool;
+    this.path = opts.path.startsWith('/') ? opts.path : `/${opts.path}`;
+    this.intervalMs = opts.intervalMs;
+    this.timeoutMs = opts.timeoutMs;
+    this.clock = opts.clock;
+    this.onError = opts.onError;
+    this.maxBytes = opts.maxBytes ?? DEFAULT_SCRAPE_MAX_BYTES;
+  }
+
+  /** Starts one loop per current endpoint (each scrapes at once) and follows pool changes. Idempotent. */
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.unsubscribe = this.pool.onChange((reason) => {
+      if (reason === 'endpoints') this.syncLoops();
+    });
+    this.syncLoops();
+  }
+
+  /** Stops every loop, aborts scrapes in progress (not recorded as errors) and closes connections. */
+  async stop(): Promise<void> {
+    this.running = false;
+    this.unsubscribe?.();
+    this.unsubscribe = undefined;
+    for (const loop of this.loops.values()) this.stopLoop(loop);
+    this.loops.clear();
+    const pending: Promise<void>[] = [];
+    for (const scrape of this.inProgress.values()) {
+      scrape.abortReason ??= 'stopped';
+      scrape.controller.abort();
+      pending.push(scrape.promise);
+    }
+    await Promise.all(pending);
+    const agent = this.agent;
+    this.agent = undefined;
+    if (agent !== undefined) await agent.destroy().catch(() => undefined);
+  }
+
+  /**
+   * Scrapes `ep` once and records the outcome. Never rejects. If a scrape of `ep` is already in
+   * progress, returns that one instead of starting a second request.
+   */
+  scrapeOnce(ep: Endpoint): Promise<void> {
+    const current = this.inProgress.get(ep);
+    if (current !== undefined) return current.promise;
+    const scrape: InProgressScrape = { controller: new AbortController(), promise: Promise.resolve(), abortReason: undefined };
+    this.inProgress.set(ep, scrape);
+    scrape.promise = this.runScrape(ep, scrape).finally(() => {
+      if (this.inProgress.get(ep) === scrape) this.inProgress.delete(ep);
+    });
+    return scrape.promise;
+  }
+
+  private syncLoops(): void {
+    if (!this.running) return;
+    const current = new Set(this.pool.endpoints);
+    for (const [ep, loop] of this.loops) {
+      if (current.has(ep)) continue;
+      this.stopLoop(loop);
+      this.loops.delete(ep);
+      const scrape = this.inProgress.get(ep);
+      if (scrape !== undefined) {
+        scrape.abortReason ??= 'removed';
+        scrape.controller.abort();
+      }
+    }
+    for (const ep of this.pool.endpoints) {
+      if (this.loops.has(ep)) continue;
+      const loop: ScrapeLoop = { ep, active: true, timer: undefined };
+      this.loops.set(ep, loop);
+      this.runLoopIteration(loop);
+    }
+  }
+
+  private stopLoop(loop: ScrapeLoop): void {
+    loop.active = false;
+    if (loop.timer !== undefined) clearTimeout(loop.timer);
+    loop.timer = undefined;
+  }
+
+  private runLoopIteration(loop: ScrapeLoop): void {
+    loop.timer = undefined;
+    if (!loop.active) return;
+    // scrapeOnce never rejects; the rejection handler is a belt against future edits.
+    const next = (): void => this.scheduleNext(loop);
+    this.scrapeOnce(loop.ep).then(next, next);
+  }
+
+  private scheduleNext(loop: ScrapeLoop): void {
+    if (!loop.active) return;
+    loop.timer = setTimeout(() => this.runLoopIteration(loop), this.intervalMs);
+    loop.timer.unref();
+  }
+
+  private getAgent(): Agent {
+    // A dispatcher of its own: scrape sockets never compete with proxied traffic for connections.
+    // Keep-alive stays at undici's default, which honours the server's Keep-Alive hint, so an idle
+    // socket is dropped before the server (uvicorn: 5 s) closes it under us.
+    this.agent ??= new Agent({
+      connect: { timeout: this.timeoutMs },
+      headersTimeout: this.timeoutMs,
+      bodyTimeout: this.timeoutMs,
+    });
+    return this.agent;
+  }
+
+  private async runScrape(ep: Endpoint, scrape: InProgressScrape): Promise<void> {
+    const deadline = setTimeout(() => {
+      scrape.abortReason ??= 'timeout';
+      scrape.controller.abort();
+    }, this.timeoutMs);
+    deadline.unref();
+
+    let result: ScrapeResult;
+    try {
+      const text = await this.fetchText(ep, scrape.controller.signal);
+      result = { metrics: extractVllmMetrics(text, ep.engineType) };
+    } catch (err) {
+      result = { error: scrape.abortReason === 'timeout' ? `timed out after ${this.timeoutMs} ms` : describeError(err) };
+    } finally {
+      clearTimeout(deadline);
+    }
+
+    if (scrape.abortReason === 'stopped' || scrape.abortReason === 'removed') return;
+    try {
+      this.pool.recordScrape(ep, result, this.clock.now());
+    } catch (err) {
+      // A pool listener threw; the scrape itself is recorded. Report it rather than lose it.
+      this.reportError(ep, `pool listener failed after scrape: ${describeError(err)}`);
+    }
+    if ('error' in result) this.reportError(ep, result.error);
+  }
+
+  private reportError(ep: Endpoint, message: string): void {
+    if (this.onError === undefined) return;
+    try {
+      this.onError(ep, message);
+    } catch {
+      // A failing error hook must not break the loop.
+    }
+  }
+
+  private async fetchText(ep: Endpoint, signal: AbortSignal): Promise<string> {
+    const { statusCode, headers, body } = await this.getAgent().request({
+      origin: ep.origin,
+      path: this.path,
+      method: 'GET',
+      headers: SCRAPE_HEADERS,
+      signal,
+    });
+    // Errors surface through the iterator or dump(); without a listener, destroying an unread body
+    // (or an abort landing between reads) would emit an 'error' nobody handles: an uncaught exception.
+    body.on('error', ignoreError);
+    let consumed = false;
+    try {
+      if (statusCode !== 200) {
+        // Drain a small error body so the connection stays reusable.
+        await body.dump({ limit: 64 * 1024 }).catch(() => undefined);
+        consumed = true;
+        throw new ScrapeHttpError(`HTTP ${statusCode} from ${this.path}`);
+      }
+      const encoding = headers['content-encoding'];
+      if (encoding !== undefined && encoding !== 'identity') {
+        throw new ScrapeHttpError(`unsupported content-encoding '${String(encoding)}'`);
+      }
+      const declared = headers['content-length'];
+      if (typeof declared === 'string' && Number(declared) > this.maxBytes) {
+        throw new ScrapeHttpError(`body of ${declared} bytes exceeds the ${this.maxBytes}-byte limit`);
+      }
+      const chunks: Buffer[] = [];
+      let total = 0;
+      for await (const chunk of body as AsyncIterable<Buffer>) {
+        total += chunk.length;
+        if (total > this.maxBytes) throw new ScrapeHttpError(`body exceeds the ${this.maxBytes}-byte limit`);
+        chunks.push(chunk);
+      }
+      consumed = true;
+      // Decode once at the end so a multi-byte character split across chunks stays intact.
+      return chunks.length === 1 ? chunks[0]!.toString('utf8') : Buffer.concat(chunks, total).toString('utf8');
+    } finally {
+      if (!consumed) body.destroy();
+    }
+  }
+}

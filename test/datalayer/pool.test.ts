@@ -1,0 +1,233 @@
+import { test, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { Pool, type PoolChangeReason } from '../../src/datalayer/pool.js';
+import type { Endpoint, EndpointMetrics, EndpointSpec } from '../../src/datalayer/endpoint.js';
+
+const spec = (name: string, port: number, labels: Record<string, string> = {}): EndpointSpec => ({
+  name,
+  address: '10.0.0.1',
+  port,
+  labels,
+});
+
+const metrics = (waiting: number): EndpointMetrics => ({ waiting, running: 1, kvUsage: 0.5 });
+
+function recordEvents(pool: Pool): Array<[PoolChangeReason, string | undefined]> {
+  const events: Array<[PoolChangeReason, string | undefined]> = [];
+  pool.onChange((reason, ep) => events.push([reason, ep?.name]));
+  return events;
+}
+
+describe('Pool: endpoint set', () => {
+  test('lists endpoints in order, by name, with a stable array', () => {
+    const pool = new Pool([spec('a', 1, { 'llm-d.ai/role': 'prefill' }), spec('b', 2)]);
+    assert.deepEqual(pool.endpoints.map((e) => e.name), ['a', 'b']);
+    assert.equal(pool.endpoints, pool.endpoints);
+    assert.ok(Object.isFrozen(pool.endpoints));
+    assert.equal(pool.byName('a')?.stage, 'prefill');
+    assert.equal(pool.byName('b')?.stage, 'decode');
+    assert.equal(pool.byName('zzz'), undefined);
+  });
+
+  test('reload keeps unchanged endpoints (metrics, errors, in-flight), replaces changed ones, removes the rest', () => {
+    const pool = new Pool([spec('keep', 1, { zone: 'x' }), spec('relabel', 2, { zone: 'x' }), spec('move', 3), spec('gone', 4)]);
+    const keep = pool.byName('keep')!;
+    const relabel = pool.byName('relabel')!;
+    const move = pool.byName('move')!;
+    const gone = pool.byName('gone')!;
+    pool.recordScrape(keep, { metrics: metrics(7) }, 5000);
+    pool.recordScrape(keep, { error: 'boom' }, 6000);
+    pool.acquire(keep);
+    pool.acquire(keep);
+    const before = pool.endpoints;
+    const events = recordEvents(pool);
+
+    const { added, removed } = pool.setEndpoints([
+      spec('new', 9),
+      { ...spec('keep', 1, { zone: 'x' }) },
+      spec('relabel', 2, { zone: 'y' }),
+      { ...spec('move', 3), address: '10.0.0.2' },
+    ]);
+
+    assert.notEqual(pool.endpoints, before);
+    assert.deepEqual(pool.endpoints.map((e) => e.name), ['new', 'keep', 'relabel', 'move']);
+    assert.equal(pool.byName('keep'), keep);
+    assert.deepEqual(keep.metrics, metrics(7));
+    assert.equal(keep.metricsAt, 5000);
+    assert.equal(keep.lastError, 'boom');
+    assert.equal(keep.scrapeErrors, 1);
+    assert.equal(keep.inFlight, 2);
+    assert.equal(keep.removed, false);
+
+    assert.notEqual(pool.byName('relabel'), relabel);
+    assert.equal(pool.byName('relabel')!.labels['zone'], 'y');
+    assert.notEqual(pool.byName('move'), move);
+    assert.equal(pool.byName('move')!.address, '10.0.0.2');
+    assert.deepEqual(added.map((e) => e.name).sort(), ['move', 'new', 'relabel']);
+    assert.deepEqual(removed.map((e) => e.name).sort(), ['gone', 'move', 'relabel']);
+    for (const old of [relabel, move, gone]) assert.equal(old.removed, true);
+    assert.equal(pool.byName('gone'), undefined);
+    assert.deepEqual(events, [['endpoints', undefined]]);
+  });
+
+  test('a reload with the same set keeps the array and notifies nobody', () => {
+    const pool = new Pool([spec('a', 1, { r: '1' }), spec('b', 2)]);
+    const before = pool.endpoints;
+    const events = recordEvents(pool);
+    assert.deepEqual(pool.setEndpoints([spec('a', 1, { r: '1' }), spec('b', 2)]), { added: [], removed: [] });
+    assert.equal(pool.endpoints, before);
+    assert.deepEqual(events, []);
+  });
+
+  test('a reorder replaces the array with the same objects', () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2)]);
+    const [a, b] = pool.endpoints;
+    const events = recordEvents(pool);
+    assert.deepEqual(pool.setEndpoints([spec('b', 2), spec('a', 1)]), { added: [], removed: [] });
+    assert.deepEqual(pool.endpoints, [b, a]);
+    assert.deepEqual(events, [['endpoints', undefined]]);
+  });
+
+  test('duplicate names or targets are rejected and change nothing', () => {
+    const pool = new Pool([spec('a', 1)]);
+    const before = pool.endpoints;
+    assert.throws(() => pool.setEndpoints([spec('x', 1), spec('x', 2)]), /duplicate endpoint name 'x'/);
+    assert.throws(() => pool.setEndpoints([spec('x', 1), spec('y', 1)]), /duplicate endpoint address 10\.0\.0\.1:1/);
+    assert.equal(pool.endpoints, before);
+    assert.equal(before[0]!.removed, false);
+    assert.throws(() => new Pool([spec('a', 1), spec('a', 2)]), /duplicate/);
+  });
+
+  test('an empty pool is fine', () => {
+    const pool = new Pool([]);
+    assert.deepEqual(pool.endpoints, []);
+    pool.setEndpoints([spec('a', 1)]);
+    assert.equal(pool.endpoints.length, 1);
+  });
+});
+
+describe('Pool: listeners', () => {
+  test('onChange returns an unsubscribe function', () => {
+    const pool = new Pool([spec('a', 1)]);
+    const seen: PoolChangeReason[] = [];
+    const off = pool.onChange((r) => seen.push(r));
+    pool.notify('metrics');
+    off();
+    pool.notify('metrics');
+    assert.deepEqual(seen, ['metrics']);
+  });
+
+  test('a throwing listener does not stop the others; its error is rethrown after', () => {
+    const pool = new Pool([spec('a', 1)]);
+    const seen: string[] = [];
+    pool.onChange(() => {
+      throw new Error('listener broke');
+    });
+    pool.onChange((r) => seen.push(r));
+    assert.throws(() => pool.notify('inflight'), /listener broke/);
+    assert.deepEqual(seen, ['inflight']);
+  });
+
+  test('a listener may unsubscribe itself while being notified', () => {
+    const pool = new Pool([]);
+    const seen: string[] = [];
+    const off = pool.onChange(() => {
+      seen.push('first');
+      off();
+    });
+    pool.onChange(() => seen.push('second'));
+    pool.notify('metrics');
+    pool.notify('metrics');
+    assert.deepEqual(seen, ['first', 'second', 'second']);
+  });
+});
+
+describe('Pool: in-flight accounting', () => {
+  test('acquire and release count and notify', () => {
+    const pool = new Pool([spec('a', 1)]);
+    const ep = pool.byName('a')!;
+    const events = recordEvents(pool);
+    pool.acquire(ep);
+    pool.acquire(ep);
+    pool.release(ep);
+    assert.equal(ep.inFlight, 1);
+    assert.deepEqual(events, [
+      ['inflight', 'a'],
+      ['inflight', 'a'],
+      ['inflight', 'a'],
+    ]);
+  });
+
+  test('release never goes below zero; the violation is counted and reported', () => {
+    const violations: string[] = [];
+    const pool = new Pool([spec('a', 1)], { onInvariantViolation: (msg) => violations.push(msg) });
+    const ep = pool.byName('a')!;
+    const events = recordEvents(pool);
+    pool.acquire(ep);
+    pool.release(ep);
+    pool.release(ep);
+    pool.release(ep);
+    assert.equal(ep.inFlight, 0);
+    assert.equal(pool.releaseUnderflows, 2);
+    assert.equal(violations.length, 2);
+    assert.match(violations[0]!, /release without a matching acquire on endpoint 'a'/);
+    assert.equal(events.length, 2); // acquire + the one real release
+  });
+
+  test('requests to a removed endpoint still release against the old object', () => {
+    const pool = new Pool([spec('a', 1)]);
+    const ep = pool.byName('a')!;
+    pool.acquire(ep);
+    pool.setEndpoints([]);
+    assert.equal(ep.removed, true);
+    pool.release(ep);
+    assert.equal(ep.inFlight, 0);
+    assert.equal(pool.releaseUnderflows, 0);
+  });
+});
+
+describe('Pool: recordScrape', () => {
+  test('success sets metrics and time and clears the error; failure keeps values and their old time', () => {
+    const pool = new Pool([spec('a', 1)]);
+    const ep: Endpoint = pool.byName('a')!;
+    const events = recordEvents(pool);
+
+    pool.recordScrape(ep, { error: 'connect ECONNREFUSED' }, 900);
+    assert.equal(ep.metrics, undefined);
+    assert.equal(ep.metricsAt, 0);
+    assert.equal(ep.metricsAge(900), Infinity);
+    assert.equal(ep.scrapeErrors, 1);
+
+    pool.recordScrape(ep, { metrics: metrics(3) }, 1000);
+    assert.deepEqual(ep.metrics, metrics(3));
+    assert.equal(ep.metricsAt, 1000);
+    assert.equal(ep.lastError, undefined);
+
+    pool.recordScrape(ep, { error: 'HTTP 500 from /metrics' }, 1500);
+    pool.recordScrape(ep, { error: 'timed out after 100 ms' }, 2000);
+    assert.deepEqual(ep.metrics, metrics(3));
+    assert.equal(ep.metricsAt, 1000);
+    assert.equal(ep.metricsAge(2000), 1000);
+    assert.equal(ep.lastError, 'timed out after 100 ms');
+    assert.equal(ep.scrapeErrors, 3);
+
+    pool.recordScrape(ep, { metrics: metrics(4) }, 2100);
+    assert.equal(ep.metricsAt, 2100);
+    assert.equal(ep.lastError, undefined);
+    assert.equal(ep.scrapeErrors, 3, 'the error total is cumulative');
+    assert.deepEqual(
+      events.map((e) => e[0]),
+      ['metrics', 'metrics', 'metrics', 'metrics', 'metrics'],
+    );
+  });
+
+  test('results for a removed endpoint are dropped silently', () => {
+    const pool = new Pool([spec('a', 1)]);
+    const ep = pool.byName('a')!;
+    pool.setEndpoints([]);
+    const events = recordEvents(pool);
+    pool.recordScrape(ep, { metrics: metrics(1) }, 1000);
+    assert.equal(ep.metrics, undefined);
+    assert.deepEqual(events, []);
+  });
+});
