@@ -1,0 +1,575 @@
+/**
+ * Config loader: text (YAML or JSON) → validated, defaulted, "ensured" effective config.
+ *
+ * Every problem is collected (not just the first) and reported as `FILE:LINE:COL: path: message`,
+ * the position being that of the offending node (the key itself for an unknown key, the parent
+ * mapping for a missing one). Pipeline (reference §1.7): YAML parse → strict schema per section
+ * (defaults, units) → plugin types and parameters (registry schemas) → ensure (defaults.ts) →
+ * cross-reference checks on the ensured config.
+ */
+import { readFileSync } from 'node:fs';
+import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
+import type { z } from 'zod';
+import type { PluginKind, PluginRegistry } from '../plugins/registry.js';
+import { ensure, featureEnabled } from './defaults.js';
+import {
+  API_VERSION,
+  configIssueMessage,
+  DEPRECATED_API_VERSION,
+  describeValue,
+  didYouMean,
+  pluginSpecSchema,
+  rawConfigSchema,
+  schedulingProfileSchema,
+  type FlowControlSection,
+  type RawConfigKey,
+} from './schema.js';
+import type { LoadedConfig, PluginSpec, SchedulingProfileConfig, SluiceConfig } from './types.js';
+
+export type PathSegment = string | number;
+
+export interface ConfigProblem {
+  file: string;
+  line: number;
+  col: number;
+  /** e.g. `plugins[2].parameters.headroom`; '' for the whole file (syntax errors). */
+  path: string;
+  message: string;
+}
+
+export function formatProblem(p: ConfigProblem): string {
+  return p.path === '' ? `${p.file}:${p.line}:${p.col}: ${p.message}` : `${p.file}:${p.line}:${p.col}: ${p.path}: ${p.message}`;
+}
+
+export class ConfigError extends Error {
+  readonly problems: ConfigProblem[];
+  constructor(problems: ConfigProblem[]) {
+    super(problems.map(formatProblem).join('\n'));
+    this.name = 'ConfigError';
+    this.problems = problems;
+  }
+
+  /** One `FILE:LINE:COL: path: message` line per problem, newline-separated. */
+  format(): string {
+    return this.problems.map(formatProblem).join('\n');
+  }
+}
+
+/** The loaded config plus non-fatal findings (deprecations, ignored llm-d blocks), same format as problems. */
+export interface LoadResult extends LoadedConfig {
+  warnings: ConfigProblem[];
+}
+
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_-]*$/;
+
+/** `['plugins', 2, 'parameters', 'headroom']` → `plugins[2].parameters.headroom`. */
+export function formatPath(path: readonly PathSegment[]): string {
+  let out = '';
+  for (const seg of path) {
+    if (typeof seg === 'number') out += `[${seg}]`;
+    else if (IDENTIFIER.test(seg)) out += out === '' ? seg : `.${seg}`;
+    else out += `[${JSON.stringify(seg)}]`;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Positions
+
+interface RangedNode {
+  range?: [number, number, number] | null;
+}
+
+function startOf(node: unknown): number | undefined {
+  const range = (node as RangedNode | null | undefined)?.range;
+  return range ? range[0] : undefined;
+}
+
+/** Maps a data path to the position of its YAML node (or the closest existing ancestor). */
+class Locator {
+  constructor(
+    private readonly doc: Document.Parsed | undefined,
+    private readonly lines: LineCounter,
+  ) {}
+
+  offsetOf(path: readonly PathSegment[], atKey: boolean): number {
+    if (!this.doc) return 0;
+    let node: unknown = this.doc.contents;
+    let offset = startOf(node) ?? 0;
+    for (let i = 0; i < path.length; i++) {
+      const seg = path[i]!;
+      if (isAlias(node)) node = node.resolve(this.doc);
+      if (isMap(node)) {
+        const pair = node.items.find((p) => (isScalar(p.key) ? String(p.key.value) : String(p.key)) === String(seg));
+        if (!pair) break;
+        const keyStart = startOf(pair.key);
+        if (atKey && i === path.length - 1) return keyStart ?? offset;
+        node = pair.value;
+        const valueStart = startOf(node);
+        // A key with no value (`pool:`) has no useful value position: point at the key.
+        offset = valueStart !== undefined && !(isScalar(node) && node.value === null) ? valueStart : keyStart ?? offset;
+      } else if (isSeq(node) && typeof seg === 'number' && seg < node.items.length) {
+        node = node.items[seg];
+        offset = startOf(node) ?? offset;
+      } else break;
+    }
+    return offset;
+  }
+
+  position(path: readonly PathSegment[], atKey = false): { line: number; col: number } {
+    return this.lines.linePos(this.offsetOf(path, atKey));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// zod introspection (for "did you mean" on unknown keys)
+
+interface ZodInternals {
+  _zod: {
+    def: {
+      type: string;
+      innerType?: ZodInternals;
+      in?: ZodInternals;
+      out?: ZodInternals;
+      shape?: Record<string, ZodInternals>;
+      element?: ZodInternals;
+      valueType?: ZodInternals;
+      options?: ZodInternals[];
+      getter?: () => ZodInternals;
+    };
+  };
+}
+
+function unwrap(schema: ZodInternals | undefined): ZodInternals | undefined {
+  let s = schema;
+  for (let guard = 0; s && guard < 32; guard++) {
+    const def = s._zod.def;
+    if (def.innerType) s = def.innerType;
+    else if (def.type === 'pipe') s = def.in && def.in._zod.def.type !== 'transform' ? def.in : def.out;
+    else if (def.type === 'lazy' && def.getter) s = def.getter();
+    else return s;
+  }
+  return s;
+}
+
+/** Keys the schema accepts at `path` (for suggestions), or [] if it is not an object there. */
+function knownKeysAt(schema: unknown, path: readonly PathSegment[]): string[] {
+  let s = unwrap(schema as ZodInternals);
+  for (const seg of path) {
+    if (!s) return [];
+    const def = s._zod.def;
+    if (def.type === 'object' && def.shape) s = unwrap(def.shape[String(seg)]);
+    else if (def.type === 'array') s = unwrap(def.element);
+    else if (def.type === 'record') s = unwrap(def.valueType);
+    else if (def.type === 'union' && def.options) {
+      const found = def.options.map((o) => knownKeysAt(o, [seg])).find((k) => k.length > 0);
+      return found ?? [];
+    } else return [];
+  }
+  const def = s?._zod.def;
+  return def?.type === 'object' && def.shape ? Object.keys(def.shape) : [];
+}
+
+function unknownKeyMessage(key: string, known: readonly string[]): string {
+  const suggestion = didYouMean(key, known);
+  if (suggestion) return `unknown key "${key}"${suggestion}`;
+  return known.length > 0 ? `unknown key "${key}" (valid keys: ${known.join(', ')})` : `unknown key "${key}"`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The loader
+
+type Outcome<T> = { ok: true; value: T } | { ok: false };
+
+class ProblemSink {
+  readonly problems: ConfigProblem[] = [];
+  readonly warnings: ConfigProblem[] = [];
+  constructor(
+    private readonly file: string,
+    private readonly locator: Locator,
+  ) {}
+
+  private make(path: readonly PathSegment[], message: string, atKey: boolean): ConfigProblem {
+    const { line, col } = this.locator.position(path, atKey);
+    return { file: this.file, line, col, path: formatPath(path), message };
+  }
+
+  error(path: readonly PathSegment[], message: string, atKey = false): void {
+    this.problems.push(this.make(path, message, atKey));
+  }
+
+  warn(path: readonly PathSegment[], message: string, atKey = false): void {
+    this.warnings.push(this.make(path, message, atKey));
+  }
+
+  /** Validates `value` (found at `base`) against `schema`, reporting every issue. */
+  parse<T>(schema: z.ZodType<T>, value: unknown, base: readonly PathSegment[], prefix = ''): Outcome<T> {
+    const result = schema.safeParse(value, { error: configIssueMessage, reportInput: true });
+    if (result.success) return { ok: true, value: result.data };
+    for (const issue of result.error.issues) {
+      const path = [...base, ...(issue.path as PathSegment[])];
+      if (issue.code === 'unrecognized_keys') {
+        const known = knownKeysAt(schema, issue.path as PathSegment[]);
+        for (const key of issue.keys) this.error([...path, key], prefix + unknownKeyMessage(key, known), true);
+      } else {
+        this.error(path, prefix + issue.message);
+      }
+    }
+    return { ok: false };
+  }
+}
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** YAML `key:` with no value means "not set" (as in Kubernetes decoding), so drop nulls in mappings. */
+function dropNullValues(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(dropNullValues);
+  if (isPlainObject(v)) {
+    const out: Record<string, unknown> = {};
+    for (const [k, val] of Object.entries(v)) if (val !== null) out[k] = dropNullValues(val);
+    return out;
+  }
+  return v;
+}
+
+function firstLine(message: string): string {
+  return message.split('\n')[0]!.trim();
+}
+
+const SECTIONS = rawConfigSchema.shape;
+const SECTION_KEYS = Object.keys(SECTIONS) as RawConfigKey[];
+
+/** Loads a config from text (YAML or JSON). Throws ConfigError listing every problem. */
+export function loadConfigText(text: string, file: string, registry: PluginRegistry): LoadResult {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
+  const sink = new ProblemSink(file, new Locator(doc, lineCounter));
+
+  if (doc.errors.length > 0) {
+    for (const err of doc.errors) {
+      const { line, col } = lineCounter.linePos(err.pos[0]);
+      sink.problems.push({ file, line, col, path: '', message: `YAML syntax error: ${firstLine(err.message)}` });
+    }
+    throw new ConfigError(sortProblems(sink.problems));
+  }
+  for (const w of doc.warnings) {
+    const { line, col } = lineCounter.linePos(w.pos[0]);
+    sink.warnings.push({ file, line, col, path: '', message: `YAML: ${firstLine(w.message)}` });
+  }
+
+  let raw: unknown;
+  try {
+    raw = dropNullValues(doc.toJS({ maxAliasCount: 1000 }));
+  } catch (err) {
+    sink.error([], `cannot read YAML: ${(err as Error).message}`);
+    throw new ConfigError(sink.problems);
+  }
+  if (raw === undefined || raw === null) raw = {};
+  if (!isPlainObject(raw)) {
+    sink.error([], `expected a mapping (an EndpointPickerConfig), got ${describeValue(raw)}`);
+    throw new ConfigError(sink.problems);
+  }
+
+  const { config, pluginState, flowControlValid, detectorRefPath } = parseSections(raw, registry, sink);
+  const ensured = ensure(config, registry);
+  checkReferences(ensured.config, registry, sink, pluginState, flowControlValid, detectorRefPath);
+  collectWarnings(raw, ensured.config, sink);
+
+  if (sink.problems.length > 0) throw new ConfigError(sortProblems(sink.problems));
+  return { file, config: ensured.config, injections: ensured.injections, warnings: sortProblems(sink.warnings) };
+}
+
+/** Reads and loads a config file; a read failure is a ConfigError too. */
+export function loadConfigFile(path: string, registry: PluginRegistry): LoadResult {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    const reason = e.code === 'ENOENT' ? 'no such file' : e.message;
+    throw new ConfigError([{ file: path, line: 1, col: 1, path: '', message: `cannot read config file: ${reason}` }]);
+  }
+  return loadConfigText(text, path, registry);
+}
+
+function sortProblems(problems: ConfigProblem[]): ConfigProblem[] {
+  return [...problems].sort((a, b) => a.line - b.line || a.col - b.col);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sections
+
+interface PluginState {
+  /** Names of plugins whose declaration is broken (already reported): refs to them are not re-reported. */
+  invalidNames: Set<string>;
+  /** Plugins declared in the file (the rest were injected). */
+  declaredCount: number;
+  /** Whether plugins[i] spelled out a `name` (else the name came from `type`). */
+  explicitName: boolean[];
+}
+
+function stringAt(v: unknown, key: string): string | undefined {
+  return isPlainObject(v) && typeof v[key] === 'string' && v[key] !== '' ? v[key] : undefined;
+}
+
+function parseSections(raw: Record<string, unknown>, registry: PluginRegistry, sink: ProblemSink) {
+  for (const key of Object.keys(raw)) {
+    if (!(SECTION_KEYS as string[]).includes(key)) sink.error([key], unknownKeyMessage(key, SECTION_KEYS), true);
+  }
+
+  /** Parses one top-level section; on failure returns its defaults so later checks can go on. */
+  const section = <K extends RawConfigKey>(key: K): { value: z.output<(typeof SECTIONS)[K]>; ok: boolean } => {
+    const schema = SECTIONS[key] as unknown as z.ZodType<z.output<(typeof SECTIONS)[K]>>;
+    const outcome = sink.parse(schema, raw[key], [key]);
+    if (outcome.ok) return { value: outcome.value, ok: true };
+    return { value: schema.parse(undefined), ok: false };
+  };
+
+  const apiVersion = section('apiVersion').value;
+  const kind = section('kind').value;
+  const server = section('server').value;
+  const pool = section('pool').value;
+  const objectives = section('objectives').value;
+  const featureGates = section('featureGates').value;
+  const flowControl = section('flowControl');
+  const topDetector = section('saturationDetector');
+  section('dataLayer');
+  section('requestHandler');
+  section('parser');
+
+  const pluginState: PluginState = { invalidNames: new Set(), declaredCount: 0, explicitName: [] };
+  const plugins = parsePlugins(raw.plugins, registry, sink, pluginState);
+  const schedulingProfiles = parseProfiles(raw.schedulingProfiles, sink);
+
+  // The deprecated top-level detector is used only when the nested one is unset (reference §1.2).
+  const fc: FlowControlSection = flowControl.value;
+  let detectorRefPath: PathSegment[] = ['flowControl', 'saturationDetector', 'pluginRef'];
+  let saturationDetector = fc.saturationDetector;
+  if ((!saturationDetector || saturationDetector.pluginRef === '') && topDetector.value?.pluginRef) {
+    saturationDetector = topDetector.value;
+    detectorRefPath = ['saturationDetector', 'pluginRef'];
+  }
+  const config: SluiceConfig = {
+    apiVersion,
+    kind,
+    server,
+    pool,
+    objectives,
+    featureGates,
+    plugins,
+    schedulingProfiles,
+    flowControl: { ...fc, saturationDetector: saturationDetector ?? { pluginRef: '' } },
+  };
+  return { config, pluginState, flowControlValid: flowControl.ok && topDetector.ok, detectorRefPath };
+}
+
+function parsePlugins(value: unknown, registry: PluginRegistry, sink: ProblemSink, state: PluginState): PluginSpec[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) {
+    sink.parse(SECTIONS.plugins, value, ['plugins']);
+    return [];
+  }
+  state.declaredCount = value.length;
+  return value.map((entry: unknown, i): PluginSpec => {
+    const path = ['plugins', i];
+    const rawType = stringAt(entry, 'type') ?? '';
+    const rawName = stringAt(entry, 'name') ?? rawType;
+    state.explicitName[i] = stringAt(entry, 'name') !== undefined;
+    // Broken entries stay in the list as placeholders so later indexes still match the file.
+    const placeholder: PluginSpec = { type: rawType, name: rawName, parameters: {} };
+    const spec = sink.parse(pluginSpecSchema, entry, path);
+    if (!spec.ok) {
+      state.invalidNames.add(rawName);
+      return placeholder;
+    }
+    const { type, parameters } = spec.value;
+    const name = spec.value.name ?? type;
+    const def = registry.get(type);
+    if (!def) {
+      sink.error([...path, 'type'], `unknown plugin type "${type}"${didYouMean(type, registry.types())}`);
+      state.invalidNames.add(name);
+      return { type, name, parameters: parameters ?? {} };
+    }
+    const params = sink.parse(def.params, parameters ?? {}, [...path, 'parameters'], `plugin "${name}" (${type}): `);
+    if (!params.ok) {
+      state.invalidNames.add(name);
+      return { type, name, parameters: parameters ?? {} };
+    }
+    return { type, name, parameters: (params.value ?? {}) as Record<string, unknown> };
+  });
+}
+
+function parseProfiles(value: unknown, sink: ProblemSink): SchedulingProfileConfig[] {
+  if (value === undefined) return [];
+  if (!Array.isArray(value)) {
+    sink.parse(SECTIONS.schedulingProfiles, value, ['schedulingProfiles']);
+    return [];
+  }
+  return value.map((entry: unknown, i): SchedulingProfileConfig => {
+    const parsed = sink.parse(schedulingProfileSchema, entry, ['schedulingProfiles', i]);
+    // A placeholder without plugin refs keeps indexes aligned and adds no follow-up errors.
+    return parsed.ok ? parsed.value : { name: stringAt(entry, 'name') ?? '', plugins: [], saturationFilter: false };
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cross-reference checks (after ensure, so injected plugins count as declared)
+
+const KIND_NAMES: Record<PluginKind, string> = {
+  filter: 'filter',
+  scorer: 'scorer',
+  picker: 'picker',
+  profileHandler: 'profile handler',
+  saturationDetector: 'saturation detector',
+  decider: 'decider',
+  fairnessPolicy: 'fairness policy',
+  orderingPolicy: 'ordering policy',
+  usageLimitPolicy: 'usage-limit policy',
+};
+
+function checkReferences(
+  config: SluiceConfig,
+  registry: PluginRegistry,
+  sink: ProblemSink,
+  state: PluginState,
+  flowControlValid: boolean,
+  detectorRefPath: PathSegment[],
+): void {
+  const byName = new Map<string, { spec: PluginSpec; index: number }>();
+  config.plugins.forEach((spec, index) => {
+    const namePath = ['plugins', index, state.explicitName[index] ? 'name' : 'type'];
+    if (index >= state.declaredCount && !registry.has(spec.type)) {
+      sink.error(['plugins'], `injected plugin type "${spec.type}" is not registered (internal error)`);
+    }
+    if (spec.name === '') return;
+    const first = byName.get(spec.name);
+    if (first) {
+      const where = first.index < state.declaredCount ? ` (first declared at plugins[${first.index}])` : '';
+      sink.error(namePath, `duplicate plugin name "${spec.name}"${where}`);
+    } else byName.set(spec.name, { spec, index });
+  });
+  const names = [...byName.keys()];
+
+  /** Resolves a ref; reports a dangling ref or a wrong kind. Returns the plugin if usable. */
+  const resolve = (ref: string, path: PathSegment[], kinds: PluginKind[], usage: string): PluginSpec | undefined => {
+    const target = byName.get(ref);
+    if (!target) {
+      if (!state.invalidNames.has(ref)) sink.error(path, `no plugin named "${ref}" is declared${didYouMean(ref, names)}`);
+      return undefined;
+    }
+    const { spec } = target;
+    if (state.invalidNames.has(spec.name) || !registry.has(spec.type)) return undefined;
+    if (!kinds.some((k) => registry.is(spec.type, k))) {
+      const wanted = kinds.map((k) => KIND_NAMES[k]);
+      const list = wanted.length > 1 ? `${wanted.slice(0, -1).join(', ')} or ${wanted[wanted.length - 1]}` : wanted[0]!;
+      sink.error(path, `plugin "${spec.name}" (${spec.type}) cannot be used as ${usage}: it is not a ${list}`);
+      return undefined;
+    }
+    return spec;
+  };
+
+  // Profiles
+  const profileNames = new Map<string, number>();
+  config.schedulingProfiles.forEach((profile, p) => {
+    if (profile.name !== '') {
+      const first = profileNames.get(profile.name);
+      if (first !== undefined) {
+        sink.error(['schedulingProfiles', p, 'name'], `duplicate profile name "${profile.name}" (first declared at schedulingProfiles[${first}])`);
+      } else profileNames.set(profile.name, p);
+    }
+    let picker: string | undefined;
+    profile.plugins.forEach((ref, r) => {
+      const path = ['schedulingProfiles', p, 'plugins', r, 'pluginRef'];
+      const spec = resolve(ref.pluginRef, path, ['filter', 'scorer', 'picker'], `a profile plugin`);
+      if (!spec || !registry.is(spec.type, 'picker')) return;
+      if (picker !== undefined) {
+        sink.error(path, `profile "${profile.name}" has more than one picker ("${picker}" and "${spec.name}")`);
+      } else picker = spec.name;
+    });
+  });
+
+  // Profile handlers
+  const handlers = config.plugins
+    .map((spec, index) => ({ spec, index }))
+    .filter(({ spec }) => registry.is(spec.type, 'profileHandler'));
+  handlers.slice(1).forEach(({ spec, index }) => {
+    sink.error(
+      ['plugins', index, 'type'],
+      `more than one profile handler ("${handlers[0]!.spec.name}" and "${spec.name}"); at most one is allowed`,
+    );
+  });
+  const profileCount = config.schedulingProfiles.length;
+  for (const { spec, index } of handlers) {
+    if (spec.type === 'single-profile-handler' && profileCount > 1) {
+      sink.error(
+        ['plugins', index, 'type'],
+        `single-profile-handler "${spec.name}" cannot run ${profileCount} profiles; use a handler that chooses between profiles (e.g. disagg-profile-handler) or keep one profile`,
+      );
+    }
+  }
+  if (handlers.length === 0 && profileCount > 1) {
+    sink.error(
+      ['schedulingProfiles'],
+      `${profileCount} profiles but no profile handler plugin; declare one that chooses between them (e.g. disagg-profile-handler)`,
+    );
+  }
+
+  // Flow control (skipped when the block itself is broken: already reported)
+  if (!flowControlValid) return;
+  const fc = config.flowControl;
+  resolve(fc.saturationDetector.pluginRef, detectorRefPath, ['saturationDetector'], 'the saturation detector');
+  resolve(fc.usageLimitPolicyPluginRef, ['flowControl', 'usageLimitPolicyPluginRef'], ['usageLimitPolicy'], 'the usage-limit policy');
+  const bands: [PathSegment[], { fairnessPolicyRef: string; orderingPolicyRef: string }][] = [
+    [['flowControl', 'defaultPriorityBand'], fc.defaultPriorityBand],
+    ...(fc.defaultNegativePriorityBand
+      ? [[['flowControl', 'defaultNegativePriorityBand'], fc.defaultNegativePriorityBand] as [PathSegment[], typeof fc.defaultPriorityBand]]
+      : []),
+    ...fc.priorityBands.map((b, i): [PathSegment[], typeof b] => [['flowControl', 'priorityBands', i], b]),
+  ];
+  for (const [path, band] of bands) {
+    resolve(band.fairnessPolicyRef, [...path, 'fairnessPolicyRef'], ['fairnessPolicy'], 'a fairness policy');
+    resolve(band.orderingPolicyRef, [...path, 'orderingPolicyRef'], ['orderingPolicy'], 'an ordering policy');
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warnings
+
+function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sink: ProblemSink): void {
+  if (raw.apiVersion === DEPRECATED_API_VERSION) {
+    sink.warn(['apiVersion'], `apiVersion ${DEPRECATED_API_VERSION} is deprecated; use ${API_VERSION}`);
+  }
+  if (raw.saturationDetector !== undefined) {
+    const nested = isPlainObject(raw.flowControl) && raw.flowControl.saturationDetector !== undefined;
+    sink.warn(
+      ['saturationDetector'],
+      nested
+        ? 'deprecated location, ignored because flowControl.saturationDetector is set'
+        : 'deprecated location; move it to flowControl.saturationDetector',
+      true,
+    );
+  }
+  if (raw.dataLayer !== undefined) {
+    sink.warn(['dataLayer'], 'ignored: Sluice scrapes each endpoint\'s metrics as configured in pool.metrics', true);
+  }
+  if (raw.requestHandler !== undefined) {
+    sink.warn(['requestHandler'], 'ignored: Sluice parses OpenAI requests itself', true);
+  }
+  if (raw.parser !== undefined) sink.warn(['parser'], 'ignored: Sluice parses OpenAI requests itself', true);
+  const rawFlowControl = raw.flowControl;
+  if (isPlainObject(rawFlowControl)) {
+    if (rawFlowControl.enableEviction === true) {
+      sink.warn(['flowControl', 'enableEviction'], 'in-flight eviction is not supported by Sluice; ignored');
+    }
+    const settings = Object.keys(rawFlowControl).filter((k) => k !== 'saturationDetector');
+    if (!featureEnabled(config, 'flowControl') && settings.length > 0) {
+      sink.warn(
+        ['flowControl'],
+        `flow control is disabled by featureGates, so ${settings.join(', ')} ${settings.length === 1 ? 'is' : 'are'} ignored (only saturationDetector is used)`,
+        true,
+      );
+    }
+  }
+}

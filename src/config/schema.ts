@@ -1,0 +1,546 @@
+/**
+ * Strict zod schema of the raw configuration file (SPEC §3): an llm-d `EndpointPickerConfig` plus
+ * Sluice's `server`, `pool` and `objectives`. Parsing fills the static defaults (reference §1.5) and
+ * converts durations to ms and quantities to integers; the "ensure" step (defaults.ts) and the
+ * cross-reference checks (load.ts) come after. Every object is strict: unknown keys are errors.
+ */
+import { isIP } from 'node:net';
+import { z } from 'zod';
+import type {
+  EndpointConfig,
+  FlowControlConfig,
+  Objective,
+  PoolConfig,
+  PriorityBandConfig,
+  ProfilePluginRef,
+  SchedulingProfileConfig,
+  ServerConfig,
+} from './types.js';
+import { parseDuration, parseQuantity } from './units.js';
+
+export const API_VERSION = 'llm-d.ai/v1alpha1';
+/** GIE's apiVersion: still accepted, with a deprecation warning. */
+export const DEPRECATED_API_VERSION = 'inference.networking.x-k8s.io/v1alpha1';
+export const CONFIG_KIND = 'EndpointPickerConfig';
+
+export const DEFAULT_FAIRNESS_POLICY = 'global-strict-fairness-policy';
+export const DEFAULT_ORDERING_POLICY = 'fcfs-ordering-policy';
+export const DEFAULT_USAGE_LIMIT_POLICY = 'static-usage-limit-policy';
+export const DEFAULT_SATURATION_DETECTOR = 'utilization-detector';
+export const DEFAULT_BAND_MAX_BYTES = 1_000_000_000;
+export const DEFAULT_BAND_MAX_REQUESTS = 5000;
+export const DEFAULT_REQUEST_TTL_MS = 60_000;
+
+/**
+ * Known feature gates and their defaults. Sluice turns flow control on by default (SPEC §6);
+ * `haPopulateNonLeaderDatastore` is llm-d's other gate, accepted (and meaningless here) so llm-d
+ * configs load unchanged.
+ */
+export const FEATURE_GATE_DEFAULTS: Readonly<Record<string, boolean>> = {
+  flowControl: true,
+  haPopulateNonLeaderDatastore: true,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Suggestions
+
+export function levenshtein(a: string, b: string): number {
+  const prev = new Array<number>(b.length + 1);
+  for (let j = 0; j <= b.length; j++) prev[j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    let diag = prev[0]!;
+    prev[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const up = prev[j]!;
+      prev[j] = Math.min(up + 1, prev[j - 1]! + 1, diag + (a[i - 1] === b[j - 1] ? 0 : 1));
+      diag = up;
+    }
+  }
+  return prev[b.length]!;
+}
+
+/** The candidate closest to `word`, if it is close enough to be a plausible typo. */
+export function closestMatch(word: string, candidates: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  const lower = word.toLowerCase();
+  for (const candidate of candidates) {
+    // Case-only differences count as near-perfect matches ("metricsport" → "metricsPort").
+    const d = candidate.toLowerCase() === lower ? 0.5 : levenshtein(lower, candidate.toLowerCase());
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = candidate;
+    }
+  }
+  const limit = Math.max(2, Math.floor(word.length / 3));
+  return best !== undefined && bestDistance <= limit ? best : undefined;
+}
+
+/** ` (did you mean "x"?)` or '' when nothing is close. */
+export function didYouMean(word: string, candidates: readonly string[]): string {
+  const match = closestMatch(word, candidates);
+  return match === undefined ? '' : ` (did you mean "${match}"?)`;
+}
+
+/** Short human description of a value for error messages. */
+export function describeValue(v: unknown): string {
+  if (v === undefined) return 'nothing';
+  if (v === null) return 'null';
+  if (typeof v === 'string') return `string ${JSON.stringify(v)}`;
+  if (typeof v === 'number') {
+    if (Number.isNaN(v)) return '.nan';
+    if (!Number.isFinite(v)) return v > 0 ? '.inf' : '-.inf';
+    return `number ${v}`;
+  }
+  if (typeof v === 'boolean') return `boolean ${v}`;
+  if (Array.isArray(v)) return 'a list';
+  if (typeof v === 'object') return 'a mapping';
+  return typeof v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unit fields
+
+const REQUIRED = 'required key is missing';
+
+/** A duration string ("200ms", "1.5s"); `0` is accepted as a number too. Output: milliseconds. */
+export function durationField(opts: { positive?: boolean } = {}) {
+  return z.unknown().transform((v, ctx): number => {
+    if (v === undefined) {
+      ctx.addIssue({ code: 'custom', message: REQUIRED, input: v });
+      return z.NEVER;
+    }
+    let ms: number;
+    if (v === 0) ms = 0;
+    else if (typeof v !== 'string') {
+      ctx.addIssue({
+        code: 'custom',
+        message: `expected a duration string with a unit, e.g. "200ms", "1.5s", "5m"; got ${describeValue(v)}`,
+        input: v,
+      });
+      return z.NEVER;
+    } else {
+      try {
+        ms = parseDuration(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: (err as Error).message, input: v });
+        return z.NEVER;
+      }
+    }
+    if (opts.positive && ms <= 0) {
+      ctx.addIssue({ code: 'custom', message: 'must be greater than 0s', input: v });
+      return z.NEVER;
+    }
+    return ms;
+  });
+}
+
+/** A Kubernetes quantity ("16Mi", "1G", "5000" or a number). Output: a non-negative integer. */
+export function quantityField(opts: { positive?: boolean } = {}) {
+  return z.unknown().transform((v, ctx): number => {
+    if (v === undefined) {
+      ctx.addIssue({ code: 'custom', message: REQUIRED, input: v });
+      return z.NEVER;
+    }
+    if (typeof v !== 'string' && typeof v !== 'number') {
+      ctx.addIssue({
+        code: 'custom',
+        message: `expected a quantity such as 5000, "500M" or "16Mi"; got ${describeValue(v)}`,
+        input: v,
+      });
+      return z.NEVER;
+    }
+    let n: number;
+    try {
+      n = parseQuantity(v);
+    } catch (err) {
+      ctx.addIssue({ code: 'custom', message: (err as Error).message, input: v });
+      return z.NEVER;
+    }
+    if (opts.positive && n <= 0) {
+      ctx.addIssue({ code: 'custom', message: 'must be greater than 0', input: v });
+      return z.NEVER;
+    }
+    return n;
+  });
+}
+
+/** Listening ports: 0 means "any free port" (tests use ephemeral ports). */
+const listenPort = z.number().int().min(0).max(65535);
+/** Ports we connect to. */
+const targetPort = z.number().int().min(1).max(65535);
+
+const HOSTNAME = /^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$/;
+
+/** Endpoint address: a host name, IPv4 or IPv6 address (brackets optional), without port or scheme. */
+const addressField = z.string().superRefine((v, ctx) => {
+  if (v.includes('://')) {
+    ctx.addIssue({ code: 'custom', message: `must be a host name or IP address, not a URL (got "${v}")` });
+    return;
+  }
+  const unbracketed = v.startsWith('[') && v.endsWith(']') ? v.slice(1, -1) : v;
+  if (isIP(unbracketed) === 6) return;
+  if (/^[^:]+:\d+$/.test(v)) {
+    ctx.addIssue({ code: 'custom', message: `must not include a port (got "${v}"); set "port" instead` });
+    return;
+  }
+  if (!HOSTNAME.test(v)) ctx.addIssue({ code: 'custom', message: `not a valid host name or IP address: "${v}"` });
+});
+
+// ---------------------------------------------------------------------------------------------
+// server
+
+export const upstreamSchema = z
+  .strictObject({
+    connectTimeout: durationField({ positive: true }).prefault('5s'),
+    headersTimeout: durationField({ positive: true }).prefault('5m'),
+    bodyTimeout: durationField({ positive: true }).prefault('5m'),
+    retries: z.number().int().min(0).default(2),
+    connections: z.number().int().min(1).default(128),
+  })
+  .prefault({});
+
+export const serverSchema = z
+  .strictObject({
+    host: z.string().min(1).default('0.0.0.0'),
+    port: listenPort.default(8080),
+    metricsPort: listenPort.default(9090),
+    bodyLimit: quantityField({ positive: true }).prefault('16Mi'),
+    shutdownGracePeriod: durationField().prefault('30s'),
+    upstream: upstreamSchema,
+  })
+  .transform((server, ctx): ServerConfig => {
+    if (server.port !== 0 && server.port === server.metricsPort) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `must differ from server.port (both are ${server.port})`,
+        path: ['metricsPort'],
+        input: server.metricsPort,
+      });
+    }
+    return server;
+  })
+  .prefault({});
+
+// ---------------------------------------------------------------------------------------------
+// pool
+
+export const endpointSchema = z.strictObject({
+  name: z.string().min(1),
+  address: addressField,
+  port: targetPort.optional(),
+  labels: z.record(z.string(), z.string()).default({}),
+});
+
+export const poolMetricsSchema = z
+  .strictObject({
+    path: z
+      .string()
+      .refine((p) => p.startsWith('/'), { message: 'must start with "/"' })
+      .default('/metrics'),
+    interval: durationField({ positive: true }).prefault('50ms'),
+    timeout: durationField({ positive: true }).prefault('1s'),
+  })
+  .prefault({});
+
+function normalizedAddress(address: string): string {
+  const unbracketed = address.startsWith('[') && address.endsWith(']') ? address.slice(1, -1) : address;
+  return unbracketed.toLowerCase();
+}
+
+export const poolSchema = z
+  .strictObject({
+    name: z.string().min(1).default('default-pool'),
+    targetPort: targetPort.default(8000),
+    metrics: poolMetricsSchema,
+    endpoints: z.array(endpointSchema).default([]),
+  })
+  .transform((pool, ctx): PoolConfig => {
+    const byName = new Map<string, number>();
+    const byHostPort = new Map<string, number>();
+    const endpoints: EndpointConfig[] = pool.endpoints.map((e, i) => {
+      const port = e.port ?? pool.targetPort;
+      const firstName = byName.get(e.name);
+      if (firstName !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `duplicate endpoint name "${e.name}" (first used by pool.endpoints[${firstName}])`,
+          path: ['endpoints', i, 'name'],
+          input: e.name,
+        });
+      } else byName.set(e.name, i);
+      const hostPort = `${normalizedAddress(e.address)}|${port}`;
+      const firstHostPort = byHostPort.get(hostPort);
+      if (firstHostPort !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `duplicate address ${e.address} port ${port} (already endpoint "${pool.endpoints[firstHostPort]!.name}")`,
+          path: ['endpoints', i, 'address'],
+          input: e.address,
+        });
+      } else byHostPort.set(hostPort, i);
+      return { name: e.name, address: e.address, port, labels: e.labels };
+    });
+    return { name: pool.name, targetPort: pool.targetPort, metrics: pool.metrics, endpoints };
+  })
+  .prefault({});
+
+// ---------------------------------------------------------------------------------------------
+// objectives, feature gates
+
+export const objectivesSchema = z
+  .array(z.strictObject({ name: z.string().min(1), priority: z.number().int() }))
+  .transform((objectives, ctx): Objective[] => {
+    const seen = new Map<string, number>();
+    objectives.forEach((o, i) => {
+      const first = seen.get(o.name);
+      if (first !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `duplicate objective name "${o.name}" (first used by objectives[${first}])`,
+          path: [i, 'name'],
+          input: o.name,
+        });
+      } else seen.set(o.name, i);
+    });
+    return objectives;
+  })
+  .default([]);
+
+export type FeatureGateEntry = { name: string; enabled: boolean };
+
+/** Parses `name`, `name=true` or `name=false` (value case-insensitive); an Error explains a bad one. */
+export function parseFeatureGate(entry: string): FeatureGateEntry | Error {
+  const eq = entry.indexOf('=');
+  const name = (eq === -1 ? entry : entry.slice(0, eq)).trim();
+  const value = eq === -1 ? 'true' : entry.slice(eq + 1).trim().toLowerCase();
+  const known = Object.keys(FEATURE_GATE_DEFAULTS);
+  if (!known.includes(name)) {
+    return new Error(`unknown feature gate "${name}"${didYouMean(name, known)}; known gates: ${known.join(', ')}`);
+  }
+  if (value !== 'true' && value !== 'false') {
+    return new Error(`feature gate "${name}" has value "${entry.slice(eq + 1)}"; expected true or false`);
+  }
+  return { name, enabled: value === 'true' };
+}
+
+export const featureGatesSchema = z
+  .array(z.string())
+  .transform((gates, ctx): string[] => {
+    gates.forEach((gate, i) => {
+      const parsed = parseFeatureGate(gate);
+      if (parsed instanceof Error) ctx.addIssue({ code: 'custom', message: parsed.message, path: [i], input: gate });
+    });
+    return gates;
+  })
+  .default([]);
+
+// ---------------------------------------------------------------------------------------------
+// plugins, profiles
+
+export const pluginSpecSchema = z.strictObject({
+  type: z.string().min(1),
+  name: z.string().min(1).optional(),
+  parameters: z.record(z.string(), z.unknown()).optional(),
+});
+export type RawPluginSpec = z.output<typeof pluginSpecSchema>;
+
+export const profilePluginRefSchema = z
+  .strictObject({
+    pluginRef: z.string().min(1),
+    weight: z.number().min(0).optional(),
+  })
+  .transform((ref): ProfilePluginRef => (ref.weight === undefined ? { pluginRef: ref.pluginRef } : ref));
+
+export const schedulingProfileSchema = z
+  .strictObject({
+    name: z.string().min(1),
+    plugins: z.array(profilePluginRefSchema).default([]),
+    saturationFilter: z.boolean().optional(),
+  })
+  .transform(
+    (p): SchedulingProfileConfig =>
+      p.saturationFilter === undefined
+        ? { name: p.name, plugins: p.plugins }
+        : { name: p.name, plugins: p.plugins, saturationFilter: p.saturationFilter },
+  );
+
+// ---------------------------------------------------------------------------------------------
+// flowControl
+
+type BandTemplate = Omit<PriorityBandConfig, 'priority'>;
+
+const bandFields = {
+  // "0" or omitted → the default: per-band limits are always bounded (reference §1.5).
+  maxBytes: quantityField().optional(),
+  maxRequests: quantityField().optional(),
+  fairnessPolicyRef: z.string().min(1).default(DEFAULT_FAIRNESS_POLICY),
+  orderingPolicyRef: z.string().min(1).default(DEFAULT_ORDERING_POLICY),
+};
+
+function bandTemplate(b: {
+  maxBytes?: number | undefined;
+  maxRequests?: number | undefined;
+  fairnessPolicyRef: string;
+  orderingPolicyRef: string;
+}): BandTemplate {
+  return {
+    maxBytes: b.maxBytes || DEFAULT_BAND_MAX_BYTES,
+    maxRequests: b.maxRequests || DEFAULT_BAND_MAX_REQUESTS,
+    fairnessPolicyRef: b.fairnessPolicyRef,
+    orderingPolicyRef: b.orderingPolicyRef,
+  };
+}
+
+/** `defaultPriorityBand` / `defaultNegativePriorityBand`: a `priority` there is accepted and ignored. */
+export const bandTemplateSchema = z
+  .strictObject({ priority: z.number().int().optional(), ...bandFields })
+  .transform((b): BandTemplate => bandTemplate(b));
+
+export const priorityBandSchema = z
+  .strictObject({ priority: z.number().int(), ...bandFields })
+  .transform((b): PriorityBandConfig => ({ priority: b.priority, ...bandTemplate(b) }));
+
+export const saturationDetectorRefSchema = z.strictObject({ pluginRef: z.string().default('') });
+
+/** The flowControl block before "ensure": the detector ref may still be unset. */
+export type FlowControlSection = Omit<FlowControlConfig, 'saturationDetector'> & {
+  saturationDetector?: { pluginRef: string };
+};
+
+export const flowControlSchema = z
+  .strictObject({
+    maxBytes: quantityField().prefault(0),
+    maxRequests: quantityField().prefault(0),
+    defaultRequestTTL: durationField().optional(),
+    noEndpointRequestTTL: durationField().optional(),
+    defaultPriorityBand: bandTemplateSchema.prefault({}),
+    defaultNegativePriorityBand: bandTemplateSchema.optional(),
+    priorityBands: z.array(priorityBandSchema).default([]),
+    usageLimitPolicyPluginRef: z.string().default(''),
+    saturationDetector: saturationDetectorRefSchema.optional(),
+    /** llm-d's in-flight eviction (alpha); accepted for compatibility, not implemented (warning). */
+    enableEviction: z.boolean().optional(),
+  })
+  .transform((fc, ctx): FlowControlSection => {
+    const seen = new Map<number, number>();
+    fc.priorityBands.forEach((band, i) => {
+      const first = seen.get(band.priority);
+      if (first !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `duplicate band priority ${band.priority} (first used by flowControl.priorityBands[${first}])`,
+          path: ['priorityBands', i, 'priority'],
+          input: band.priority,
+        });
+      } else seen.set(band.priority, i);
+    });
+    const defaultRequestTTL = fc.defaultRequestTTL ?? DEFAULT_REQUEST_TTL_MS;
+    const section: FlowControlSection = {
+      maxBytes: fc.maxBytes,
+      maxRequests: fc.maxRequests,
+      defaultRequestTTL,
+      // Follows defaultRequestTTL when only that is set (reference §1.5).
+      noEndpointRequestTTL: fc.noEndpointRequestTTL ?? defaultRequestTTL,
+      defaultPriorityBand: fc.defaultPriorityBand,
+      priorityBands: fc.priorityBands,
+      usageLimitPolicyPluginRef: fc.usageLimitPolicyPluginRef || DEFAULT_USAGE_LIMIT_POLICY,
+    };
+    if (fc.defaultNegativePriorityBand) section.defaultNegativePriorityBand = fc.defaultNegativePriorityBand;
+    if (fc.saturationDetector) section.saturationDetector = fc.saturationDetector;
+    return section;
+  })
+  .prefault({});
+
+// ---------------------------------------------------------------------------------------------
+// The whole file
+
+/** llm-d blocks Sluice accepts for compatibility but does not use (a warning says so). */
+const opaqueBlock = z.record(z.string(), z.unknown());
+
+export const rawConfigSchema = z.strictObject({
+  apiVersion: z.enum([API_VERSION, DEPRECATED_API_VERSION]).default(API_VERSION),
+  kind: z.literal(CONFIG_KIND).default(CONFIG_KIND),
+  server: serverSchema,
+  pool: poolSchema,
+  objectives: objectivesSchema,
+  featureGates: featureGatesSchema,
+  plugins: z.array(pluginSpecSchema).default([]),
+  schedulingProfiles: z.array(schedulingProfileSchema).default([]),
+  flowControl: flowControlSchema,
+  /** Deprecated location of flowControl.saturationDetector (llm-d-router #1247). */
+  saturationDetector: saturationDetectorRefSchema.optional(),
+  dataLayer: opaqueBlock.optional(),
+  requestHandler: opaqueBlock.optional(),
+  parser: opaqueBlock.optional(),
+});
+
+export type RawConfig = z.output<typeof rawConfigSchema>;
+export type RawConfigKey = keyof typeof rawConfigSchema.shape;
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+const TYPE_NAMES: Record<string, string> = {
+  string: 'a string',
+  number: 'a number',
+  int: 'an integer',
+  boolean: 'true or false',
+  array: 'a list',
+  object: 'a mapping',
+  record: 'a mapping',
+};
+
+interface IssueLike {
+  code?: string;
+  expected?: string;
+  input?: unknown;
+  origin?: string;
+  minimum?: number | bigint;
+  maximum?: number | bigint;
+  inclusive?: boolean;
+  values?: readonly unknown[];
+  message?: string;
+}
+
+/**
+ * zod error map giving config-style messages ("expected an integer, got string \"8080\"").
+ * Pass it as `safeParse(v, { error: configIssueMessage, reportInput: true })`; messages a schema
+ * sets itself still win, so plugin authors can phrase their own.
+ */
+export function configIssueMessage(issue: IssueLike): string | undefined {
+  switch (issue.code) {
+    case 'invalid_type': {
+      if (issue.input === undefined) return REQUIRED;
+      const expected = TYPE_NAMES[issue.expected ?? ''] ?? issue.expected ?? 'another type';
+      if (typeof issue.input === 'number' && !Number.isFinite(issue.input) && issue.expected === 'number') {
+        return `expected a finite number, got ${describeValue(issue.input)}`;
+      }
+      return `expected ${expected}, got ${describeValue(issue.input)}`;
+    }
+    case 'too_small': {
+      const min = Number(issue.minimum);
+      if (issue.origin === 'string') return min <= 1 ? 'must not be empty' : `must be at least ${min} characters`;
+      if (issue.origin === 'array') return `must have at least ${min} item${min === 1 ? '' : 's'}`;
+      if (issue.inclusive === false) return `must be greater than ${min}`;
+      return `must be >= ${min}, got ${describeValue(issue.input)}`;
+    }
+    case 'too_big': {
+      const max = Number(issue.maximum);
+      if (issue.origin === 'string') return `must be at most ${max} characters`;
+      if (issue.origin === 'array') return `must have at most ${max} items`;
+      if (issue.inclusive === false) return `must be less than ${max}`;
+      return `must be <= ${max}, got ${describeValue(issue.input)}`;
+    }
+    case 'invalid_value': {
+      const values = (issue.values ?? []).map((v) => JSON.stringify(v));
+      return values.length === 1
+        ? `must be ${values[0]}, got ${describeValue(issue.input)}`
+        : `must be one of ${values.join(', ')}; got ${describeValue(issue.input)}`;
+    }
+    case 'invalid_union':
+      return `has an unsupported form (${describeValue(issue.input)})`;
+    default:
+      return undefined;
+  }
+}

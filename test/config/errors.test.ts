@@ -1,0 +1,415 @@
+/** Every error path of the loader, asserting the exact `FILE:LINE:COL: path: message` line. */
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, test } from 'node:test';
+import { ConfigError, formatPath, loadConfigFile, loadConfigText } from '../../src/config/load.js';
+import { problems, registry, yaml } from './helpers.js';
+
+describe('syntax and shape', () => {
+  test('YAML syntax error with its position', () => {
+    assert.deepEqual(problems(yaml('server:', '  port: 8080', ' metricsPort: 9090')), [
+      'c.yaml:3:1: YAML syntax error: All mapping items must start at the same column',
+    ]);
+  });
+
+  test('duplicate YAML keys', () => {
+    assert.deepEqual(problems(yaml('server:', '  port: 1', '  port: 2')), [
+      'c.yaml:3:3: YAML syntax error: Map keys must be unique',
+    ]);
+  });
+
+  test('top level must be a mapping', () => {
+    assert.deepEqual(problems(yaml('- a', '- b')), ['c.yaml:1:1: expected a mapping (an EndpointPickerConfig), got a list']);
+  });
+
+  test('wrong type points at the value', () => {
+    assert.deepEqual(problems(yaml('server:', '  port: "8080"')), [
+      'c.yaml:2:9: server.port: expected a number, got string "8080"',
+    ]);
+  });
+
+  test('out-of-range and non-integer numbers', () => {
+    assert.deepEqual(problems(yaml('server:', '  port: 70000', '  metricsPort: 1.5')), [
+      'c.yaml:2:9: server.port: must be <= 65535, got number 70000',
+      'c.yaml:3:16: server.metricsPort: expected an integer, got number 1.5',
+    ]);
+  });
+
+  test('unknown key points at the key and suggests the closest valid one', () => {
+    assert.deepEqual(problems(yaml('server:', '  metricPort: 9090')), [
+      'c.yaml:2:3: server.metricPort: unknown key "metricPort" (did you mean "metricsPort"?)',
+    ]);
+    assert.deepEqual(problems(yaml('schedulingProfile: []')), [
+      'c.yaml:1:1: schedulingProfile: unknown key "schedulingProfile" (did you mean "schedulingProfiles"?)',
+    ]);
+  });
+
+  test('unknown key without a close match lists the valid keys', () => {
+    assert.deepEqual(problems(yaml('pool:', '  metrics: { zzz: 1 }')), [
+      'c.yaml:2:14: pool.metrics.zzz: unknown key "zzz" (valid keys: path, interval, timeout)',
+    ]);
+  });
+
+  test('missing required key points at the parent mapping', () => {
+    assert.deepEqual(problems(yaml('pool:', '  endpoints:', '  - name: a', '    port: 8001')), [
+      'c.yaml:3:5: pool.endpoints[0].address: required key is missing',
+    ]);
+  });
+
+  test('wrong apiVersion and kind', () => {
+    assert.deepEqual(problems(yaml('apiVersion: config.x-k8s.io/v1alpha1', 'kind: Pod')), [
+      'c.yaml:1:13: apiVersion: must be one of "llm-d.ai/v1alpha1", "inference.networking.x-k8s.io/v1alpha1"; got string "config.x-k8s.io/v1alpha1"',
+      'c.yaml:2:7: kind: must be "EndpointPickerConfig", got string "Pod"',
+    ]);
+  });
+
+  test('JSON goes through the same path, with positions', () => {
+    assert.deepEqual(problems('{"server": {"port": "x", "metricPort": 1}}', 'c.json'), [
+      'c.json:1:21: server.port: expected a number, got string "x"',
+      'c.json:1:26: server.metricPort: unknown key "metricPort" (did you mean "metricsPort"?)',
+    ]);
+  });
+
+  test('lists where mappings are expected and vice versa', () => {
+    assert.deepEqual(problems(yaml('plugins: 3', 'schedulingProfiles: {a: 1}')), [
+      'c.yaml:1:10: plugins: expected a list, got number 3',
+      'c.yaml:2:21: schedulingProfiles: expected a list, got a mapping',
+    ]);
+  });
+});
+
+describe('units', () => {
+  test('bad duration', () => {
+    assert.deepEqual(problems(yaml('flowControl:', '  defaultRequestTTL: 10 seconds')), [
+      'c.yaml:2:22: flowControl.defaultRequestTTL: invalid duration "10 seconds": expected numbers with units (ns, us, ms, s, m, h), e.g. "200ms", "1.5s", "5m", "1h30m"',
+    ]);
+  });
+
+  test('duration given as a bare number', () => {
+    assert.deepEqual(problems(yaml('pool:', '  metrics:', '    interval: 50')), [
+      'c.yaml:3:15: pool.metrics.interval: expected a duration string with a unit, e.g. "200ms", "1.5s", "5m"; got number 50',
+    ]);
+  });
+
+  test('zero where a positive duration is needed', () => {
+    assert.deepEqual(problems(yaml('pool:', '  metrics: { timeout: 0s }')), [
+      'c.yaml:2:23: pool.metrics.timeout: must be greater than 0s',
+    ]);
+  });
+
+  test('bad quantity', () => {
+    assert.deepEqual(problems(yaml('server:', '  bodyLimit: 16MB')), [
+      'c.yaml:2:14: server.bodyLimit: invalid quantity "16MB": expected a non-negative integer with an optional suffix (k, M, G, T, Ki, Mi, Gi, Ti, ...), e.g. "5000", "500M", "16Mi", "1Gi"',
+    ]);
+  });
+
+  test('negative quantities name the field', () => {
+    assert.deepEqual(
+      problems(
+        yaml(
+          'flowControl:',
+          '  maxBytes: -1',
+          '  defaultPriorityBand: { maxBytes: -1Gi }',
+          '  defaultNegativePriorityBand: { maxRequests: "-5" }',
+          '  priorityBands:',
+          '  - { priority: 1, maxBytes: -2 }',
+        ),
+      ),
+      [
+        'c.yaml:2:13: flowControl.maxBytes: invalid quantity -1: must not be negative',
+        'c.yaml:3:36: flowControl.defaultPriorityBand.maxBytes: invalid quantity "-1Gi": must not be negative',
+        'c.yaml:4:47: flowControl.defaultNegativePriorityBand.maxRequests: invalid quantity "-5": must not be negative',
+        'c.yaml:6:30: flowControl.priorityBands[0].maxBytes: invalid quantity -2: must not be negative',
+      ],
+    );
+  });
+});
+
+describe('pool and objectives', () => {
+  test('duplicate endpoint name and address:port', () => {
+    const text = yaml(
+      'pool:',
+      '  targetPort: 8001',
+      '  endpoints:',
+      '  - { name: a, address: 127.0.0.1 }',
+      '  - { name: a, address: 127.0.0.2 }',
+      '  - { name: b, address: 127.0.0.1, port: 8001 }',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:5:13: pool.endpoints[1].name: duplicate endpoint name "a" (first used by pool.endpoints[0])',
+      'c.yaml:6:25: pool.endpoints[2].address: duplicate address 127.0.0.1 port 8001 (already endpoint "a")',
+    ]);
+  });
+
+  test('addresses with a port or a scheme', () => {
+    const text = yaml('pool:', '  endpoints:', '  - { name: a, address: "10.0.0.1:8000" }', '  - { name: b, address: "http://x" }');
+    assert.deepEqual(problems(text), [
+      'c.yaml:3:25: pool.endpoints[0].address: must not include a port (got "10.0.0.1:8000"); set "port" instead',
+      'c.yaml:4:25: pool.endpoints[1].address: must be a host name or IP address, not a URL (got "http://x")',
+    ]);
+  });
+
+  test('label keys that are not identifiers are quoted in the path', () => {
+    const text = yaml('pool:', '  endpoints:', '  - name: a', '    address: x', '    labels: { llm-d.ai/role: 3 }');
+    assert.deepEqual(problems(text), [
+      'c.yaml:5:30: pool.endpoints[0].labels["llm-d.ai/role"]: expected a string, got number 3',
+    ]);
+  });
+
+  test('duplicate objective names', () => {
+    assert.deepEqual(problems(yaml('objectives:', '- { name: a, priority: 1 }', '- { name: a, priority: 2 }')), [
+      'c.yaml:3:11: objectives[1].name: duplicate objective name "a" (first used by objectives[0])',
+    ]);
+  });
+
+  test('server.port and metricsPort must differ', () => {
+    assert.deepEqual(problems(yaml('server: { port: 9000, metricsPort: 9000 }')), [
+      'c.yaml:1:36: server.metricsPort: must differ from server.port (both are 9000)',
+    ]);
+  });
+});
+
+describe('feature gates', () => {
+  test('unknown feature gate with suggestion', () => {
+    assert.deepEqual(problems(yaml('featureGates: ["flowcontrol"]')), [
+      'c.yaml:1:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore',
+    ]);
+  });
+
+  test('bad gate value', () => {
+    assert.deepEqual(problems(yaml('featureGates:', '- flowControl=maybe')), [
+      'c.yaml:2:3: featureGates[0]: feature gate "flowControl" has value "maybe"; expected true or false',
+    ]);
+  });
+});
+
+describe('plugins', () => {
+  test('unknown plugin type with suggestion', () => {
+    assert.deepEqual(problems(yaml('plugins:', '- type: queue-scorr')), [
+      'c.yaml:2:9: plugins[0].type: unknown plugin type "queue-scorr" (did you mean "queue-scorer"?)',
+    ]);
+  });
+
+  test('bad plugin parameter names the plugin', () => {
+    const text = yaml('plugins:', '- name: sat', '  type: utilization-detector', '  parameters:', '    headroom: -1', '    headrom: 1');
+    assert.deepEqual(problems(text), [
+      'c.yaml:5:15: plugins[0].parameters.headroom: plugin "sat" (utilization-detector): must be >= 0, got number -1',
+      'c.yaml:6:5: plugins[0].parameters.headrom: plugin "sat" (utilization-detector): unknown key "headrom" (did you mean "headroom"?)',
+    ]);
+  });
+
+  test('missing plugin type', () => {
+    assert.deepEqual(problems(yaml('plugins:', '- name: x')), ['c.yaml:2:3: plugins[0].type: required key is missing']);
+  });
+
+  test('duplicate plugin name points at the name (or the type when the name is implied)', () => {
+    const text = yaml('plugins:', '- type: queue-scorer', '- type: queue-scorer', '- type: prefix-cache-scorer', '  name: queue-scorer');
+    assert.deepEqual(problems(text), [
+      'c.yaml:3:9: plugins[1].type: duplicate plugin name "queue-scorer" (first declared at plugins[0])',
+      'c.yaml:5:9: plugins[2].name: duplicate plugin name "queue-scorer" (first declared at plugins[0])',
+    ]);
+  });
+
+  test('more than one profile handler', () => {
+    const text = yaml('plugins:', '- type: single-profile-handler', '- type: disagg-profile-handler');
+    assert.deepEqual(problems(text), [
+      'c.yaml:3:9: plugins[1].type: more than one profile handler ("single-profile-handler" and "disagg-profile-handler"); at most one is allowed',
+    ]);
+  });
+});
+
+describe('profiles and references', () => {
+  test('dangling pluginRef with suggestion', () => {
+    const text = yaml('plugins:', '- type: queue-scorer', 'schedulingProfiles:', '- name: default', '  plugins:', '  - pluginRef: queue-scorr');
+    assert.deepEqual(problems(text), [
+      'c.yaml:6:16: schedulingProfiles[0].plugins[0].pluginRef: no plugin named "queue-scorr" is declared (did you mean "queue-scorer"?)',
+    ]);
+  });
+
+  test('refs to a plugin whose declaration is broken are not reported twice', () => {
+    const text = yaml('plugins:', '- type: queue-scorr', 'schedulingProfiles:', '- name: default', '  plugins:', '  - pluginRef: queue-scorr');
+    assert.deepEqual(problems(text), [
+      'c.yaml:2:9: plugins[0].type: unknown plugin type "queue-scorr" (did you mean "queue-scorer"?)',
+    ]);
+  });
+
+  test('wrong-kind refs', () => {
+    const text = yaml(
+      'plugins:',
+      '- type: queue-scorer',
+      'schedulingProfiles:',
+      '- name: default',
+      '  plugins:',
+      '  - pluginRef: fcfs-ordering-policy',
+      'flowControl:',
+      '  saturationDetector: { pluginRef: queue-scorer }',
+      '  usageLimitPolicyPluginRef: queue-scorer',
+      '  priorityBands:',
+      '  - { priority: 1, fairnessPolicyRef: fcfs-ordering-policy }',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:6:16: schedulingProfiles[0].plugins[0].pluginRef: plugin "fcfs-ordering-policy" (fcfs-ordering-policy) cannot be used as a profile plugin: it is not a filter, scorer or picker',
+      'c.yaml:8:36: flowControl.saturationDetector.pluginRef: plugin "queue-scorer" (queue-scorer) cannot be used as the saturation detector: it is not a saturation detector',
+      'c.yaml:9:30: flowControl.usageLimitPolicyPluginRef: plugin "queue-scorer" (queue-scorer) cannot be used as the usage-limit policy: it is not a usage-limit policy',
+      'c.yaml:11:39: flowControl.priorityBands[0].fairnessPolicyRef: plugin "fcfs-ordering-policy" (fcfs-ordering-policy) cannot be used as a fairness policy: it is not a fairness policy',
+    ]);
+  });
+
+  test('a detector other than the default must be declared', () => {
+    assert.deepEqual(problems(yaml('flowControl:', '  saturationDetector:', '    pluginRef: sat')), [
+      'c.yaml:3:16: flowControl.saturationDetector.pluginRef: no plugin named "sat" is declared',
+    ]);
+  });
+
+  test('two pickers in one profile', () => {
+    const text = yaml(
+      'plugins:',
+      '- type: max-score-picker',
+      '- type: random-picker',
+      'schedulingProfiles:',
+      '- name: default',
+      '  plugins:',
+      '  - pluginRef: max-score-picker',
+      '  - pluginRef: random-picker',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:8:16: schedulingProfiles[0].plugins[1].pluginRef: profile "default" has more than one picker ("max-score-picker" and "random-picker")',
+    ]);
+  });
+
+  test('duplicate profile names', () => {
+    const text = yaml(
+      'plugins:',
+      '- type: disagg-profile-handler',
+      '- type: queue-scorer',
+      'schedulingProfiles:',
+      '- name: decode',
+      '  plugins: [ { pluginRef: queue-scorer } ]',
+      '- name: decode',
+      '  plugins: [ { pluginRef: queue-scorer } ]',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:7:9: schedulingProfiles[1].name: duplicate profile name "decode" (first declared at schedulingProfiles[0])',
+    ]);
+  });
+
+  test('single-profile-handler with two profiles', () => {
+    const text = yaml(
+      'plugins:',
+      '- type: single-profile-handler',
+      '- type: queue-scorer',
+      'schedulingProfiles:',
+      '- { name: a, plugins: [ { pluginRef: queue-scorer } ] }',
+      '- { name: b, plugins: [ { pluginRef: queue-scorer } ] }',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:2:9: plugins[0].type: single-profile-handler "single-profile-handler" cannot run 2 profiles; use a handler that chooses between profiles (e.g. disagg-profile-handler) or keep one profile',
+    ]);
+  });
+
+  test('several profiles and no handler', () => {
+    const text = yaml(
+      'plugins:',
+      '- type: queue-scorer',
+      'schedulingProfiles:',
+      '- { name: a, plugins: [ { pluginRef: queue-scorer } ] }',
+      '- { name: b, plugins: [ { pluginRef: queue-scorer } ] }',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:4:1: schedulingProfiles: 2 profiles but no profile handler plugin; declare one that chooses between them (e.g. disagg-profile-handler)',
+    ]);
+  });
+
+  test('weight must be a finite number >= 0', () => {
+    const text = yaml(
+      'plugins: [ { type: queue-scorer } ]',
+      'schedulingProfiles:',
+      '- name: default',
+      '  plugins:',
+      '  - { pluginRef: queue-scorer, weight: -1 }',
+      '  - { pluginRef: queue-scorer, weight: .inf }',
+      '  - { pluginRef: queue-scorer, weight: "2" }',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:5:40: schedulingProfiles[0].plugins[0].weight: must be >= 0, got number -1',
+      'c.yaml:6:40: schedulingProfiles[0].plugins[1].weight: expected a finite number, got .inf',
+      'c.yaml:7:40: schedulingProfiles[0].plugins[2].weight: expected a number, got string "2"',
+    ]);
+  });
+
+  test('duplicate band priorities', () => {
+    assert.deepEqual(problems(yaml('flowControl:', '  priorityBands:', '  - priority: 10', '  - priority: 10')), [
+      'c.yaml:4:15: flowControl.priorityBands[1].priority: duplicate band priority 10 (first used by flowControl.priorityBands[0])',
+    ]);
+  });
+});
+
+describe('collection and reporting', () => {
+  test('every problem is collected, sorted by position', () => {
+    const text = yaml(
+      'server:',
+      '  metricPort: 9090',
+      'plugins:',
+      '- type: queue-scorr',
+      '- type: utilization-detector',
+      '  name: sat',
+      '  parameters: { headroom: -1 }',
+      'schedulingProfiles:',
+      '- name: default',
+      '  plugins:',
+      '  - pluginRef: nope',
+      '  - pluginRef: sat',
+      'flowControl:',
+      '  defaultRequestTTL: 5',
+      'featureGates: [flowcontrol]',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:2:3: server.metricPort: unknown key "metricPort" (did you mean "metricsPort"?)',
+      'c.yaml:4:9: plugins[0].type: unknown plugin type "queue-scorr" (did you mean "queue-scorer"?)',
+      'c.yaml:7:27: plugins[1].parameters.headroom: plugin "sat" (utilization-detector): must be >= 0, got number -1',
+      'c.yaml:11:16: schedulingProfiles[0].plugins[0].pluginRef: no plugin named "nope" is declared',
+      'c.yaml:14:22: flowControl.defaultRequestTTL: expected a duration string with a unit, e.g. "200ms", "1.5s", "5m"; got number 5',
+      'c.yaml:15:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore',
+    ]);
+  });
+
+  test('ConfigError carries structured problems and a formatted message', () => {
+    try {
+      loadConfigText('server: { port: x }\n', 'f.yaml', registry);
+      assert.fail('expected a ConfigError');
+    } catch (err) {
+      assert.ok(err instanceof ConfigError);
+      assert.deepEqual(err.problems, [
+        { file: 'f.yaml', line: 1, col: 17, path: 'server.port', message: 'expected a number, got string "x"' },
+      ]);
+      assert.equal(err.message, err.format());
+    }
+  });
+
+  test('an unreadable file is a ConfigError', () => {
+    const missing = join(tmpdir(), 'sluice-does-not-exist', 'config.yaml');
+    assert.throws(
+      () => loadConfigFile(missing, registry),
+      (err: unknown) => err instanceof ConfigError && err.format() === `${missing}:1:1: cannot read config file: no such file`,
+    );
+  });
+
+  test('loadConfigFile reports positions with the file path', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'));
+    const file = join(dir, 'bad.yaml');
+    writeFileSync(file, 'pool:\n  targetPort: 0\n');
+    assert.throws(
+      () => loadConfigFile(file, registry),
+      (err: unknown) => err instanceof ConfigError && err.format() === `${file}:2:15: pool.targetPort: must be >= 1, got number 0`,
+    );
+  });
+
+  test('formatPath', () => {
+    assert.equal(formatPath(['plugins', 2, 'parameters', 'headroom']), 'plugins[2].parameters.headroom');
+    assert.equal(formatPath(['schedulingProfiles', 0, 'plugins', 1, 'pluginRef']), 'schedulingProfiles[0].plugins[1].pluginRef');
+    assert.equal(formatPath(['pool', 'endpoints', 0, 'labels', 'llm-d.ai/role']), 'pool.endpoints[0].labels["llm-d.ai/role"]');
+    assert.equal(formatPath([]), '');
+  });
+});

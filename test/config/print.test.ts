@@ -1,0 +1,95 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { loadConfigFile } from '../../src/config/load.js';
+import { effectiveConfigYaml } from '../../src/config/print.js';
+import { load, registry, yaml } from './helpers.js';
+
+const configs: Record<string, string> = {
+  empty: '',
+  'spec example': yaml(
+    'apiVersion: llm-d.ai/v1alpha1',
+    'server: { port: 8080, metricsPort: 9090, bodyLimit: 16Mi, shutdownGracePeriod: 30s, upstream: { connectTimeout: 5s, retries: 2 } }',
+    'pool:',
+    '  name: my-pool',
+    '  metrics: { path: /metrics, interval: 50ms, timeout: 1s }',
+    '  endpoints:',
+    '  - { name: prefill-0, address: 10.0.0.11, port: 8000, labels: { llm-d.ai/role: prefill } }',
+    '  - { name: decode-0, address: 10.0.0.21, labels: { llm-d.ai/role: decode } }',
+    '  - { name: v6, address: "fd00::1", labels: { version: "1" } }',
+    'objectives: [ { name: interactive, priority: 10 }, { name: batch, priority: -1 } ]',
+    'plugins:',
+    '- type: queue-scorer',
+    '- type: kv-cache-utilization-scorer',
+    '- type: prefix-cache-scorer',
+    '  parameters: { blockSizeTokens: 64 }',
+    '- type: utilization-detector',
+    '  parameters: { queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, metricsStalenessThreshold: 200ms, headroom: 0.25 }',
+    'schedulingProfiles:',
+    '- name: default',
+    '  plugins:',
+    '  - { pluginRef: queue-scorer, weight: 2 }',
+    '  - { pluginRef: kv-cache-utilization-scorer, weight: 2.5 }',
+    '  - { pluginRef: prefix-cache-scorer, weight: 3 }',
+    'flowControl:',
+    '  saturationDetector: { pluginRef: utilization-detector }',
+    '  maxBytes: 1536Mi',
+    '  defaultRequestTTL: 1500ms',
+    '  noEndpointRequestTTL: 1h30m',
+    '  defaultNegativePriorityBand: { maxRequests: 50 }',
+    '  priorityBands: [ { priority: 10, maxRequests: 500, maxBytes: 123456 } ]',
+  ),
+  'two profiles with an opt-out': yaml(
+    'featureGates: ["flowControl=false"]',
+    'plugins:',
+    '- type: disagg-profile-handler',
+    '- type: decode-filter',
+    '- type: prefill-filter',
+    '- type: queue-scorer',
+    'schedulingProfiles:',
+    '- { name: decode, plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ] }',
+    '- { name: prefill, plugins: [ { pluginRef: prefill-filter } ], saturationFilter: false }',
+  ),
+};
+
+describe('effectiveConfigYaml', () => {
+  for (const [name, text] of Object.entries(configs)) {
+    test(`round trip: ${name}`, () => {
+      const loaded = load(text);
+      const printed = effectiveConfigYaml(loaded);
+      const reloaded = load(printed, 'printed.yaml');
+      assert.deepEqual(reloaded.config, loaded.config);
+      // Everything the loader added is now written out, so nothing is injected a second time.
+      assert.deepEqual(reloaded.injections, []);
+      // With flow control off the printed flowControl block is (rightly) reported as ignored.
+      const gateOff = loaded.config.featureGates.includes('flowControl=false');
+      assert.deepEqual(
+        reloaded.warnings.map((w) => w.path),
+        gateOff ? ['flowControl'] : [],
+      );
+    });
+  }
+
+  test('lists every injection in a leading comment and uses human units', () => {
+    const printed = effectiveConfigYaml(load(configs['spec example']!, 'spec.yaml'));
+    const lines = printed.split('\n');
+    assert.equal(lines[0], '# Effective configuration of spec.yaml (after defaults and auto-injection).');
+    assert.ok(lines.includes('# injected: utilization-detector as last filter of profile default'), printed);
+    assert.ok(lines.includes('# injected: single-profile-handler (one profile and no profile handler)'), printed);
+    assert.ok(lines.includes('# injected: max-score-picker as picker of profile default'), printed);
+    assert.ok(lines.includes('  bodyLimit: 16Mi'), printed);
+    assert.ok(lines.includes('  shutdownGracePeriod: 30s'), printed);
+    assert.ok(lines.includes('  maxBytes: 1536Mi'), printed);
+    assert.ok(lines.includes('  defaultRequestTTL: 1.5s'), printed);
+    assert.ok(lines.includes('  noEndpointRequestTTL: 90m'), printed);
+    assert.ok(lines.includes('    interval: 50ms'), printed);
+    assert.ok(lines.includes('    maxBytes: 1G'), printed);
+  });
+
+  test('round trip of the shipped configs', () => {
+    for (const file of ['config/single-pool.yaml', 'config/demo.yaml']) {
+      const loaded = loadConfigFile(file, registry);
+      const reloaded = load(effectiveConfigYaml(loaded), file);
+      assert.deepEqual(reloaded.config, loaded.config, file);
+    }
+  });
+});
