@@ -1,0 +1,73 @@
+/**
+ * The metrics port (SPEC §2): /metrics (Prometheus text), /health, /ready and /debug/pool — a JSON
+ * view of every endpoint with labels, role, stage, last metrics, age, stale flag and in-flight count,
+ * plus per-stage saturation. Fastify: not on the per-request path, and its routing/404 handling is
+ * what we want here.
+ */
+import Fastify, { type FastifyInstance } from 'fastify';
+import type { Pool } from '../datalayer/pool.js';
+import { errorBody } from '../proxy/errors.js';
+import type { SaturationDetector } from '../saturation/detector.js';
+import { stageSaturation } from '../saturation/stages.js';
+import type { Clock } from '../util/clock.js';
+
+export interface AdminDeps {
+  pool: Pool;
+  clock: Clock;
+  detector: () => SaturationDetector;
+  /** Age past which an endpoint's metrics are stale (ms). */
+  stalenessMs: () => number;
+  metricsText: () => Promise<string>;
+  metricsContentType: string;
+  isReady: () => boolean;
+}
+
+export function buildAdminServer(deps: AdminDeps): FastifyInstance {
+  const app = Fastify({ logger: false });
+  app.get('/metrics', async (_req, reply) => {
+    reply.header('content-type', deps.metricsContentType);
+    return deps.metricsText();
+  });
+  app.get('/health', async () => ({ status: 'ok' }));
+  app.get('/ready', async (_req, reply) => {
+    const ready = deps.isReady();
+    reply.code(ready ? 200 : 503);
+    return { status: ready ? 'ready' : 'not ready' };
+  });
+  app.get('/debug/pool', async () => debugPool(deps));
+  app.setNotFoundHandler((req, reply) => {
+    reply.code(404).header('content-type', 'application/json').send(errorBody(404, `no route for ${req.method} ${req.url}`));
+  });
+  app.setErrorHandler((err, _req, reply) => {
+    reply.code(500).header('content-type', 'application/json').send(errorBody(500, (err as Error).message));
+  });
+  return app;
+}
+
+export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 'stalenessMs'>) {
+  const now = deps.clock.now();
+  const stalenessMs = deps.stalenessMs();
+  const endpoints = deps.pool.endpoints.map((ep) => {
+    const age = ep.metricsAge(now);
+    return {
+      name: ep.name,
+      address: ep.address,
+      port: ep.port,
+      labels: ep.labels,
+      role: ep.role || 'decode (unlabelled)',
+      stage: ep.stage,
+      metrics: ep.metrics ?? null,
+      metricsAgeSeconds: Number.isFinite(age) ? age / 1000 : null,
+      stale: !(age <= stalenessMs),
+      lastScrapeError: ep.lastError ?? null,
+      scrapeErrors: ep.scrapeErrors,
+      inFlight: ep.inFlight,
+    };
+  });
+  const s = stageSaturation(deps.detector(), now, deps.pool.endpoints);
+  return {
+    endpoints,
+    saturation: { prefill: s.prefill ?? null, decode: s.decode ?? null, interleaved: s.interleaved ?? null, global: s.global },
+    staleEndpoints: s.stale,
+  };
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env node
+/**
+ * `sluice serve | validate | sim | demo` (SPEC §1). Exit codes: 0 clean stop, 1 bad config or
+ * arguments, 2 runtime failure (e.g. port in use).
+ */
+import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
+import { ConfigError, loadConfigFile } from './config/load.js';
+import { effectiveConfigYaml } from './config/print.js';
+import { startGateway, type Gateway } from './app.js';
+import { builtinRegistry } from './plugins/builtin.js';
+import { createLogger } from './util/logger.js';
+import { runSimCli } from './sim/cli.js';
+import { runDemo } from './demo.js';
+import { stopOnSignals } from './util/signals.js';
+
+class UsageError extends Error {}
+
+const USAGE = `usage:
+  sluice serve --config FILE [--port N] [--metrics-port N] [--log-level L]
+  sluice validate --config FILE
+  sluice sim [--port N] [--name NAME] [--model M] [...]
+  sluice demo [--port N] [--metrics-port N] [--log-level L]`;
+
+function intFlag(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`--${name} must be a port number (0-65535), got '${v}'`);
+  return n;
+}
+
+function parse(argv: string[]) {
+  try {
+    return parseArgs({
+      args: argv,
+      options: {
+        config: { type: 'string', short: 'c' },
+        port: { type: 'string', short: 'p' },
+        'metrics-port': { type: 'string' },
+        'log-level': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }).values;
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+function loadOrExit(file: string | undefined) {
+  const path = file ?? process.env.SLUICE_CONFIG;
+  if (!path) throw new UsageError('--config FILE is required (or set SLUICE_CONFIG)');
+  return loadConfigFile(path, builtinRegistry());
+}
+
+async function main(argv: string[]): Promise<number> {
+  let [command, ...rest] = argv;
+  if (command === undefined || command.startsWith('-')) {
+    if (command === '--help' || command === '-h') {
+      console.log(USAGE);
+      return 0;
+    }
+    rest = command === undefined ? [] : argv;
+    command = 'serve';
+  }
+  switch (command) {
+    case 'serve': {
+      const flags = parse(rest);
+      if (flags.help) {
+        console.log(USAGE);
+        return 0;
+      }
+      const loaded = loadOrExit(flags.config);
+      const logger = createLogger({ level: flags['log-level'], pretty: flags['log-level'] !== undefined && process.stdout.isTTY });
+      let gw: Gateway;
+      try {
+        gw = await startGateway(loaded, {
+          logger,
+          port: intFlag(flags.port, 'port'),
+          metricsPort: intFlag(flags['metrics-port'], 'metrics-port'),
+        });
+      } catch (err) {
+        logger.fatal({ err: (err as Error).message }, 'could not start the gateway');
+        return 2;
+      }
+      stopOnSignals(() => gw.close(), logger);
+      return -1; // keep running
+    }
+    case 'validate': {
+      const flags = parse(rest);
+      const loaded = loadOrExit(flags.config);
+      process.stdout.write(effectiveConfigYaml(loaded));
+      return 0;
+    }
+    case 'sim':
+      await runSimCli(rest); // resolves once SIGINT/SIGTERM closed the simulator
+      return 0;
+    case 'demo': {
+      const flags = parse(rest);
+      await runDemo({
+        port: intFlag(flags.port, 'port') ?? 8080,
+        metricsPort: intFlag(flags['metrics-port'], 'metrics-port') ?? 9090,
+        logLevel: flags['log-level'],
+      });
+      return -1;
+    }
+    case 'version':
+    case '--version': {
+      const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+      console.log(pkg.version);
+      return 0;
+    }
+    default:
+      throw new UsageError(`unknown command '${command}'\n${USAGE}`);
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    if (code >= 0) process.exit(code);
+  },
+  (err: unknown) => {
+    if (err instanceof ConfigError) {
+      process.stderr.write(err.format() + '\n');
+      process.exit(1);
+    }
+    if (err instanceof UsageError) {
+      process.stderr.write(`sluice: ${err.message}\n`);
+      process.exit(1);
+    }
+    const e = err as NodeJS.ErrnoException;
+    process.stderr.write(`sluice: ${e?.message ?? String(err)}\n`);
+    process.exit(2);
+  },
+);

@@ -1,0 +1,636 @@
+/**
+ * Every metric Sluice exposes on the metrics port (SPEC §9), defined in one place.
+ *
+ * Names and labels follow llm-d's EPP (`llm_d_epp_` prefix) so existing dashboards and alerts work
+ * unchanged. Three kinds of recording:
+ * - per request (proxy, scheduler): typed methods over cached labelled children, so the hot path
+ *   does a Map lookup instead of building label objects;
+ * - per endpoint (age, queue, in-flight): computed at scrape time from the pool, so nothing is
+ *   recorded per request and removed endpoints simply disappear;
+ * - flow control: counters/histograms recorded by the flow controller through methods here, gauges
+ *   (saturation, queue sizes, capacity) computed at scrape time from sources it registers.
+ *
+ * Label values a client controls (`model_name`, `target_model_name`, `fairness_id`) go through a
+ * `LabelCap`, so a client cannot create unbounded series.
+ */
+import {
+  Counter,
+  Gauge,
+  Histogram,
+  Registry,
+  collectDefaultMetrics,
+  type CounterConfiguration,
+  type GaugeConfiguration,
+  type HistogramConfiguration,
+} from 'prom-client';
+import type { Endpoint, Stage } from '../datalayer/endpoint.js';
+import type { PoolView } from '../plugins/registry.js';
+
+/** Value used once a `LabelCap` is full. */
+export const OVERFLOW_LABEL_VALUE = 'other';
+
+/** Default number of distinct client-controlled label values before folding into `other`. */
+export const DEFAULT_MAX_LABEL_VALUES = 1000;
+
+/** Longest label value kept (longer values are truncated) — a 1 MB model name must not become a 1 MB series. */
+export const MAX_LABEL_VALUE_LENGTH = 256;
+
+/**
+ * Maps a client-controlled label value to itself for the first `maxValues` distinct values and to
+ * `other` afterwards. Admission is permanent (a series, once created, keeps its identity).
+ */
+export class LabelCap {
+  private readonly admitted = new Set<string>();
+
+  constructor(
+    readonly maxValues: number = DEFAULT_MAX_LABEL_VALUES,
+    readonly overflowValue: string = OVERFLOW_LABEL_VALUE,
+    readonly maxLength: number = MAX_LABEL_VALUE_LENGTH,
+  ) {
+    if (!Number.isInteger(maxValues) || maxValues < 0) throw new RangeError(`maxValues must be a non-negative integer, got ${maxValues}`);
+  }
+
+  map(value: string): string {
+    const v = value.length > this.maxLength ? value.slice(0, this.maxLength) : value;
+    if (this.admitted.has(v)) return v;
+    if (this.admitted.size >= this.maxValues) return this.overflowValue;
+    this.admitted.add(v);
+    return v;
+  }
+
+  /** Distinct values admitted so far (excluding the overflow value unless a client sent it literally). */
+  get size(): number {
+    return this.admitted.size;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Buckets
+
+/** Request latency and TTFT, seconds: 5 ms .. 1 h (LLM requests range from cached one-token answers to long generations). */
+const LATENCY_BUCKETS_SECONDS = [
+  0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180,
+  240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600,
+];
+/** Token counts: powers of two up to 1Mi tokens (context windows). */
+const TOKEN_BUCKETS = Array.from({ length: 21 }, (_, i) => 2 ** i);
+/** In-process work (scheduling, a dispatch cycle): 10 µs .. 100 ms. */
+const MICRO_BUCKETS_SECONDS = [
+  0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
+];
+/** Time spent queued in flow control: 100 µs .. 5 min (TTL default is 60 s). */
+const QUEUE_BUCKETS_SECONDS = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+
+// ---------------------------------------------------------------------------------------------
+// Public types
+
+export type SaturationStage = Stage;
+
+/** What the saturation detector reports, read at scrape time. */
+export interface SaturationSnapshot {
+  /** Per non-empty stage; an absent stage has no series. */
+  stages: Partial<Record<SaturationStage, number>>;
+  /** Effective value: max over non-empty stages. */
+  global: number;
+  /** Endpoints scored saturated because their metrics are missing or stale. */
+  stale: number;
+  /** Detector plugin name, the `detector` label. */
+  detector: string;
+}
+
+/** Queue state per flow and per band, read at scrape time. */
+export interface FlowControlSnapshot {
+  flows: ReadonlyArray<{ fairnessId: string; priority: number; requests: number; bytes: number }>;
+  /** Fraction (0..1+) of each band's capacity used by queued requests / bytes. */
+  bands: ReadonlyArray<{ priority: number; requestsUtilization: number; bytesUtilization: number }>;
+}
+
+/** Flow-control outcome label values (SPEC §6). */
+export type FlowControlOutcome =
+  | 'Dispatched'
+  | 'RejectedCapacity'
+  | 'RejectedNoEndpoints'
+  | 'RejectedOther'
+  | 'EvictedTTL'
+  | 'EvictedNoEndpoints'
+  | 'EvictedContextCancelled'
+  | 'EvictedOther';
+
+export type SchedulerAttemptStatus = 'success' | 'failure';
+
+export interface GatewayMetricsOptions {
+  /** The `inference_pool` label. */
+  poolName: string;
+  /** Live endpoint set, read at scrape time. */
+  pool: () => PoolView;
+  /** Clock in ms (for metrics ages). Default Date.now. */
+  now?: () => number;
+  /** Distinct client-controlled label values per label before `other`. Default 1000. */
+  maxLabelValues?: number;
+  /** Include prom-client's standard `process_*` / `nodejs_*` metrics. Default true. */
+  defaultMetrics?: boolean;
+}
+
+type CounterChild = ReturnType<Counter<string>['labels']>;
+type GaugeChild = ReturnType<Gauge<string>['labels']>;
+type HistogramChild = ReturnType<Histogram<string>['labels']>;
+
+/**
+ * The request-level series of one (model_name, target_model_name) pair, resolved once per request by
+ * `GatewayMetrics.forModel`; every method is a cached-child update.
+ */
+export class ModelRequestMetrics {
+  private readonly errorChildren = new Map<string, CounterChild>();
+  private readonly errorCodeCap = new LabelCap(100);
+
+  /** @internal constructed by GatewayMetrics */
+  constructor(
+    readonly modelName: string,
+    readonly targetModelName: string,
+    private readonly totalChild: CounterChild,
+    private readonly runningChild: GaugeChild,
+    private readonly durationChild: HistogramChild,
+    private readonly ttftStreamingChild: HistogramChild,
+    private readonly ttftUnaryChild: HistogramChild,
+    private readonly inputTokensChild: HistogramChild,
+    private readonly outputTokensChild: HistogramChild,
+    private readonly errorCounter: Counter<'model_name' | 'target_model_name' | 'error_code'>,
+  ) {}
+
+  /** A request for this model arrived (request_total++, request_running++). Pair with `ended()`. */
+  started(): void {
+    this.totalChild.inc();
+    this.runningChild.inc();
+  }
+
+  /** The request is over, successfully or not (request_running--). */
+  ended(): void {
+    this.runningChild.dec();
+  }
+
+  /** The request failed; `code` is an HTTP status or an llm-d error code string. */
+  error(code: string | number): void {
+    const key = typeof code === 'number' ? String(code) : code;
+    let child = this.errorChildren.get(key);
+    if (child === undefined) {
+      child = this.errorCounter.labels(this.modelName, this.targetModelName, this.errorCodeCap.map(key));
+      this.errorChildren.set(key, child);
+    }
+    child.inc();
+  }
+
+  /** End-to-end duration as the client saw it, seconds. */
+  duration(seconds: number): void {
+    this.durationChild.observe(seconds);
+  }
+
+  /** Time to first byte of the answer body (first token for streams), seconds. */
+  ttft(seconds: number, streaming: boolean): void {
+    (streaming ? this.ttftStreamingChild : this.ttftUnaryChild).observe(seconds);
+  }
+
+  /** Token counts from the response `usage`; either may be unknown. */
+  tokens(input: number | undefined, output: number | undefined): void {
+    if (input !== undefined && Number.isFinite(input)) this.inputTokensChild.observe(input);
+    if (output !== undefined && Number.isFinite(output)) this.outputTokensChild.observe(output);
+  }
+}
+
+/** All Sluice metrics on a private registry. */
+export class GatewayMetrics {
+  readonly registry = new Registry();
+  private poolName: string;
+  private readonly pool: () => PoolView;
+  private readonly now: () => number;
+
+  private readonly modelCap: LabelCap;
+  private readonly targetModelCap: LabelCap;
+  private readonly fairnessCap: LabelCap;
+  private readonly maxModelPairs: number;
+
+  private saturationSource: (() => SaturationSnapshot | undefined) | undefined;
+  private flowControlSource: (() => FlowControlSnapshot | undefined) | undefined;
+
+  // Caches of labelled children, keyed by already-capped values (nested maps: no key-string building).
+  private readonly modelPairs = new Map<string, Map<string, ModelRequestMetrics>>();
+  private modelPairCount = 0;
+  private readonly runningByModel = new Map<string, GaugeChild>();
+  private readonly attemptChildren = new Map<SchedulerAttemptStatus, Map<string, CounterChild>>();
+  private readonly pollErrorChildren = new Map<string, CounterChild>();
+  private readonly retryChildren = new Map<string, CounterChild>();
+  private readonly fcRequestChildren = new Map<string, Map<number, CounterChild>>();
+  private readonly fcQueueDurationChildren = new Map<string, Map<number, Map<string, HistogramChild>>>();
+  private readonly disaggChildren = new Map<string, Map<string, CounterChild>>();
+
+  // --- request
+  readonly requestTotal: Counter<'model_name' | 'target_model_name'>;
+  readonly requestErrorTotal: Counter<'model_name' | 'target_model_name' | 'error_code'>;
+  readonly requestDuration: Histogram<'model_name' | 'target_model_name'>;
+  readonly requestTtft: Histogram<'model_name' | 'target_model_name' | 'streaming'>;
+  readonly requestInputTokens: Histogram<'model_name' | 'target_model_name'>;
+  readonly requestOutputTokens: Histogram<'model_name' | 'target_model_name'>;
+  readonly requestRunning: Gauge<'model_name'>;
+  // --- scheduler
+  readonly schedulerE2eDuration: Histogram<string>;
+  readonly schedulerAttemptsTotal: Counter<'status' | 'endpoint_name'>;
+  // --- endpoints (scrape-time)
+  readonly endpointMetricsAge: Gauge<'endpoint_name' | 'role'>;
+  readonly perEndpointQueueSize: Gauge<'endpoint_name' | 'role'>;
+  readonly endpointInflightRequests: Gauge<'endpoint_name' | 'role'>;
+  readonly datalayerPollErrorsTotal: Counter<'endpoint_name'>;
+  readonly upstreamRetriesTotal: Counter<'endpoint_name'>;
+  // --- flow control
+  readonly poolSaturation: Gauge<'inference_pool' | 'stage'>;
+  readonly staleEndpoints: Gauge<'detector'>;
+  readonly queueSize: Gauge<'fairness_id' | 'priority' | 'inference_pool'>;
+  readonly queueBytes: Gauge<'fairness_id' | 'priority' | 'inference_pool'>;
+  readonly flowControlRequestsTotal: Counter<'outcome' | 'priority' | 'inference_pool'>;
+  readonly requestQueueDuration: Histogram<'fairness_id' | 'priority' | 'outcome' | 'inference_pool'>;
+  readonly dispatchCycleDuration: Histogram<string>;
+  readonly capacityUtilizationRequests: Gauge<'priority' | 'inference_pool'>;
+  readonly capacityUtilizationBytes: Gauge<'priority' | 'inference_pool'>;
+  readonly disaggDecisionTotal: Counter<'model_name' | 'decision_type'>;
+
+  constructor(opts: GatewayMetricsOptions) {
+    this.poolName = opts.poolName;
+    this.pool = opts.pool;
+    this.now = opts.now ?? Date.now;
+    const maxLabelValues = opts.maxLabelValues ?? DEFAULT_MAX_LABEL_VALUES;
+    this.modelCap = new LabelCap(maxLabelValues);
+    this.targetModelCap = new LabelCap(maxLabelValues);
+    this.fairnessCap = new LabelCap(maxLabelValues);
+    this.maxModelPairs = maxLabelValues;
+
+    const registers = [this.registry];
+    const counter = <L extends string>(c: CounterConfiguration<L>): Counter<L> => new Counter<L>({ ...c, registers });
+    const gauge = <L extends string>(c: GaugeConfiguration<L>): Gauge<L> => new Gauge<L>({ ...c, registers });
+    const histogram = <L extends string>(c: HistogramConfiguration<L>): Histogram<L> =>
+      new Histogram<L>({ ...c, registers });
+    const modelLabels = ['model_name', 'target_model_name'] as const;
+
+    this.requestTotal = counter({
+      name: 'llm_d_epp_request_total',
+      help: 'Inference requests received, by requested model (model_name) and model sent upstream (target_model_name).',
+      labelNames: modelLabels,
+    });
+    this.requestErrorTotal = counter({
+      name: 'llm_d_epp_request_error_total',
+      help: 'Inference requests that ended in an error, by model and error_code (HTTP status or llm-d error code).',
+      labelNames: [...modelLabels, 'error_code'],
+    });
+    this.requestDuration = histogram({
+      name: 'llm_d_epp_request_duration_seconds',
+      help: 'End-to-end request latency in seconds, from arrival at the gateway to the last byte of the answer (includes queueing).',
+      labelNames: modelLabels,
+      buckets: LATENCY_BUCKETS_SECONDS,
+    });
+    this.requestTtft = histogram({
+      name: 'llm_d_epp_request_ttft_seconds',
+      help: 'Time to first token in seconds, from arrival at the gateway to the first answer byte relayed (streaming="true": first SSE event).',
+      labelNames: [...modelLabels, 'streaming'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+    });
+    this.requestInputTokens = histogram({
+      name: 'llm_d_epp_request_input_tokens',
+      help: 'Prompt tokens per request (usage.prompt_tokens of the answer), in tokens.',
+      labelNames: modelLabels,
+      buckets: TOKEN_BUCKETS,
+    });
+    this.requestOutputTokens = histogram({
+      name: 'llm_d_epp_request_output_tokens',
+      help: 'Generated tokens per request (usage.completion_tokens of the answer), in tokens.',
+      labelNames: modelLabels,
+      buckets: TOKEN_BUCKETS,
+    });
+    this.requestRunning = gauge({
+      name: 'llm_d_epp_request_running',
+      help: 'Requests currently being handled by the gateway (queued or in flight upstream), by requested model.',
+      labelNames: ['model_name'],
+    });
+
+    this.schedulerE2eDuration = histogram({
+      name: 'llm_d_epp_scheduler_e2e_duration_seconds',
+      help: 'Time in seconds to run the scheduler for one request (profiles: filters, scorers, picker).',
+      buckets: MICRO_BUCKETS_SECONDS,
+    });
+    this.schedulerAttemptsTotal = counter({
+      name: 'llm_d_epp_scheduler_attempts_total',
+      help: 'Scheduling attempts by status (success|failure) and the endpoint picked (empty on failure).',
+      labelNames: ['status', 'endpoint_name'],
+    });
+
+    const endpointLabels = ['endpoint_name', 'role'] as const;
+    // Endpoint gauges are recomputed from the pool at every scrape (reset first, so removed endpoints vanish).
+    this.endpointMetricsAge = gauge({
+      name: 'llm_d_epp_endpoint_metrics_age_seconds',
+      help: 'Age in seconds of the last successful scrape of the endpoint\'s /metrics; -1 means never scraped successfully.',
+      labelNames: endpointLabels,
+      collect: () =>
+        this.collectEndpointGauge(this.endpointMetricsAge, (ep, now) =>
+          ep.metricsAt === 0 ? -1 : Math.max(0, now - ep.metricsAt) / 1000,
+        ),
+    });
+    this.perEndpointQueueSize = gauge({
+      name: 'llm_d_epp_per_endpoint_queue_size',
+      help: 'Requests waiting in the endpoint\'s own queue (vllm:num_requests_waiting) as last scraped; no series until the first successful scrape.',
+      labelNames: endpointLabels,
+      collect: () => this.collectEndpointGauge(this.perEndpointQueueSize, (ep) => ep.metrics?.waiting),
+    });
+    this.endpointInflightRequests = gauge({
+      name: 'llm_d_epp_endpoint_inflight_requests',
+      help: 'Requests the gateway currently has outstanding on the endpoint.',
+      labelNames: endpointLabels,
+      collect: () => this.collectEndpointGauge(this.endpointInflightRequests, (ep) => ep.inFlight),
+    });
+    this.datalayerPollErrorsTotal = counter({
+      name: 'llm_d_epp_datalayer_poll_errors_total',
+      help: 'Failed scrapes of an endpoint\'s /metrics (connection error, time-out, bad status or unparsable page).',
+      labelNames: ['endpoint_name'],
+    });
+    this.upstreamRetriesTotal = counter({
+      name: 'llm_d_epp_upstream_retries_total',
+      help: 'Requests retried on another endpoint because the connection to this endpoint failed before any byte reached the client.',
+      labelNames: ['endpoint_name'],
+    });
+
+    this.poolSaturation = gauge({
+      name: 'llm_d_epp_flow_control_pool_saturation',
+      help:
+        'Saturation of the inference pool per stage (prefill, decode, interleaved; global = max over non-empty stages), dimensionless. ' +
+        '1.0 is the gating set point; values above 1.0 are the magnitude of oversubscription; ' +
+        'an empty pool and stale metrics read 1.0 (fail closed). Empty stages have no series.',
+      labelNames: ['inference_pool', 'stage'],
+      collect: () => this.collectSaturation(),
+    });
+    this.staleEndpoints = gauge({
+      name: 'llm_d_epp_flow_control_stale_endpoints',
+      help: 'Endpoints the saturation detector scored as saturated because their metrics are missing or stale, as of its latest evaluation.',
+      labelNames: ['detector'],
+      collect: () => this.collectStaleEndpoints(),
+    });
+    const flowLabels = ['fairness_id', 'priority', 'inference_pool'] as const;
+    this.queueSize = gauge({
+      name: 'llm_d_epp_flow_control_queue_size',
+      help: 'Requests currently queued in flow control, per flow (fairness_id, priority).',
+      labelNames: flowLabels,
+      collect: () => this.collectFlowGauge(this.queueSize, 'requests'),
+    });
+    this.queueBytes = gauge({
+      name: 'llm_d_epp_flow_control_queue_bytes',
+      help: 'Request body bytes currently queued in flow control, per flow (fairness_id, priority).',
+      labelNames: flowLabels,
+      collect: () => this.collectFlowGauge(this.queueBytes, 'bytes'),
+    });
+    this.flowControlRequestsTotal = counter({
+      name: 'llm_d_epp_flow_control_requests_total',
+      help: 'Requests that left flow control, by outcome (Dispatched, Rejected*, Evicted*) and priority.',
+      labelNames: ['outcome', 'priority', 'inference_pool'],
+    });
+    this.requestQueueDuration = histogram({
+      name: 'llm_d_epp_flow_control_request_queue_duration_seconds',
+      help: 'Time in seconds a request spent in flow control before its outcome, by flow and outcome.',
+      labelNames: ['fairness_id', 'priority', 'outcome', 'inference_pool'],
+      buckets: QUEUE_BUCKETS_SECONDS,
+    });
+    this.dispatchCycleDuration = histogram({
+      name: 'llm_d_epp_flow_control_dispatch_cycle_duration_seconds',
+      help: 'Time in seconds of one flow-control dispatch cycle (saturation, ceilings, dispatching heads of bands).',
+      buckets: MICRO_BUCKETS_SECONDS,
+    });
+    this.capacityUtilizationRequests = gauge({
+      name: 'llm_d_epp_flow_control_capacity_utilization_requests',
+      help: 'Fraction of the priority band\'s request capacity (maxRequests) used by queued requests; 0 when unlimited.',
+      labelNames: ['priority', 'inference_pool'],
+      collect: () => this.collectBandGauge(this.capacityUtilizationRequests, 'requestsUtilization'),
+    });
+    this.capacityUtilizationBytes = gauge({
+      name: 'llm_d_epp_flow_control_capacity_utilization_bytes',
+      help: 'Fraction of the priority band\'s byte capacity (maxBytes) used by queued requests; 0 when unlimited.',
+      labelNames: ['priority', 'inference_pool'],
+      collect: () => this.collectBandGauge(this.capacityUtilizationBytes, 'bytesUtilization'),
+    });
+    this.disaggDecisionTotal = counter({
+      name: 'llm_d_epp_disagg_decision_total',
+      help: 'Prefill/decode disaggregation decisions of the profile handler, by model and decision_type.',
+      labelNames: ['model_name', 'decision_type'],
+    });
+
+    if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** The Prometheus text exposition of every metric. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  /** The `inference_pool` label changes on a config reload that renames the pool. */
+  setPoolName(name: string): void {
+    if (name === this.poolName) return;
+    this.poolName = name;
+    this.fcRequestChildren.clear();
+    this.fcQueueDurationChildren.clear();
+  }
+
+  setSaturationSource(source: (() => SaturationSnapshot | undefined) | undefined): void {
+    this.saturationSource = source;
+  }
+
+  setFlowControlSource(source: (() => FlowControlSnapshot | undefined) | undefined): void {
+    this.flowControlSource = source;
+  }
+
+  // ----------------------------------------------------------------------------- per request
+
+  /**
+   * The request series for a model pair; call once per request and keep the result. Client-controlled
+   * names are capped; past the cap of distinct pairs every new pair maps to (`other`, `other`).
+   */
+  forModel(modelName: string, targetModelName: string = modelName): ModelRequestMetrics {
+    let model = this.modelCap.map(modelName);
+    let target = this.targetModelCap.map(targetModelName);
+    let byTarget = this.modelPairs.get(model);
+    let series = byTarget?.get(target);
+    if (series !== undefined) return series;
+    if (this.modelPairCount >= this.maxModelPairs) {
+      model = OVERFLOW_LABEL_VALUE;
+      target = OVERFLOW_LABEL_VALUE;
+      byTarget = this.modelPairs.get(model);
+      series = byTarget?.get(target);
+      if (series !== undefined) return series;
+    }
+    if (byTarget === undefined) {
+      byTarget = new Map();
+      this.modelPairs.set(model, byTarget);
+    }
+    series = new ModelRequestMetrics(
+      model,
+      target,
+      this.requestTotal.labels(model, target),
+      this.runningFor(model),
+      this.requestDuration.labels(model, target),
+      this.requestTtft.labels(model, target, 'true'),
+      this.requestTtft.labels(model, target, 'false'),
+      this.requestInputTokens.labels(model, target),
+      this.requestOutputTokens.labels(model, target),
+      this.requestErrorTotal,
+    );
+    byTarget.set(target, series);
+    this.modelPairCount++;
+    return series;
+  }
+
+  private runningFor(cappedModel: string): GaugeChild {
+    let child = this.runningByModel.get(cappedModel);
+    if (child === undefined) {
+      child = this.requestRunning.labels(cappedModel);
+      this.runningByModel.set(cappedModel, child);
+    }
+    return child;
+  }
+
+  /** Duration of one scheduling run, seconds. */
+  schedulerDuration(seconds: number): void {
+    this.schedulerE2eDuration.observe(seconds);
+  }
+
+  /** One scheduling attempt; `endpointName` is the primary pick ('' on failure). */
+  schedulerAttempt(status: SchedulerAttemptStatus, endpointName = ''): void {
+    let byEndpoint = this.attemptChildren.get(status);
+    if (byEndpoint === undefined) {
+      byEndpoint = new Map();
+      this.attemptChildren.set(status, byEndpoint);
+    }
+    let child = byEndpoint.get(endpointName);
+    if (child === undefined) {
+      child = this.schedulerAttemptsTotal.labels(status, endpointName);
+      byEndpoint.set(endpointName, child);
+    }
+    child.inc();
+  }
+
+  /** A failed scrape of the endpoint's /metrics. */
+  scrapeError(endpointName: string): void {
+    cachedCounterChild(this.pollErrorChildren, this.datalayerPollErrorsTotal, endpointName).inc();
+  }
+
+  /** A request moved off this endpoint because connecting to it failed. */
+  upstreamRetry(endpointName: string): void {
+    cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, endpointName).inc();
+  }
+
+  // ----------------------------------------------------------------------------- flow control
+
+  /** A request left flow control with this outcome after `queuedSeconds` in the queue. */
+  flowControlOutcome(outcome: FlowControlOutcome, priority: number, fairnessId: string, queuedSeconds: number): void {
+    let byPriority = this.fcRequestChildren.get(outcome);
+    if (byPriority === undefined) {
+      byPriority = new Map();
+      this.fcRequestChildren.set(outcome, byPriority);
+    }
+    let counterChild = byPriority.get(priority);
+    if (counterChild === undefined) {
+      counterChild = this.flowControlRequestsTotal.labels(outcome, String(priority), this.poolName);
+      byPriority.set(priority, counterChild);
+    }
+    counterChild.inc();
+
+    const flow = this.fairnessCap.map(fairnessId);
+    let byFlowPriority = this.fcQueueDurationChildren.get(outcome);
+    if (byFlowPriority === undefined) {
+      byFlowPriority = new Map();
+      this.fcQueueDurationChildren.set(outcome, byFlowPriority);
+    }
+    let byFlow = byFlowPriority.get(priority);
+    if (byFlow === undefined) {
+      byFlow = new Map();
+      byFlowPriority.set(priority, byFlow);
+    }
+    let histogramChild = byFlow.get(flow);
+    if (histogramChild === undefined) {
+      histogramChild = this.requestQueueDuration.labels(flow, String(priority), outcome, this.poolName);
+      byFlow.set(flow, histogramChild);
+    }
+    histogramChild.observe(queuedSeconds);
+  }
+
+  /** Duration of one dispatch cycle, seconds. */
+  dispatchCycle(seconds: number): void {
+    this.dispatchCycleDuration.observe(seconds);
+  }
+
+  /** One prefill/decode decision (e.g. `decode-only`, `prefill-decode`). */
+  disaggDecision(modelName: string, decisionType: string): void {
+    const model = this.modelCap.map(modelName);
+    let byType = this.disaggChildren.get(model);
+    if (byType === undefined) {
+      byType = new Map();
+      this.disaggChildren.set(model, byType);
+    }
+    let child = byType.get(decisionType);
+    if (child === undefined) {
+      child = this.disaggDecisionTotal.labels(model, decisionType);
+      byType.set(decisionType, child);
+    }
+    child.inc();
+  }
+
+  // ----------------------------------------------------------------------------- scrape time
+
+  // Each gauge recomputes only its own series in its collect(), so correctness does not depend on the
+  // order in which the registry renders metrics. Sources are therefore read a few times per scrape.
+
+  private collectEndpointGauge(gauge: Gauge<'endpoint_name' | 'role'>, value: (ep: Endpoint, now: number) => number | undefined): void {
+    gauge.reset();
+    const now = this.now();
+    for (const ep of this.pool().endpoints) {
+      const v = value(ep, now);
+      if (v !== undefined) gauge.set({ endpoint_name: ep.name, role: ep.role }, v);
+    }
+  }
+
+  private collectSaturation(): void {
+    this.poolSaturation.reset();
+    const snapshot = this.saturationSource?.();
+    if (snapshot === undefined) return;
+    for (const [stage, value] of Object.entries(snapshot.stages)) {
+      if (value !== undefined) this.poolSaturation.set({ inference_pool: this.poolName, stage }, value);
+    }
+    this.poolSaturation.set({ inference_pool: this.poolName, stage: 'global' }, snapshot.global);
+  }
+
+  private collectStaleEndpoints(): void {
+    this.staleEndpoints.reset();
+    const snapshot = this.saturationSource?.();
+    if (snapshot !== undefined) this.staleEndpoints.set({ detector: snapshot.detector }, snapshot.stale);
+  }
+
+  private collectFlowGauge(gauge: Gauge<'fairness_id' | 'priority' | 'inference_pool'>, field: 'requests' | 'bytes'): void {
+    gauge.reset();
+    const snapshot = this.flowControlSource?.();
+    if (snapshot === undefined) return;
+    // Several flows may fold into `fairness_id="other"`, so accumulate rather than set.
+    for (const flow of snapshot.flows) {
+      gauge.inc({ fairness_id: this.fairnessCap.map(flow.fairnessId), priority: String(flow.priority), inference_pool: this.poolName }, flow[field]);
+    }
+  }
+
+  private collectBandGauge(gauge: Gauge<'priority' | 'inference_pool'>, field: 'requestsUtilization' | 'bytesUtilization'): void {
+    gauge.reset();
+    const snapshot = this.flowControlSource?.();
+    if (snapshot === undefined) return;
+    for (const band of snapshot.bands) gauge.set({ priority: String(band.priority), inference_pool: this.poolName }, band[field]);
+  }
+}
+
+function cachedCounterChild<L extends string>(cache: Map<string, CounterChild>, counter: Counter<L>, value: string): CounterChild {
+  let child = cache.get(value);
+  if (child === undefined) {
+    child = counter.labels(value);
+    cache.set(value, child);
+  }
+  return child;
+}

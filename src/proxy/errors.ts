@@ -1,0 +1,75 @@
+/**
+ * Every error Sluice itself produces is OpenAI-shaped JSON (SPEC §5):
+ * {"error":{"message","type","param","code"}} with `content-type: application/json`.
+ */
+import type { ServerResponse } from 'node:http';
+
+export const DROPPED_REASON_HEADER = 'x-llm-d-request-dropped-reason';
+
+export type DroppedReason =
+  | 'rejected-saturated'
+  | 'rejected-ttl-expired'
+  | 'rejected-no-endpoints'
+  | 'rejected-context-cancelled'
+  | 'rejected-shutting-down';
+
+const ERROR_TYPES: Record<number, string> = {
+  400: 'BadRequestError',
+  404: 'NotFoundError',
+  405: 'NotFoundError',
+  408: 'BadRequestError',
+  413: 'RequestTooLargeError',
+  429: 'RateLimitError',
+  500: 'InternalServerError',
+  502: 'BadGatewayError',
+  503: 'ServiceUnavailableError',
+  504: 'GatewayTimeoutError',
+};
+
+export function errorType(status: number): string {
+  return ERROR_TYPES[status] ?? (status >= 500 ? 'InternalServerError' : 'BadRequestError');
+}
+
+/** An error the gateway answers with; thrown or returned along the request path. */
+export class GatewayError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly param: string | null = null,
+    readonly droppedReason?: DroppedReason,
+  ) {
+    super(message);
+    this.name = 'GatewayError';
+  }
+}
+
+export function errorBody(status: number, message: string, param: string | null = null): string {
+  return JSON.stringify({ error: { message, type: errorType(status), param, code: status } });
+}
+
+/** Writes an OpenAI-shaped error unless headers already went out (then the socket is ended). */
+export function sendError(
+  res: ServerResponse,
+  status: number,
+  message: string,
+  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean } = {},
+): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const body = errorBody(status, message, opts.param ?? null);
+  const headers: Record<string, string | number> = {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+  };
+  if (opts.droppedReason) headers[DROPPED_REASON_HEADER] = opts.droppedReason;
+  if (opts.requestId) headers['x-request-id'] = opts.requestId;
+  if (opts.close) headers.connection = 'close';
+  res.writeHead(status, headers);
+  res.end(body);
+}
+
+export function sendGatewayError(res: ServerResponse, err: GatewayError, requestId?: string): void {
+  sendError(res, err.status, err.message, { param: err.param, droppedReason: err.droppedReason, requestId });
+}

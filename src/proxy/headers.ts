@@ -1,0 +1,61 @@
+/**
+ * Header rules (SPEC §2, §4): hop-by-hop headers never cross the gateway; routing-control headers
+ * are consumed by Sluice and stripped; a client's `x-prefiller-host-port` is always removed
+ * (anti-spoofing: only Sluice may tell a decode sidecar where to prefill).
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+export const OBJECTIVE_HEADERS = ['x-llm-d-inference-objective', 'x-gateway-inference-objective'] as const;
+export const FAIRNESS_HEADERS = ['x-llm-d-inference-fairness-id', 'x-gateway-inference-fairness-id'] as const;
+export const PREFILLER_HEADER = 'x-prefiller-host-port';
+
+/** Headers consumed by Sluice that must not reach the model server. */
+const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, 'x-llm-d-slo-ttft-ms', PREFILLER_HEADER]);
+
+/** Request headers sent upstream: minus hop-by-hop (incl. those named in `Connection`), host, length and routing. */
+export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId: string): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  const conn = incoming.connection;
+  const extraHop = conn && conn.includes(',') ? new Set(conn.toLowerCase().split(',').map((s) => s.trim())) : undefined;
+  for (const name in incoming) {
+    if (HOP_BY_HOP.has(name) || ROUTING.has(name) || name === 'host' || name === 'content-length') continue;
+    if (extraHop?.has(name)) continue;
+    const v = incoming[name];
+    if (v !== undefined) out[name] = v;
+  }
+  out['x-request-id'] = requestId;
+  return out;
+}
+
+/** Response headers relayed to the client: minus hop-by-hop. */
+export function clientResponseHeaders(upstream: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const name in upstream) {
+    if (HOP_BY_HOP.has(name)) continue;
+    const v = upstream[name];
+    if (v !== undefined) out[name] = v;
+  }
+  return out;
+}
+
+/** First value of a header (aliases in order of preference). */
+export function firstHeader(headers: IncomingHttpHeaders, names: readonly string[]): string | undefined {
+  for (const n of names) {
+    const v = headers[n];
+    if (typeof v === 'string' && v.length > 0) return v;
+    if (Array.isArray(v) && v.length > 0) return v[0];
+  }
+  return undefined;
+}

@@ -1,0 +1,79 @@
+/**
+ * The OpenAI request surface Sluice accepts: which paths, which fields must be present, and the
+ * text the prefix index hashes (reference pd-and-vllm.md §3.2 step 1).
+ */
+import type { ApiKind } from '../scheduling/framework.js';
+
+export const API_ROUTES: Readonly<Record<string, ApiKind>> = {
+  '/v1/chat/completions': 'chat',
+  '/v1/completions': 'completions',
+  '/v1/embeddings': 'embeddings',
+  '/v1/responses': 'responses',
+};
+
+export interface ValidRequest {
+  model: string;
+  promptText: string;
+  stream: boolean;
+  includeUsage: boolean;
+}
+
+export interface InvalidRequest {
+  message: string;
+  param: string | null;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** Validates the parsed body for the API and extracts what routing needs. */
+export function validateOpenAIRequest(api: ApiKind, body: unknown): ValidRequest | InvalidRequest {
+  if (!isObject(body)) return { message: 'request body must be a JSON object', param: null };
+  const model = body.model;
+  if (model === undefined) return { message: "missing required field 'model'", param: 'model' };
+  if (typeof model !== 'string' || model.length === 0)
+    return { message: "'model' must be a non-empty string", param: 'model' };
+  const stream = body.stream;
+  if (stream !== undefined && stream !== null && typeof stream !== 'boolean')
+    return { message: "'stream' must be a boolean", param: 'stream' };
+  let promptText: string;
+  switch (api) {
+    case 'chat': {
+      const messages = body.messages;
+      if (messages === undefined) return { message: "missing required field 'messages'", param: 'messages' };
+      if (!Array.isArray(messages) || messages.length === 0)
+        return { message: "'messages' must be a non-empty array", param: 'messages' };
+      for (let i = 0; i < messages.length; i++) {
+        if (!isObject(messages[i])) return { message: `'messages[${i}]' must be an object`, param: `messages[${i}]` };
+      }
+      promptText = JSON.stringify(messages);
+      break;
+    }
+    case 'completions': {
+      const prompt = body.prompt;
+      if (prompt === undefined || prompt === null) return { message: "missing required field 'prompt'", param: 'prompt' };
+      if (typeof prompt === 'string') promptText = prompt;
+      else if (Array.isArray(prompt) && prompt.length > 0) promptText = JSON.stringify(prompt);
+      else return { message: "'prompt' must be a string or a non-empty array", param: 'prompt' };
+      break;
+    }
+    case 'embeddings': {
+      const input = body.input;
+      if (input === undefined || input === null) return { message: "missing required field 'input'", param: 'input' };
+      promptText = typeof input === 'string' ? input : JSON.stringify(input);
+      break;
+    }
+    case 'responses': {
+      const input = body.input;
+      if (input === undefined || input === null) return { message: "missing required field 'input'", param: 'input' };
+      promptText = JSON.stringify([{ instructions: body.instructions }, { tools: body.tools }, { input }]);
+      break;
+    }
+  }
+  const so = body.stream_options;
+  const includeUsage = stream === true && isObject(so) && so.include_usage === true;
+  return { model, promptText, stream: stream === true, includeUsage };
+}
+
+export function isInvalid(v: ValidRequest | InvalidRequest): v is InvalidRequest {
+  return (v as InvalidRequest).message !== undefined;
+}

@@ -1,0 +1,184 @@
+/**
+ * The OpenAI API port. Request path, top to bottom (SPEC §2): route → body limit → JSON → OpenAI
+ * validation → objective/priority + fairness id → admission → scheduling → forward with retries →
+ * stream back. Plain node:http rather than a framework: this is the per-request hot path, and
+ * streaming with backpressure and abort-on-disconnect is simplest on the raw objects.
+ */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { Endpoint } from '../datalayer/endpoint.js';
+import type { Pool } from '../datalayer/pool.js';
+import type { ApiKind, SchedulingRequest } from '../scheduling/framework.js';
+import type { Clock } from '../util/clock.js';
+import { BodyTooLargeError, readBody } from './body.js';
+import { GatewayError, sendError, sendGatewayError } from './errors.js';
+import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, firstHeader } from './headers.js';
+import { API_ROUTES, isInvalid, validateOpenAIRequest } from './openai.js';
+import { forward, type ForwardContext } from './forward.js';
+import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
+import type { Upstreams } from './upstreams.js';
+import type { ModelsCache } from './models.js';
+
+export interface ApiServerDeps {
+  runtime: () => ProxyRuntime;
+  pool: Pool;
+  upstreams: Upstreams;
+  metrics: ProxyMetrics;
+  models: ModelsCache;
+  logger: Logger;
+  clock: Clock;
+  /** true once at least one endpoint has fresh metrics */
+  isReady: () => boolean;
+}
+
+export class ApiServer {
+  readonly server: http.Server;
+  /** Requests being handled right now (for graceful drain). */
+  active = 0;
+  draining = false;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(private readonly deps: ApiServerDeps) {
+    this.server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 60_000 }, (req, res) =>
+      this.handle(req, res),
+    );
+    this.server.on('clientError', (err, socket) => {
+      // Malformed HTTP from a client: answer 400 when possible, never crash.
+      if (socket.writable && !(err as NodeJS.ErrnoException).code?.startsWith('ECONNRESET')) {
+        const body = '{"error":{"message":"malformed HTTP request","type":"BadRequestError","param":null,"code":400}}';
+        socket.end(
+          `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
+        );
+      } else socket.destroy();
+    });
+  }
+
+  /** Resolves when no request is being handled. */
+  whenIdle(): Promise<void> {
+    if (this.active === 0) return Promise.resolve();
+    return new Promise((r) => this.idleWaiters.push(r));
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    this.active++;
+    res.once('close', () => {
+      if (--this.active === 0 && this.idleWaiters.length > 0) {
+        const w = this.idleWaiters;
+        this.idleWaiters = [];
+        for (const f of w) f();
+      }
+    });
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q < 0 ? url : url.slice(0, q);
+    if (req.method === 'POST') {
+      const api = API_ROUTES[path];
+      if (api !== undefined) {
+        this.handleApi(req, res, api).catch((err: unknown) => {
+          // Last line of defence: a bug must cost one request a 500, never the process.
+          this.deps.logger.error({ err }, 'unexpected error handling request');
+          sendError(res, 500, 'internal error in the gateway');
+        });
+        return;
+      }
+    } else if (req.method === 'GET' || req.method === 'HEAD') {
+      if (path === '/health') return json(res, 200, '{"status":"ok"}');
+      if (path === '/ready') {
+        const ready = !this.draining && this.deps.isReady();
+        return json(res, ready ? 200 : 503, ready ? '{"status":"ready"}' : '{"status":"not ready"}');
+      }
+      if (path === '/v1/models') {
+        this.deps.models
+          .list()
+          .then((body) => json(res, 200, body))
+          .catch(() => sendError(res, 502, 'could not list models from the pool'));
+        return;
+      }
+    }
+    sendError(res, 404, `no route for ${req.method} ${path}`);
+  }
+
+  private async handleApi(req: IncomingMessage, res: ServerResponse, api: ApiKind): Promise<void> {
+    const { deps } = this;
+    const idHeader = req.headers['x-request-id'];
+    const requestId = typeof idHeader === 'string' && idHeader.length > 0 && idHeader.length <= 256 ? idHeader : randomUUID();
+    if (this.draining) {
+      req.resume();
+      return sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
+    }
+    const rt = deps.runtime();
+    let raw: Buffer;
+    try {
+      raw = await readBody(req, rt.config.server.bodyLimit);
+    } catch (err) {
+      if (err instanceof BodyTooLargeError) {
+        res.once('finish', () => req.destroy());
+        return sendError(res, 413, err.message, { requestId, close: true });
+      }
+      return; // client went away mid-body: nothing to answer
+    }
+    let body: unknown;
+    try {
+      body = JSON.parse(raw.toString('utf8'));
+    } catch (err) {
+      return sendError(res, 400, `invalid JSON body: ${(err as Error).message}`, { requestId });
+    }
+    const valid = validateOpenAIRequest(api, body);
+    if (isInvalid(valid)) return sendError(res, 400, valid.message, { param: valid.param, requestId });
+
+    const objective = firstHeader(req.headers, OBJECTIVE_HEADERS);
+    const priority = objective !== undefined ? (rt.objectives.get(objective) ?? 0) : 0;
+    const fairnessId = firstHeader(req.headers, FAIRNESS_HEADERS) ?? 'default-flow';
+
+    const started = deps.clock.now();
+    const modelMetrics = deps.metrics.forModel(valid.model);
+    modelMetrics.started();
+    let status = 0;
+    try {
+      const admission = rt.admit(priority, fairnessId);
+      if (admission) {
+        status = admission.status;
+        return sendGatewayError(res, admission, requestId);
+      }
+      const sreq: SchedulingRequest = {
+        requestId,
+        model: valid.model,
+        api,
+        body: body as Record<string, unknown>,
+        promptText: valid.promptText,
+        headers: req.headers,
+        state: new Map(),
+      };
+      const ctx: ForwardContext = {
+        req,
+        res,
+        raw,
+        sreq,
+        stream: valid.stream,
+        requestId,
+        started,
+        rt,
+        pool: deps.pool,
+        upstreams: deps.upstreams,
+        metrics: deps.metrics,
+        modelMetrics,
+        logger: deps.logger,
+        clock: deps.clock,
+      };
+      status = await forward(ctx);
+    } finally {
+      modelMetrics.ended();
+      modelMetrics.duration((deps.clock.now() - started) / 1000);
+      if (status >= 400) modelMetrics.error(status);
+    }
+  }
+}
+
+function json(res: ServerResponse, status: number, body: string): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
+export type { Endpoint };
+export { GatewayError };

@@ -1,0 +1,52 @@
+/**
+ * One pooled keep-alive undici connection pool per endpoint origin. Pools of endpoints that left
+ * the fleet are closed once their in-flight requests have finished.
+ */
+import { Pool } from 'undici';
+import type { Endpoint } from '../datalayer/endpoint.js';
+import type { UpstreamConfig } from '../config/types.js';
+
+export class Upstreams {
+  private readonly pools = new Map<string, Pool>();
+
+  constructor(private opts: UpstreamConfig) {}
+
+  get(ep: Endpoint): Pool {
+    let p = this.pools.get(ep.origin);
+    if (!p) {
+      p = new Pool(ep.origin, {
+        connections: this.opts.connections,
+        pipelining: 1,
+        connect: { timeout: this.opts.connectTimeout },
+        headersTimeout: this.opts.headersTimeout,
+        bodyTimeout: this.opts.bodyTimeout,
+        keepAliveTimeout: 30_000,
+      });
+      this.pools.set(ep.origin, p);
+    }
+    return p;
+  }
+
+  /** Closes pools whose origin is no longer among the live endpoints (gracefully: queued requests finish). */
+  retain(live: readonly Endpoint[]): void {
+    const keep = new Set(live.map((e) => e.origin));
+    for (const [origin, p] of this.pools) {
+      if (!keep.has(origin)) {
+        this.pools.delete(origin);
+        p.close().catch(() => undefined);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.pools.values()];
+    this.pools.clear();
+    await Promise.all(all.map((p) => p.close().catch(() => undefined)));
+  }
+
+  async destroy(): Promise<void> {
+    const all = [...this.pools.values()];
+    this.pools.clear();
+    await Promise.all(all.map((p) => p.destroy().catch(() => undefined)));
+  }
+}

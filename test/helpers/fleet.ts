@@ -1,0 +1,74 @@
+/** Real loopback fleets for integration tests: simulators (or custom servers) + a gateway in front. */
+import { startGateway, type Gateway } from '../../src/app.js';
+import { loadConfigText } from '../../src/config/load.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { startSimulator, type RunningSimulator, type SimOptions } from '../../src/sim/server.js';
+
+export interface FleetEndpoint {
+  name: string;
+  port: number;
+  labels?: Record<string, string>;
+}
+
+/** Builds a config text for endpoints on 127.0.0.1 with fast scraping; `extra` is appended YAML. */
+export function fleetConfig(endpoints: FleetEndpoint[], extra = '', server = ''): string {
+  const eps = endpoints
+    .map((e) => {
+      const labels = e.labels ? `\n    labels: ${JSON.stringify(e.labels)}` : '';
+      return `  - name: ${e.name}\n    address: 127.0.0.1\n    port: ${e.port}${labels}`;
+    })
+    .join('\n');
+  return `server:
+  port: 0
+  metricsPort: 0
+  shutdownGracePeriod: 2s
+  upstream: { connectTimeout: 1s, retries: 2 }${server}
+pool:
+  name: test-pool
+  metrics: { interval: 20ms, timeout: 500ms }
+  endpoints:${endpoints.length ? '\n' + eps : ' []'}
+${extra}`;
+}
+
+export async function gatewayFor(configText: string): Promise<Gateway> {
+  const registry = builtinRegistry();
+  const loaded = loadConfigText(configText, 'test.yaml', registry);
+  return startGateway(loaded, { registry, host: '127.0.0.1' });
+}
+
+/** Waits until every endpoint of the gateway has metrics (or throws after `ms`). */
+export async function waitForMetrics(gw: Gateway, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (gw.pool.endpoints.every((e) => e.metricsAt > 0)) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error('endpoints never got metrics');
+}
+
+export interface Fleet {
+  sims: RunningSimulator[];
+  gw: Gateway;
+  close(): Promise<void>;
+}
+
+export async function startFleet(
+  n: number,
+  simOpts: SimOptions = {},
+  extra = '',
+  labels?: (i: number) => Record<string, string> | undefined,
+): Promise<Fleet> {
+  const sims = await Promise.all(
+    Array.from({ length: n }, (_, i) => startSimulator({ name: `sim-${i}`, ttftOverheadMs: 1, itlMs: 1, prefillMsPerToken: 0, ...simOpts })),
+  );
+  const gw = await gatewayFor(fleetConfig(sims.map((s, i) => ({ name: s.name, port: s.port, labels: labels?.(i) })), extra));
+  await waitForMetrics(gw);
+  return {
+    sims,
+    gw,
+    async close() {
+      await gw.close();
+      await Promise.all(sims.map((s) => s.close()));
+    },
+  };
+}

@@ -1,0 +1,103 @@
+/** The `sluice` binary as a user runs it: validate, serve + SIGTERM, demo. */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import OpenAI from 'openai';
+import { startDemo } from '../../src/demo.js';
+import { startFakeBackend } from '../helpers/fake-backend.js';
+
+const CLI = join(import.meta.dirname, '../../src/cli.ts');
+
+function run(args: string[], env: Record<string, string> = {}) {
+  return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+    const p = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { env: { ...process.env, ...env } });
+    let stdout = '';
+    let stderr = '';
+    p.stdout.on('data', (c) => (stdout += c));
+    p.stderr.on('data', (c) => (stderr += c));
+    p.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'sluice-cli-'));
+
+describe('sluice CLI', () => {
+  test('validate prints the effective config with injections; exit 0', async () => {
+    const r = await run(['validate', '--config', join(import.meta.dirname, '../../config/single-pool.yaml')]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /single-profile-handler/);
+    assert.match(r.stdout, /max-score-picker/);
+    assert.match(r.stdout, /utilization-detector/);
+  });
+
+  test('validate on a bad file prints FILE:LINE:COL: path: message lines; exit 1', async () => {
+    const file = join(dir, 'bad.yaml');
+    writeFileSync(file, 'server:\n  metricPort: 9090\npool:\n  endpoints: []\n');
+    const r = await run(['validate', '--config', file]);
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:2:3: server.metricPort: .*did you mean "metricsPort"`));
+  });
+
+  test('SLUICE_CONFIG stands for --config; unknown command exits 1', async () => {
+    const r = await run(['validate'], { SLUICE_CONFIG: join(import.meta.dirname, '../../config/demo.yaml') });
+    assert.equal(r.code, 0, r.stderr);
+    const bad = await run(['frobnicate']);
+    assert.equal(bad.code, 1);
+  });
+
+  test('serve answers, then drains and exits 0 on SIGTERM; a busy port exits 2', async () => {
+    const backend = await startFakeBackend();
+    const file = join(dir, 'serve.yaml');
+    writeFileSync(
+      file,
+      `server: { port: 0, metricsPort: 0 }\npool:\n  metrics: { interval: 20ms }\n  endpoints:\n  - { name: b, address: 127.0.0.1, port: ${backend.port} }\n`,
+    );
+    const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', file, '--log-level', 'info']);
+    try {
+      let out = '';
+      const listening = await new Promise<{ apiPort: number; metricsPort: number }>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 15000);
+        p.stdout.on('data', (c) => {
+          out += c;
+          const line = out.split('\n').find((l) => l.includes('listening'));
+          if (line) {
+            clearTimeout(t);
+            resolve(JSON.parse(line) as { apiPort: number; metricsPort: number });
+          }
+        });
+      });
+      const r = await request(`http://127.0.0.1:${listening.apiPort}/health`);
+      assert.equal(r.statusCode, 200);
+      await r.body.dump();
+      const busy = await run(['serve', '--config', file, '--port', String(listening.apiPort)]);
+      assert.equal(busy.code, 2, busy.stderr + busy.stdout);
+      const code = await new Promise<number | null>((resolve) => {
+        p.on('close', resolve);
+        p.kill('SIGTERM');
+      });
+      assert.equal(code, 0);
+    } finally {
+      p.kill('SIGKILL');
+      await backend.close();
+    }
+  });
+
+  test('the demo: simulated P/D-labelled fleet + gateway answers the openai client', async () => {
+    const demo = await startDemo({ port: 0, metricsPort: 0 });
+    try {
+      const roles = demo.gateway.pool.endpoints.map((e) => e.role).sort();
+      assert.deepEqual(roles, ['decode', 'decode', 'prefill', 'prefill']);
+      const client = new OpenAI({ baseURL: `${demo.gateway.apiUrl}/v1`, apiKey: 'x', maxRetries: 0 });
+      const deadline = Date.now() + 5000;
+      while (!demo.gateway.pool.endpoints.every((e) => e.metricsAt > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      const res = await client.chat.completions.create({ model: demo.model, max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] });
+      assert.equal(res.usage?.completion_tokens, 3);
+    } finally {
+      await demo.close();
+    }
+  });
+});

@@ -1,0 +1,274 @@
+/** Edge cases and faults on the request path, each against real servers on loopback. */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { request } from 'undici';
+import { fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
+import { startFakeBackend } from '../helpers/fake-backend.js';
+import { startSimulator } from '../../src/sim/server.js';
+
+const MODEL = 'sim-model';
+const chat = (content = 'hi', extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }], ...extra });
+
+async function post(url: string, body: string, headers: Record<string, string> = {}) {
+  const r = await request(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body });
+  const text = await r.body.text();
+  return { status: r.statusCode, headers: r.headers, text };
+}
+
+const until = async (cond: () => boolean | Promise<boolean>, ms = 5000) => {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error('condition not met in time');
+};
+
+describe('request path faults and limits', () => {
+  test('a body over server.bodyLimit gets 413 without being buffered', async () => {
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Ki'));
+    try {
+      await waitForMetrics(gw);
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat('x'.repeat(5000)));
+      assert.equal(r.status, 413);
+      assert.equal(JSON.parse(r.text).error.type, 'RequestTooLargeError');
+      assert.equal(backend.received.length, 0);
+      const ok = await post(`${gw.apiUrl}/v1/chat/completions`, chat('small'));
+      assert.equal(ok.status, 200);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
+  test('no endpoint at all → 503 rejected-no-endpoints', async () => {
+    const gw = await gatewayFor(fleetConfig([]));
+    try {
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
+      assert.equal(r.status, 503);
+      assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-no-endpoints');
+      assert.equal(JSON.parse(r.text).error.type, 'ServiceUnavailableError');
+      assert.equal((await request(`${gw.apiUrl}/ready`)).statusCode, 503);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test('a profile whose filters leave nothing → 429 rejected-saturated', async () => {
+    const backend = await startFakeBackend();
+    const extra = `plugins:
+- type: label-selector-filter
+  parameters: { matchLabels: { tier: gold } }
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins: [ { pluginRef: label-selector-filter }, { pluginRef: queue-scorer } ]
+`;
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port, labels: { tier: 'silver' } }], extra));
+    try {
+      await waitForMetrics(gw);
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
+      assert.equal(r.status, 429);
+      assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
+      assert.equal(backend.received.length, 0);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
+  test('a client-sent x-prefiller-host-port and routing headers never reach upstream; hop-by-hop stripped', async () => {
+    const backend = await startFakeBackend();
+    const extra = 'objectives:\n- { name: interactive, priority: 10 }\n';
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    try {
+      await waitForMetrics(gw);
+      const body = chat('spoof');
+      // node:http rather than undici: undici refuses to send hop-by-hop headers at all.
+      const status = await new Promise<number | undefined>((resolve, reject) => {
+        const req = http.request(
+          `${gw.apiUrl}/v1/chat/completions?x=1`,
+          {
+            method: 'POST',
+            headers: {
+              'content-type': 'application/json',
+              'x-prefiller-host-port': '169.254.169.254:80',
+              'x-llm-d-inference-objective': 'interactive',
+              'x-llm-d-inference-fairness-id': 'tenant-a',
+              'x-gateway-inference-objective': 'interactive',
+              'x-custom': 'kept',
+              'x-hop': 'named in Connection',
+              connection: 'keep-alive, x-hop',
+              'keep-alive': 'timeout=5',
+            },
+          },
+          (res) => {
+            res.resume();
+            res.on('end', () => resolve(res.statusCode));
+          },
+        );
+        req.on('error', reject);
+        req.end(body);
+      });
+      assert.equal(status, 200);
+      const got = backend.received.at(-1)!;
+      assert.equal(got.headers['x-prefiller-host-port'], undefined);
+      assert.equal(got.headers['x-llm-d-inference-objective'], undefined);
+      assert.equal(got.headers['x-llm-d-inference-fairness-id'], undefined);
+      assert.equal(got.headers['x-gateway-inference-objective'], undefined);
+      assert.equal(got.headers['keep-alive'], undefined);
+      assert.equal(got.headers['x-hop'], undefined);
+      assert.equal(got.headers['x-custom'], 'kept');
+      assert.ok(got.headers['x-request-id']);
+      assert.equal(got.url, '/v1/chat/completions?x=1');
+      assert.equal(got.body, body, 'body forwarded byte for byte');
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
+  test('a killed endpoint: requests still succeed via the others, and retries are counted', async () => {
+    const fleet = await startFleet(3);
+    try {
+      await fleet.sims[0]!.close();
+      const results = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => post(`${fleet.gw.apiUrl}/v1/chat/completions`, chat(`after kill ${i}`, { max_tokens: 1 }))),
+      );
+      for (const r of results) assert.equal(r.status, 200, r.text);
+      for (const r of results) assert.notEqual(r.headers['x-inference-pod'], fleet.sims[0]!.name);
+      const metrics = await (await request(`${fleet.gw.metricsUrl}/metrics`)).body.text();
+      assert.match(metrics, /llm_d_epp_upstream_retries_total\{endpoint_name="sim-0"\} [1-9]/);
+      for (const ep of fleet.gw.pool.endpoints) assert.equal(ep.inFlight, 0);
+    } finally {
+      await fleet.close();
+    }
+  });
+
+  test('all endpoints refusing connections → 502 after the retries, OpenAI-shaped', async () => {
+    const dead = http.createServer();
+    await new Promise<void>((r) => dead.listen(0, '127.0.0.1', r));
+    const port = (dead.address() as AddressInfo).port;
+    await new Promise<void>((r) => dead.close(() => r()));
+    const gw = await gatewayFor(fleetConfig([{ name: 'dead', port }]));
+    try {
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
+      assert.equal(r.status, 502);
+      assert.equal(JSON.parse(r.text).error.type, 'BadGatewayError');
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test('a streamed answer: the first event reaches the client long before the last', async () => {
+    const fleet = await startFleet(1, { itlMs: 40, ttftOverheadMs: 1 });
+    try {
+      const t0 = Date.now();
+      const r = await request(`${fleet.gw.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: chat('stream me', { stream: true, max_tokens: 12 }),
+      });
+      assert.equal(r.statusCode, 200);
+      assert.match(String(r.headers['content-type']), /text\/event-stream/);
+      const arrivals: number[] = [];
+      let text = '';
+      for await (const chunk of r.body) {
+        arrivals.push(Date.now() - t0);
+        text += chunk.toString();
+      }
+      assert.ok(text.trimEnd().endsWith('data: [DONE]'));
+      const first = arrivals[0]!;
+      const last = arrivals.at(-1)!;
+      // 12 tokens × 40 ms: the stream lasts ≈ 480 ms; a buffering proxy would deliver it all at once.
+      assert.ok(arrivals.length >= 5, `expected incremental delivery, got ${arrivals.length} reads`);
+      assert.ok(last - first >= 200, `first at ${first} ms, last at ${last} ms`);
+    } finally {
+      await fleet.close();
+    }
+  });
+
+  test('a client abort frees the upstream slot at once', async () => {
+    const fleet = await startFleet(1, { maxNumSeqs: 1, itlMs: 50 });
+    const sim = fleet.sims[0]!;
+    try {
+      const ac = new AbortController();
+      const r = await request(`${fleet.gw.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: chat('long one', { stream: true, max_tokens: 200 }),
+        signal: ac.signal,
+      });
+      const it = r.body[Symbol.asyncIterator]();
+      await it.next(); // the stream is running
+      assert.equal(sim.engine.actualGauges().running, 1);
+      assert.equal(fleet.gw.pool.endpoints[0]!.inFlight, 1);
+      ac.abort();
+      await until(() => sim.engine.actualGauges().running === 0 && fleet.gw.pool.endpoints[0]!.inFlight === 0, 2000);
+      // the slot is free: a new request is served at once rather than queued behind 200 tokens
+      const next = await post(`${fleet.gw.apiUrl}/v1/chat/completions`, chat('next', { max_tokens: 1 }));
+      assert.equal(next.status, 200);
+    } finally {
+      await fleet.close();
+    }
+  });
+
+  test('upstream failing mid-stream ends the SSE stream with an error event, not a hang', async () => {
+    const backend = await startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
+      setTimeout(() => res.socket?.destroy(), 30);
+    });
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    try {
+      await waitForMetrics(gw);
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat('x', { stream: true }));
+      assert.equal(r.status, 200);
+      assert.match(r.text, /data: \{"error":\{.*"code":502/);
+      assert.equal(gw.pool.endpoints[0]!.inFlight, 0);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
+  test('an upstream that never answers → 504 after headersTimeout', async () => {
+    const backend = await startFakeBackend(() => undefined);
+    const gw2 = await gatewayFor(
+      fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', 'upstream: { connectTimeout: 1s, headersTimeout: 300ms, retries: 2 }'),
+    );
+    try {
+      await waitForMetrics(gw2);
+      const r = await post(`${gw2.apiUrl}/v1/chat/completions`, chat());
+      assert.equal(r.status, 504);
+      assert.equal(JSON.parse(r.text).error.type, 'GatewayTimeoutError');
+      assert.equal(backend.received.length, 1, 'a time-out is not retried (the server may be working on it)');
+    } finally {
+      await gw2.close();
+      await backend.close();
+    }
+  });
+
+  test('sheddable traffic is refused 429 while the pool is saturated; other traffic still served', async () => {
+    const sim = await startSimulator({ name: 'busy', ttftOverheadMs: 1, itlMs: 1 });
+    const extra = 'objectives:\n- { name: batch, priority: -1 }\n';
+    const gw = await gatewayFor(fleetConfig([{ name: 'busy', port: sim.port }], extra));
+    try {
+      await waitForMetrics(gw);
+      await request(`${sim.url}/admin/config`, { method: 'POST', body: JSON.stringify({ pin: { waiting: 50 } }) });
+      await until(() => (gw.pool.endpoints[0]!.metrics?.waiting ?? 0) === 50);
+      const shed = await post(`${gw.apiUrl}/v1/chat/completions`, chat(), { 'x-llm-d-inference-objective': 'batch' });
+      assert.equal(shed.status, 429);
+      assert.equal(shed.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
+      const normal = await post(`${gw.apiUrl}/v1/chat/completions`, chat('normal', { max_tokens: 1 }));
+      assert.equal(normal.status, 200);
+    } finally {
+      await gw.close();
+      await sim.close();
+    }
+  });
+});
