@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { buildAdminServer } from './admin/server.js';
 import type { LoadedConfig, SluiceConfig } from './config/types.js';
+import { formatProblem, type ConfigProblem } from './config/load.js';
 import { Pool } from './datalayer/pool.js';
 import { Scraper } from './datalayer/scraper.js';
 import { GatewayMetrics } from './metrics/metrics.js';
@@ -80,13 +81,15 @@ function buildRuntime(
   return { runtime, detector };
 }
 
-export async function startGateway(loaded: LoadedConfig, opts: GatewayOptions = {}): Promise<Gateway> {
+/** `loaded` as the config loader returns it; its warnings (deprecations, ignored blocks) are logged. */
+export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigProblem[] }, opts: GatewayOptions = {}): Promise<Gateway> {
   const config = loaded.config;
   const logger = opts.logger ?? silentLogger;
   const clock = opts.clock ?? systemClock;
   const random = opts.random ?? Math.random;
   const registry = opts.registry ?? builtinRegistry();
 
+  for (const w of loaded.warnings ?? []) logger.warn({ config: formatProblem(w) }, 'config warning');
   const pool = new Pool(config.pool.endpoints, {
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
   });

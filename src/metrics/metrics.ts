@@ -587,6 +587,7 @@ export class GatewayMetrics {
     gauge.reset();
     const now = this.now();
     for (const ep of this.pool().endpoints) {
+      if (ep.removed) continue; // still draining in-flight requests, but no longer part of the pool
       const v = value(ep, now);
       if (v !== undefined) gauge.set({ endpoint_name: ep.name, role: ep.role }, v);
     }

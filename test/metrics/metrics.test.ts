@@ -211,6 +211,10 @@ describe('GatewayMetrics', () => {
     }
     assert.equal(samplesOf(text, 'llm_d_epp_endpoint_metrics_age_seconds')[0]?.value, 1.25);
     assert.equal(samplesOf(text, 'llm_d_epp_endpoint_inflight_requests')[0]?.value, 1);
+
+    scraped.removed = true; // a pool may keep a removed endpoint while its requests drain
+    text = await metrics.text();
+    assert.equal(samplesOf(text, 'llm_d_epp_endpoint_inflight_requests').length, 0, 'endpoints flagged removed have no series');
   });
 
   test('saturation gauges come from the source at scrape time; empty stages have no series', async () => {
