@@ -42,36 +42,23 @@ export function stageSaturation(
     }
   }
 
-  const out: StageSaturation = { global: 0, stale: 0 };
-  let anyStage = false;
-  let global = -Infinity;
-  if (prefill.length > 0) {
-    const r = detector.saturation(now, prefill);
-    out.prefill = r.value;
+  const out: StageSaturation = { global: -Infinity, stale: 0 };
+  const stages = [
+    ['prefill', prefill],
+    ['decode', decode],
+    ['interleaved', interleaved],
+  ] as const;
+  for (const [stage, members] of stages) {
+    if (members.length === 0) continue;
+    const r = detector.saturation(now, members);
+    out[stage] = r.value;
     out.stale += r.stale;
-    global = Math.max(global, r.value);
-    anyStage = true;
+    if (r.value > out.global) out.global = r.value;
   }
-  if (decode.length > 0) {
-    const r = detector.saturation(now, decode);
-    out.decode = r.value;
-    out.stale += r.stale;
-    global = Math.max(global, r.value);
-    anyStage = true;
-  }
-  if (interleaved.length > 0) {
-    const r = detector.saturation(now, interleaved);
-    out.interleaved = r.value;
-    out.stale += r.stale;
-    global = Math.max(global, r.value);
-    anyStage = true;
-  }
-  if (!anyStage) {
+  if (out.global === -Infinity) {
     const r = detector.saturation(now, endpoints);
     out.global = r.value;
     out.stale = r.stale;
-  } else {
-    out.global = global;
   }
   return out;
 }
