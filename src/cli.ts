@@ -5,7 +5,7 @@
  */
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
-import { ConfigError, loadConfigFile } from './config/load.js';
+import { ConfigError, formatProblem, loadConfigFile } from './config/load.js';
 import { effectiveConfigYaml } from './config/print.js';
 import { startGateway, type Gateway } from './app.js';
 import { builtinRegistry } from './plugins/builtin.js';
@@ -90,6 +90,7 @@ async function main(argv: string[]): Promise<number> {
     case 'validate': {
       const flags = parse(rest);
       const loaded = loadOrExit(flags.config);
+      for (const w of loaded.warnings) process.stderr.write(`${formatProblem(w)} (warning)\n`);
       process.stdout.write(effectiveConfigYaml(loaded));
       return 0;
     }

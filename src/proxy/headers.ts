@@ -28,7 +28,9 @@ const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, 'x-l
 export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId: string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   const conn = incoming.connection;
-  const extraHop = conn && conn.includes(',') ? new Set(conn.toLowerCase().split(',').map((s) => s.trim())) : undefined;
+  // `Connection` may name more hop-by-hop headers; the common bare values need no parsing.
+  const extraHop =
+    conn && conn !== 'keep-alive' && conn !== 'close' ? new Set(conn.toLowerCase().split(',').map((s) => s.trim())) : undefined;
   for (const name in incoming) {
     if (HOP_BY_HOP.has(name) || ROUTING.has(name) || name === 'host' || name === 'content-length') continue;
     if (extraHop?.has(name)) continue;
