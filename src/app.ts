@@ -19,6 +19,9 @@ import { ApiServer } from './proxy/server.js';
 import { Upstreams } from './proxy/upstreams.js';
 import type { SaturationDetector } from './saturation/detector.js';
 import { stageSaturation } from './saturation/stages.js';
+import { featureEnabled } from './config/defaults.js';
+import { FlowController } from './flowcontrol/controller.js';
+import type { FairnessPolicy, OrderingPolicy, UsageLimitPolicy } from './flowcontrol/policies/types.js';
 import { buildScheduling } from './scheduling/build.js';
 import { systemClock, type Clock, type RandomSource } from './util/clock.js';
 import { silentLogger } from './util/logger.js';
@@ -61,18 +64,39 @@ function buildRuntime(
   clock: Clock,
   random: RandomSource,
   logger: Logger,
+  metrics: GatewayMetrics,
 ): { runtime: ProxyRuntime; detector: SaturationDetector } {
   const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map() });
   const detector = built.detector;
+  const saturationNow = () => stageSaturation(detector, clock.now(), pool.endpoints).global;
+  const plugin = <T>(name: string) => {
+    const p = built.plugins.get(name);
+    if (!p) throw new Error(`flow control references plugin '${name}', which is not instantiated`);
+    return p as unknown as T;
+  };
+  const flowControl = featureEnabled(config, 'flowControl')
+    ? new FlowController({
+        config: config.flowControl,
+        objectivePriorities: config.objectives.map((o) => o.priority),
+        fairness: (name) => plugin<FairnessPolicy>(name),
+        ordering: (name) => plugin<OrderingPolicy>(name),
+        usageLimit: plugin<UsageLimitPolicy>(config.flowControl.usageLimitPolicyPluginRef),
+        clock,
+        saturation: saturationNow,
+        poolEmpty: () => pool.endpoints.length === 0,
+        nextSaturationChangeAt: () => detector.nextChangeAt?.(clock.now(), pool.endpoints),
+        onDispatchCycle: (seconds) => metrics.dispatchCycle(seconds),
+      })
+    : undefined;
   const runtime: ProxyRuntime = {
     config,
     objectives: new Map(config.objectives.map((o) => [o.name, o.priority])),
     scheduler: built.scheduler,
     responseHooks: built.responseHooks,
-    admit(priority) {
-      // Sheddable traffic (priority < 0) is refused while the fleet is saturated. The priority-banded
-      // queue (flow control proper) holds the rest; until it lands every other request goes straight on.
-      if (priority < 0 && stageSaturation(detector, clock.now(), pool.endpoints).global >= 1) {
+    flowControl,
+    admitWithoutQueue(priority) {
+      // Flow control off (SPEC §6): sheddable traffic is refused while the fleet is saturated.
+      if (priority < 0 && saturationNow() >= 1) {
         return new GatewayError(429, 'the pool is saturated and this request is sheddable', null, 'rejected-saturated');
       }
       return undefined;
@@ -94,7 +118,13 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
   });
   const metrics = new GatewayMetrics({ poolName: config.pool.name, pool: () => pool, now: () => clock.now() });
-  const { runtime, detector } = buildRuntime(config, registry, pool, clock, random, logger);
+  const { runtime, detector } = buildRuntime(config, registry, pool, clock, random, logger, metrics);
+  const fc = runtime.flowControl;
+  if (fc) {
+    // Anything that could change the dispatch answer re-runs a (coalesced) dispatch cycle.
+    pool.onChange(() => fc.kick());
+    metrics.setFlowControlSource(() => fc.metricsSnapshot());
+  }
   const stale = stalenessMs(config);
   metrics.setSaturationSource(() => {
     const s = stageSaturation(detector, clock.now(), pool.endpoints);
@@ -143,6 +173,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     clock,
     detector: () => detector,
     stalenessMs: () => stale,
+    flowControl: () => (fc ? { enabled: true, ...fc.snapshot() } : { enabled: false }),
     metricsText: () => metrics.text(),
     metricsContentType: metrics.contentType,
     isReady: () => !api.draining && isReady(),
@@ -182,6 +213,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     close() {
       closing ??= (async () => {
         api.draining = true;
+        fc?.shutdown(); // everything still queued is answered 503 rejected-shutting-down
         api.server.close();
         api.server.closeIdleConnections();
         const grace = config.server.shutdownGracePeriod;

@@ -1,7 +1,7 @@
 /**
  * The metrics port (SPEC §2): /metrics (Prometheus text), /health, /ready and /debug/pool — a JSON
  * view of every endpoint with labels, role, stage, last metrics, age, stale flag and in-flight count,
- * plus per-stage saturation. Fastify: not on the per-request path, and its routing/404 handling is
+ * plus per-stage saturation — and /debug/flowcontrol (bands, flows, queue lengths/bytes, ceilings). Fastify: not on the per-request path, and its routing/404 handling is
  * what we want here.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -18,6 +18,8 @@ export interface AdminDeps {
   /** Age past which an endpoint's metrics are stale (ms). */
   stalenessMs: () => number;
   metricsText: () => Promise<string>;
+  /** JSON for /debug/flowcontrol. */
+  flowControl: () => object;
   metricsContentType: string;
   isReady: () => boolean;
 }
@@ -35,6 +37,7 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
     return { status: ready ? 'ready' : 'not ready' };
   });
   app.get('/debug/pool', async () => debugPool(deps));
+  app.get('/debug/flowcontrol', async () => deps.flowControl());
   app.setNotFoundHandler((req, reply) => {
     reply.code(404).header('content-type', 'application/json').send(errorBody(404, `no route for ${req.method} ${req.url}`));
   });

@@ -3,6 +3,7 @@
  * here.
  */
 import { flowControlPolicyDefinitions } from '../flowcontrol/policies/index.js';
+import { concurrencyDetectorDefinition } from '../saturation/concurrency-detector.js';
 import { utilizationDetectorDefinition } from '../saturation/utilization-detector.js';
 import { activeRequestScorerDefinition } from '../scheduling/plugins/active-request-scorer.js';
 import { decodeFilterDefinition } from '../scheduling/plugins/decode-filter.js';
@@ -36,6 +37,7 @@ export function builtinRegistry(): PluginRegistry {
     .register(weightedRandomPickerDefinition)
     // saturation detectors
     .register(utilizationDetectorDefinition);
+  registry.register(concurrencyDetectorDefinition);
   // flow-control policies
   for (const def of flowControlPolicyDefinitions) registry.register(def);
   return registry;

@@ -61,6 +61,8 @@ type AttemptResult = { kind: 'done'; status: number } | { kind: 'retry'; error: 
 /** Returns the status sent to the client (0 when the client went away first). */
 export async function forward(ctx: ForwardContext): Promise<number> {
   const { rt, pool, metrics, res, requestId } = ctx;
+  // A client that left while its request was queued (and whose close we could not observe) costs nothing.
+  if (res.destroyed || ctx.req.socket?.destroyed) return 0;
   const retries = rt.config.server.upstream.retries;
   let candidates: readonly Endpoint[] = pool.endpoints;
   let lastError = '';

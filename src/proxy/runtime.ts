@@ -4,6 +4,7 @@ import type { ResponseHeadersHook } from '../scheduling/framework.js';
 import type { Scheduler } from '../scheduling/scheduler.js';
 import type { GatewayError } from './errors.js';
 import type { GatewayMetrics } from '../metrics/metrics.js';
+import type { FlowController } from '../flowcontrol/controller.js';
 
 export interface ProxyRuntime {
   readonly config: SluiceConfig;
@@ -11,9 +12,14 @@ export interface ProxyRuntime {
   readonly objectives: ReadonlyMap<string, number>;
   readonly scheduler: Scheduler;
   readonly responseHooks: readonly ResponseHeadersHook[];
-  /** Admission control before scheduling: an error to answer with, or undefined to go on. */
-  admit(priority: number, fairnessId: string): GatewayError | undefined;
+  /** The priority-banded queue; undefined when the `flowControl` feature gate is off. */
+  readonly flowControl: FlowController | undefined;
+  /** Admission with flow control off (SPEC §6): an error to answer with, or undefined to go on. */
+  admitWithoutQueue(priority: number): GatewayError | undefined;
 }
 
 /** The request-path metrics (see metrics/metrics.ts); per-model series are resolved once per request. */
-export type ProxyMetrics = Pick<GatewayMetrics, 'forModel' | 'schedulerDuration' | 'schedulerAttempt' | 'upstreamRetry'>;
+export type ProxyMetrics = Pick<
+  GatewayMetrics,
+  'forModel' | 'schedulerDuration' | 'schedulerAttempt' | 'upstreamRetry' | 'flowControlOutcome'
+>;

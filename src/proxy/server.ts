@@ -19,6 +19,10 @@ import { forward, type ForwardContext } from './forward.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { Upstreams } from './upstreams.js';
 import type { ModelsCache } from './models.js';
+import type { FlowController } from '../flowcontrol/controller.js';
+import type { FlowTicket } from '../flowcontrol/types.js';
+import { outcomeToHttp } from '../flowcontrol/outcomes.js';
+import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
 
 export interface ApiServerDeps {
   runtime: () => ProxyRuntime;
@@ -136,11 +140,6 @@ export class ApiServer {
     modelMetrics.started();
     let status = 0;
     try {
-      const admission = rt.admit(priority, fairnessId);
-      if (admission) {
-        status = admission.status;
-        return sendGatewayError(res, admission, requestId);
-      }
       const sreq: SchedulingRequest = {
         requestId,
         model: valid.model,
@@ -166,13 +165,59 @@ export class ApiServer {
         logger: deps.logger,
         clock: deps.clock,
       };
-      status = await forward(ctx);
+      if (rt.flowControl) {
+        const slo = req.headers['x-llm-d-slo-ttft-ms'];
+        status = await throughFlowControl(rt.flowControl, ctx, priority, fairnessId, parseSloTtftHeader(typeof slo === 'string' ? slo : undefined));
+      } else {
+        const refusal = rt.admitWithoutQueue(priority);
+        if (refusal) {
+          status = refusal.status;
+          return sendGatewayError(res, refusal, requestId);
+        }
+        status = await forward(ctx);
+      }
     } finally {
       modelMetrics.ended();
       modelMetrics.duration((deps.clock.now() - started) / 1000);
       if (status >= 400) modelMetrics.error(status);
     }
   }
+}
+
+/**
+ * Holds the request in the flow-control queue until it is dispatched (then forwards it — called
+ * synchronously inside the dispatch cycle, so the endpoint's in-flight count rises before the next
+ * saturation sample) or refused; a client that disconnects while queued leaves the queue at once.
+ */
+function throughFlowControl(
+  fc: FlowController,
+  ctx: ForwardContext,
+  priority: number,
+  fairnessId: string,
+  sloTtftMs: number | undefined,
+): Promise<number> {
+  const { res, requestId, pool, metrics } = ctx;
+  return new Promise<number>((resolve) => {
+    let ticket: FlowTicket | undefined;
+    const onClose = () => ticket?.cancel();
+    res.once('close', onClose);
+    ticket = fc.enqueue({
+      fairnessId,
+      priority,
+      byteSize: ctx.raw.length,
+      receivedAt: ctx.started,
+      sloTtftMs,
+      onOutcome(outcome, queuedMs, cause) {
+        res.off('close', onClose);
+        metrics.flowControlOutcome(outcome, priority, fairnessId, queuedMs / 1000);
+        if (outcome === 'Dispatched') return resolve(forward(ctx));
+        const http = outcomeToHttp(outcome, cause, pool.endpoints.length === 0);
+        if (outcome === 'EvictedContextCancelled' || http === undefined) return resolve(0);
+        sendError(res, http.status, http.message, { droppedReason: http.droppedReason, requestId });
+        resolve(http.status);
+      },
+    });
+  });
 }
 
 function json(res: ServerResponse, status: number, body: string): void {

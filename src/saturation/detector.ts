@@ -18,6 +18,13 @@ export interface SaturationReading {
 
 export interface SaturationDetector extends Filter {
   saturation(now: number, endpoints: readonly Endpoint[]): SaturationReading;
+  /**
+   * Optional, for the flow controller's wake-up timer: the instant after which the reading may
+   * change with no new input (e.g. fresh metrics going stale — staleness is strict >, so a timer
+   * should fire strictly after it), or undefined when nothing is pending. Detectors whose reading
+   * only changes on events (counters, scrapes) omit it.
+   */
+  nextChangeAt?(now: number, endpoints: readonly Endpoint[]): number | undefined;
 }
 
 export const isSaturationDetector = (p: object): p is SaturationDetector =>

@@ -12,6 +12,9 @@
  * `waiting < queueDepthThreshold × (1 + headroom)` and `kvUsage < kvCacheUtilThreshold × (1 + headroom)`;
  * if that would drop every candidate, all are returned (fail open).
  *
+ * `nextChangeAt` (for the flow controller's timer) = the earliest `metricsAt + metricsStalenessThreshold`
+ * over currently-fresh endpoints: the reading can flip once that instant has passed.
+ *
  * Parameters (defaults):
  * - `queueDepthThreshold` 5 — integer > 0
  * - `kvCacheUtilThreshold` 0.8 — in (0, 1]
@@ -117,6 +120,22 @@ export class UtilizationDetector implements SaturationDetector {
       );
     }
     return { value: counted === 0 ? 1 : sum / counted, stale };
+  }
+
+  /**
+   * The earliest time a currently-fresh endpoint's metrics turn stale: `metricsAt +
+   * metricsStalenessThreshold` (the last instant it is still fresh — staleness is strict >, so it
+   * reads stale at any later time); undefined when no endpoint is fresh. Lets the flow controller
+   * re-evaluate when staleness flips the reading, with no scrape or request to trigger it.
+   */
+  nextChangeAt(now: number, endpoints: readonly Endpoint[]): number | undefined {
+    let earliest: number | undefined;
+    for (const endpoint of endpoints) {
+      if (this.isStale(endpoint, now)) continue;
+      const at = endpoint.metricsAt + this.stalenessMs;
+      if (earliest === undefined || at < earliest) earliest = at;
+    }
+    return earliest;
   }
 
   filter(ctx: CycleContext, _req: SchedulingRequest, endpoints: readonly Endpoint[]): Endpoint[] {

@@ -30,22 +30,52 @@ export interface FakeBackend {
   port: number;
   received: Received[];
   behave: Behaviour;
+  /** The /metrics page served; a number is answered as that HTTP status (a broken scrape). */
+  metrics: string | number;
+  /** Requests being answered right now, and the most seen at once. */
+  active: number;
+  maxActive: number;
   close(): Promise<void>;
 }
 
+export const vllmPage = (waiting = 0, running = 0, kv = 0.1) =>
+  `vllm:num_requests_waiting ${waiting}\nvllm:num_requests_running ${running}\nvllm:kv_cache_usage_perc ${kv}\n`;
+
+/** Answers JSON after `ms` (to hold requests in flight). */
+export const slowJson =
+  (ms: number): Behaviour =>
+  (r, res) =>
+    setTimeout(() => okJson(r, res), ms);
+
 export async function startFakeBackend(behave: Behaviour = okJson): Promise<FakeBackend> {
-  const fb: FakeBackend = { port: 0, received: [], behave, close: async () => undefined };
+  const fb: FakeBackend = {
+    port: 0,
+    received: [],
+    behave,
+    metrics: vllmPage(),
+    active: 0,
+    maxActive: 0,
+    close: async () => undefined,
+  };
   const server = http.createServer((req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       if (req.url === '/metrics') {
+        if (typeof fb.metrics === 'number') {
+          res.writeHead(fb.metrics);
+          res.end('metrics unavailable');
+          return;
+        }
         res.writeHead(200, { 'content-type': 'text/plain' });
-        res.end('vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:kv_cache_usage_perc 0.1\n');
+        res.end(fb.metrics);
         return;
       }
       const r: Received = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString() };
       fb.received.push(r);
+      fb.active++;
+      fb.maxActive = Math.max(fb.maxActive, fb.active);
+      res.once('close', () => fb.active--);
       fb.behave(r, res);
     });
   });

@@ -1,5 +1,7 @@
 /** Real loopback fleets for integration tests: simulators (or custom servers) + a gateway in front. */
-import { startGateway, type Gateway } from '../../src/app.js';
+import { Writable } from 'node:stream';
+import pino, { type Logger } from 'pino';
+import { startGateway, type Gateway, type GatewayOptions } from '../../src/app.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { startSimulator, type RunningSimulator, type SimOptions } from '../../src/sim/server.js';
@@ -30,10 +32,22 @@ pool:
 ${extra}`;
 }
 
-export async function gatewayFor(configText: string): Promise<Gateway> {
+export async function gatewayFor(configText: string, opts: GatewayOptions = {}): Promise<Gateway> {
   const registry = builtinRegistry();
   const loaded = loadConfigText(configText, 'test.yaml', registry);
-  return startGateway(loaded, { registry, host: '127.0.0.1' });
+  return startGateway(loaded, { registry, host: '127.0.0.1', ...opts });
+}
+
+/** A pino logger whose JSON lines land in `lines` (to assert on what operators would see). */
+export function captureLogger(level = 'info'): { logger: Logger; lines: () => Record<string, unknown>[] } {
+  const out: string[] = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      out.push(...chunk.toString().split('\n').filter((l) => l.length > 0));
+      cb();
+    },
+  });
+  return { logger: pino({ level }, stream), lines: () => out.map((l) => JSON.parse(l) as Record<string, unknown>) };
 }
 
 /** Waits until every endpoint of the gateway has metrics (or throws after `ms`). */

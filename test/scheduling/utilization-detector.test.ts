@@ -167,3 +167,34 @@ describe('utilization-detector parameters', () => {
     assert.equal(logger.warnings.length, 1);
   });
 });
+
+describe('utilization-detector nextChangeAt (flow-controller wake-up)', () => {
+  const d = detector({ metricsStalenessThreshold: '200ms' });
+
+  test('earliest metricsAt + threshold over fresh endpoints; stale and never-scraped ones ignored', () => {
+    // ages 50 and 120 ms → they turn stale after NOW+150 and NOW+80; the 300 ms-old one already is
+    const endpoints = fleet({ age: 50 }, { age: 120 }, { age: 300 }, { noMetrics: true });
+    assert.equal(d.nextChangeAt(NOW, endpoints), NOW + 80);
+    assert.equal(d.nextChangeAt(NOW, endpoints.slice(0, 1)), NOW + 150);
+  });
+
+  test('consistent with saturation(): fresh at the returned instant, stale just after', () => {
+    const endpoints = fleet({ waiting: 0, kv: 0, age: 120 });
+    const at = d.nextChangeAt(NOW, endpoints)!;
+    assert.equal(d.saturation(at, endpoints).stale, 0);
+    assert.equal(d.saturation(at + 1, endpoints).stale, 1);
+    // once stale, nothing more is pending
+    assert.equal(d.nextChangeAt(at + 1, endpoints), undefined);
+  });
+
+  test('undefined when nothing is fresh or the list is empty', () => {
+    assert.equal(d.nextChangeAt(NOW, []), undefined);
+    assert.equal(d.nextChangeAt(NOW, fleet({ noMetrics: true }, { age: 201 })), undefined);
+  });
+
+  test('declared on the SaturationDetector interface (optional)', () => {
+    const plugin = utilizationDetectorDefinition.create('ud', utilizationDetectorParams.parse({}), makeDeps());
+    assert.ok(isSaturationDetector(plugin));
+    assert.equal(typeof plugin.nextChangeAt, 'function');
+  });
+});

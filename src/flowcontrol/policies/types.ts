@@ -6,36 +6,52 @@ import type { Plugin } from '../../scheduling/framework.js';
 
 /** What an ordering policy may see of a queued request. Times are clock milliseconds. */
 export interface QueuedItemView {
-  enqueuedAt: number;
-  /** Absolute deadline (ms) when the request has one (TTL or SLO header). */
-  deadline?: number;
-  byteSize: number;
+  /** When flow control accepted the request (FCFS key). */
+  readonly enqueuedAt: number;
+  /** When the gateway received the request (SLO deadlines count from here). */
+  readonly receivedAt: number;
+  /** enqueuedAt + effective TTL; Infinity when the request has no TTL. */
+  readonly ttlDeadline: number;
+  /** receivedAt + `x-llm-d-slo-ttft-ms`; Infinity when absent or invalid. */
+  readonly sloDeadline: number;
+  readonly byteSize: number;
 }
 
-/** Orders requests within one flow: negative when `a` should be dispatched before `b`. */
+/** Orders requests within one flow: negative when `a` should be dispatched before `b`. Must be a total order. */
 export interface OrderingPolicy extends Plugin {
   compare(a: QueuedItemView, b: QueuedItemView): number;
 }
 
-/** What a fairness policy may see of one flow (fairness id) in a band. */
+/** What a fairness policy may see of one flow (fairness id) of a band. */
 export interface FlowView {
-  id: string;
-  /** Enqueue time of the flow's head request (meaningless when `length` is 0). */
-  headEnqueuedAt: number;
-  length: number;
+  readonly id: string;
+  readonly priority: number;
+  /** Queued requests in this flow. */
+  readonly length: number;
+  /** The flow's best request by the band's ordering policy; undefined when empty. */
+  head(): QueuedItemView | undefined;
 }
 
-/** Picks the flow of a band that dispatches next. */
+/** Chooses which flow of ONE band dispatches next; may keep per-band state (e.g. a round-robin cursor). */
+export interface FlowSelector {
+  /**
+   * `flows` are the band's flows sorted by id ascending (empty ones included); returns the index of
+   * the chosen non-empty flow, or -1 when all are empty.
+   */
+  select(flows: readonly FlowView[], ordering: OrderingPolicy): number;
+}
+
 export interface FairnessPolicy extends Plugin {
-  /** Index into `flows` of the chosen flow, or -1 when every flow is empty. */
-  selectFlow(flows: readonly FlowView[]): number;
+  /** A selector for one band; called once per band so per-band state stays separate. */
+  newBandSelector(): FlowSelector;
 }
 
 /** Priority ceilings: a band dispatches only while saturation < its ceiling. */
 export interface UsageLimitPolicy extends Plugin {
   /**
-   * Ceiling for the band of `priority`, given every provisioned priority (highest first).
-   * Ceilings must not increase towards lower priorities.
+   * Called exactly once per dispatch cycle. `priorities` are all provisioned bands, highest first;
+   * `out` (same length) is pre-filled with 1.0 and receives each band's ceiling. Ceilings must not
+   * increase towards lower priorities. May keep small state between calls (soft-reflective tick).
    */
-  ceiling(priority: number, priorities: readonly number[]): number;
+  computeCeilings(saturation: number, priorities: readonly number[], out: Float64Array): void;
 }

@@ -1,0 +1,720 @@
+/**
+ * The flow controller (SPEC §6, reference §2.4–2.10): every request waits here until the pool has
+ * room for it, then leaves exactly once with an outcome.
+ *
+ * Structure: priority bands (highest first) → flows (fairness id) → requests, each flow an indexed
+ * heap ordered by the band's ordering policy. One more heap holds every queued request that can
+ * expire, keyed by its current deadline, with ONE timer for the earliest — so expiry is exact and
+ * costs O(log n), not a periodic sweep.
+ *
+ * Single-threaded and synchronous: `enqueue` runs the dispatch loop at once (an unsaturated gateway
+ * adds no latency), and `Dispatched` is reported inside the dispatch cycle so the caller can count
+ * the request in flight before the next saturation sample.
+ *
+ * Deliberate divergences from llm-d, each because Node's single thread makes the simpler thing exact:
+ * - A cancelled or expired request leaves its heap at once (llm-d leaves "zombies" until the next
+ *   1 s sweep, still counting against capacity).
+ * - TTL expiry fires at the deadline, not at the next 1 s sweep.
+ * - A flow is removed as soon as it is empty (llm-d collects flows idle for 5 min). There is no
+ *   per-flow state worth keeping; a round-robin cursor is the selector's and survives by id.
+ * - Dispatch runs on events (arrival, `kick`, the saturation-change timer) rather than a 1 ms ticker,
+ *   looping cycles until one dispatches nothing and re-sampling saturation every cycle.
+ * - Band limits ≤ 0 are treated as unlimited (the config loader never produces them).
+ */
+import type { FlowControlConfig, PriorityBandConfig } from '../config/types.js';
+import type { Clock } from '../util/clock.js';
+import { IndexedHeap, NOT_IN_HEAP } from './heap.js';
+import type {
+  FairnessPolicy,
+  FlowSelector,
+  FlowView,
+  OrderingPolicy,
+  QueuedItemView,
+  UsageLimitPolicy,
+} from './policies/types.js';
+import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from './types.js';
+
+export interface Timers {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+  setImmediate(fn: () => void): unknown;
+}
+
+/** Node's timers, unref'ed: a queued request must not keep the process alive on its own. */
+export const nodeTimers: Timers = {
+  setTimeout(fn, ms) {
+    return setTimeout(fn, ms).unref();
+  },
+  clearTimeout(handle) {
+    clearTimeout(handle as NodeJS.Timeout);
+  },
+  setImmediate(fn) {
+    return setImmediate(fn).unref();
+  },
+};
+
+export interface FlowControllerOptions {
+  config: FlowControlConfig;
+  /** Priorities of the known objectives; each gets a band (reference §2.4). */
+  objectivePriorities: readonly number[];
+  /** Resolves a band's `fairnessPolicyRef`. */
+  fairness(name: string): FairnessPolicy;
+  /** Resolves a band's `orderingPolicyRef`. */
+  ordering(name: string): OrderingPolicy;
+  usageLimit: UsageLimitPolicy;
+  clock: Clock;
+  /** Default: Node's timers, unref'ed. */
+  timers?: Timers;
+  /** Effective (stage-aware) saturation now; sampled once per dispatch cycle. Never clamped. */
+  saturation(): number;
+  /** Whether the pool has no endpoints; sampled each cycle, at enqueue and at expiry: the TTL regime. */
+  poolEmpty(): boolean;
+  /**
+   * Clock time at which saturation may change with no event (e.g. metrics turning stale). While
+   * anything is queued the controller runs dispatch again then.
+   */
+  nextSaturationChangeAt?(): number | undefined;
+  /** Metrics hook: wall-clock seconds one dispatch run took. */
+  onDispatchCycle?(seconds: number): void;
+}
+
+export interface FlowControlFlowDebug {
+  fairnessId: string;
+  requests: number;
+  bytes: number;
+  /** Wait of the flow's longest-queued request. */
+  oldestWaitMs: number;
+}
+
+export interface FlowControlBandDebug {
+  priority: number;
+  maxRequests: number;
+  maxBytes: number;
+  fairnessPolicy: string;
+  orderingPolicy: string;
+  requests: number;
+  bytes: number;
+  flows: FlowControlFlowDebug[];
+}
+
+/** What GET /debug/flowcontrol shows. */
+export interface FlowControlDebug {
+  /** Saturation sampled by the latest dispatch cycle; null before the first. */
+  saturation: number | null;
+  poolEmpty: boolean;
+  /** Clock ms when the pool-empty regime last flipped (controller start if never). */
+  poolEmptySince: number;
+  /** Ceiling of each band as of the latest cycle (null before the first). */
+  ceilings: { priority: number; ceiling: number | null }[];
+  bands: FlowControlBandDebug[];
+  totals: { requests: number; bytes: number };
+  limits: { maxRequests: number; maxBytes: number; defaultRequestTTLMs: number; noEndpointRequestTTLMs: number };
+  shuttingDown: boolean;
+  callbackErrors: number;
+  policyErrors: number;
+}
+
+/** Matches `FlowControlSnapshot` in src/metrics/metrics.ts. */
+export interface FlowControlMetricsSnapshot {
+  flows: { fairnessId: string; priority: number; requests: number; bytes: number }[];
+  bands: { priority: number; requestsUtilization: number; bytesUtilization: number }[];
+}
+
+/**
+ * The bands to provision (reference §2.4), highest priority first: every configured band, band 0,
+ * and one per objective priority — negative ones from `defaultNegativePriorityBand` when set,
+ * otherwise from `defaultPriorityBand`. The first configured entry for a priority wins.
+ */
+export function provisionBands(config: FlowControlConfig, objectivePriorities: readonly number[]): PriorityBandConfig[] {
+  const byPriority = new Map<number, PriorityBandConfig>();
+  for (const band of config.priorityBands) if (!byPriority.has(band.priority)) byPriority.set(band.priority, band);
+  const fromTemplate = (priority: number): PriorityBandConfig => {
+    const template =
+      priority < 0 && config.defaultNegativePriorityBand !== undefined
+        ? config.defaultNegativePriorityBand
+        : config.defaultPriorityBand;
+    return { ...template, priority };
+  };
+  if (!byPriority.has(0)) byPriority.set(0, fromTemplate(0));
+  for (const priority of objectivePriorities) if (!byPriority.has(priority)) byPriority.set(priority, fromTemplate(priority));
+  return [...byPriority.values()].sort((a, b) => b.priority - a.priority);
+}
+
+/** Longest delay Node's setTimeout honours; longer ones fire at once. */
+const MAX_TIMER_DELAY_MS = 2_147_483_647;
+
+const NO_OP_TICKET: FlowTicket = Object.freeze({ cancel() {} });
+
+interface TicketOwner {
+  cancel(item: QueuedRequest): void;
+}
+
+/** A queued request: the ordering policies' view, the caller's ticket and the heaps' node at once. */
+class QueuedRequest implements QueuedItemView, FlowTicket {
+  /** Position in the flow heap / expiry heap (maintained by IndexedHeap). */
+  flowIndex = NOT_IN_HEAP;
+  expiryIndex = NOT_IN_HEAP;
+  /** Current-regime deadline; Infinity (and out of the expiry heap) when it cannot expire. */
+  expiryAt = Infinity;
+  done = false;
+
+  constructor(
+    private readonly owner: TicketOwner,
+    readonly request: FlowRequest,
+    readonly flow: Flow,
+    /** Arrival order: breaks ordering-policy ties so equal keys stay FIFO. */
+    readonly seq: number,
+    readonly enqueuedAt: number,
+    readonly receivedAt: number,
+    readonly ttlDeadline: number,
+    readonly sloDeadline: number,
+    readonly byteSize: number,
+  ) {}
+
+  cancel(): void {
+    if (!this.done) this.owner.cancel(this);
+  }
+}
+
+class Flow implements FlowView {
+  readonly heap: IndexedHeap<QueuedRequest>;
+  bytes = 0;
+
+  constructor(
+    readonly id: string,
+    readonly band: Band,
+  ) {
+    this.heap = new IndexedHeap<QueuedRequest>(band.compareItems, 'flowIndex');
+  }
+
+  get priority(): number {
+    return this.band.priority;
+  }
+
+  get length(): number {
+    return this.heap.size;
+  }
+
+  head(): QueuedItemView | undefined {
+    return this.heap.peek();
+  }
+}
+
+class Band {
+  readonly priority: number;
+  /** Limits; Infinity when unlimited. */
+  readonly maxRequests: number;
+  readonly maxBytes: number;
+  readonly flows = new Map<string, Flow>();
+  /** The same flows sorted by id ascending, as selectors expect. */
+  readonly sortedFlows: Flow[] = [];
+  requests = 0;
+  bytes = 0;
+  readonly compareItems: (a: QueuedRequest, b: QueuedRequest) => number;
+
+  constructor(
+    readonly config: PriorityBandConfig,
+    readonly ordering: OrderingPolicy,
+    readonly selector: FlowSelector,
+  ) {
+    this.priority = config.priority;
+    this.maxRequests = config.maxRequests > 0 ? config.maxRequests : Infinity;
+    this.maxBytes = config.maxBytes > 0 ? config.maxBytes : Infinity;
+    this.compareItems = (a, b) => ordering.compare(a, b) || a.seq - b.seq;
+  }
+}
+
+function compareExpiry(a: QueuedRequest, b: QueuedRequest): number {
+  return a.expiryAt - b.expiryAt || a.seq - b.seq;
+}
+
+/** Index of the first flow whose id is ≥ `id` (binary search). */
+function lowerBound(flows: readonly Flow[], id: string): number {
+  let lo = 0;
+  let hi = flows.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (flows[mid]!.id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+export class FlowController {
+  /** onOutcome / metrics-hook calls that threw (each swallowed: the controller must keep going). */
+  callbackErrors = 0;
+  /** saturation / poolEmpty / policy calls that threw (the cycle fails closed or skips the band). */
+  policyErrors = 0;
+
+  private readonly config: FlowControlConfig;
+  private readonly clock: Clock;
+  private readonly timers: Timers;
+  private readonly usageLimit: UsageLimitPolicy;
+  private readonly sampleSaturation: () => number;
+  private readonly samplePoolEmpty: () => boolean;
+  private readonly nextSaturationChangeAt: (() => number | undefined) | undefined;
+  private readonly onDispatchCycle: ((seconds: number) => void) | undefined;
+
+  /** Highest priority first. */
+  private readonly bands: Band[];
+  private readonly bandByPriority = new Map<number, Band>();
+  private readonly defaultBand: Band;
+  private readonly priorities: readonly number[];
+  private readonly ceilings: Float64Array;
+  private ceilingsSampled = false;
+
+  private readonly globalMaxRequests: number;
+  private readonly globalMaxBytes: number;
+  /** TTL budget while the pool has endpoints (S) and while it is empty (N); ≤ 0 = never. */
+  private readonly saturatedBudgetMs: number;
+  private readonly noEndpointBudgetMs: number;
+
+  private readonly expiry = new IndexedHeap<QueuedRequest>(compareExpiry, 'expiryIndex');
+  private totalRequests = 0;
+  private totalBytes = 0;
+  private nextSeq = 0;
+
+  private regimeEmpty = false;
+  private regimeSince: number;
+  private lastSaturation: number | null = null;
+
+  private dispatching = false;
+  private shuttingDown = false;
+  private immediatePending = false;
+  private expiryTimer: unknown = undefined;
+  private expiryTimerAt = Infinity;
+  private saturationTimer: unknown = undefined;
+  private saturationTimerAt = Infinity;
+
+  private readonly owner: TicketOwner = { cancel: (item) => this.evictCancelled(item) };
+
+  constructor(opts: FlowControllerOptions) {
+    this.config = opts.config;
+    this.clock = opts.clock;
+    this.timers = opts.timers ?? nodeTimers;
+    this.usageLimit = opts.usageLimit;
+    this.sampleSaturation = opts.saturation;
+    this.samplePoolEmpty = opts.poolEmpty;
+    this.nextSaturationChangeAt = opts.nextSaturationChangeAt;
+    this.onDispatchCycle = opts.onDispatchCycle;
+
+    this.bands = provisionBands(opts.config, opts.objectivePriorities).map(
+      (band) =>
+        new Band(band, opts.ordering(band.orderingPolicyRef), opts.fairness(band.fairnessPolicyRef).newBandSelector()),
+    );
+    for (const band of this.bands) this.bandByPriority.set(band.priority, band);
+    this.defaultBand = this.bandByPriority.get(0)!;
+    this.priorities = this.bands.map((band) => band.priority);
+    this.ceilings = new Float64Array(this.bands.length).fill(1);
+
+    this.globalMaxRequests = opts.config.maxRequests > 0 ? opts.config.maxRequests : Infinity;
+    this.globalMaxBytes = opts.config.maxBytes > 0 ? opts.config.maxBytes : Infinity;
+    this.saturatedBudgetMs = opts.config.defaultRequestTTL;
+    this.noEndpointBudgetMs = opts.config.noEndpointRequestTTL;
+    this.regimeSince = this.clock.now();
+  }
+
+  get queued(): number {
+    return this.totalRequests;
+  }
+
+  get queuedBytes(): number {
+    return this.totalBytes;
+  }
+
+  enqueue(req: FlowRequest): FlowTicket {
+    if (this.shuttingDown) {
+      this.notify(req, 'RejectedOther', 0, 'shutting-down');
+      return NO_OP_TICKET;
+    }
+    const now = this.clock.now();
+    this.observeRegime(now);
+    // A priority with no band is served by band 0; the request keeps its own priority for metrics.
+    const band = this.bandByPriority.get(req.priority) ?? this.defaultBand;
+    const size = req.byteSize;
+    if (!this.hasCapacity(band, size)) {
+      this.notify(req, this.regimeEmpty ? 'RejectedNoEndpoints' : 'RejectedCapacity', 0);
+      return NO_OP_TICKET;
+    }
+
+    const flow = band.flows.get(req.fairnessId) ?? this.addFlow(band, req.fairnessId);
+    const ttl = this.saturatedBudgetMs;
+    const slo = req.sloTtftMs;
+    const item = new QueuedRequest(
+      this.owner,
+      req,
+      flow,
+      this.nextSeq++,
+      now,
+      req.receivedAt,
+      ttl > 0 ? now + ttl : Infinity,
+      slo !== undefined && slo >= 0 ? req.receivedAt + slo : Infinity,
+      size,
+    );
+    flow.heap.push(item);
+    flow.bytes += size;
+    band.requests++;
+    band.bytes += size;
+    this.totalRequests++;
+    this.totalBytes += size;
+    const budget = this.currentBudget();
+    if (budget > 0) {
+      item.expiryAt = Math.max(now, this.regimeSince) + budget;
+      this.expiry.push(item);
+    }
+
+    // Inside a running dispatch loop (an onOutcome enqueuing) the loop picks it up; it arms timers.
+    if (!this.dispatching) this.runDispatch();
+    return item;
+  }
+
+  /** Something that may change saturation happened: one coalesced dispatch run on the next turn. */
+  kick(): void {
+    if (this.immediatePending || this.shuttingDown || this.totalRequests === 0) return;
+    this.immediatePending = true;
+    this.timers.setImmediate(this.onImmediate);
+  }
+
+  /** Runs dispatch cycles until one dispatches nothing; returns how many requests were dispatched. */
+  runDispatch(): number {
+    if (this.dispatching || this.shuttingDown) return 0;
+    if (this.totalRequests === 0) {
+      this.armTimers();
+      return 0;
+    }
+    this.dispatching = true;
+    const startedAt = this.onDispatchCycle !== undefined ? performance.now() : 0;
+    let dispatched = 0;
+    try {
+      while (this.totalRequests > 0 && !this.shuttingDown && this.dispatchCycle()) dispatched++;
+    } finally {
+      this.dispatching = false;
+    }
+    if (this.onDispatchCycle !== undefined) {
+      try {
+        this.onDispatchCycle((performance.now() - startedAt) / 1000);
+      } catch {
+        this.callbackErrors++;
+      }
+    }
+    this.armTimers();
+    return dispatched;
+  }
+
+  /** Every queued request leaves as EvictedOther (shutting-down); later enqueues are rejected likewise. */
+  shutdown(): void {
+    if (this.shuttingDown) return;
+    this.shuttingDown = true;
+    this.clearExpiryTimer();
+    this.clearSaturationTimer();
+    const victims: QueuedRequest[] = [];
+    for (const band of this.bands) {
+      for (const flow of band.sortedFlows) {
+        for (const item of flow.heap.values()) victims.push(item);
+        flow.heap.clear();
+        flow.bytes = 0;
+      }
+      band.flows.clear();
+      band.sortedFlows.length = 0;
+      band.requests = 0;
+      band.bytes = 0;
+    }
+    this.expiry.clear();
+    this.totalRequests = 0;
+    this.totalBytes = 0;
+    // Answer in arrival order; the state is already empty, so callbacks re-entering see it so.
+    victims.sort((a, b) => a.seq - b.seq);
+    const now = this.clock.now();
+    for (const item of victims) this.finish(item, 'EvictedOther', now - item.enqueuedAt, 'shutting-down');
+  }
+
+  snapshot(): FlowControlDebug {
+    const now = this.clock.now();
+    return {
+      saturation: this.lastSaturation,
+      poolEmpty: this.regimeEmpty,
+      poolEmptySince: this.regimeSince,
+      ceilings: this.bands.map((band, i) => ({
+        priority: band.priority,
+        ceiling: this.ceilingsSampled ? this.ceilings[i]! : null,
+      })),
+      bands: this.bands.map((band) => ({
+        priority: band.priority,
+        maxRequests: band.config.maxRequests,
+        maxBytes: band.config.maxBytes,
+        fairnessPolicy: band.config.fairnessPolicyRef,
+        orderingPolicy: band.config.orderingPolicyRef,
+        requests: band.requests,
+        bytes: band.bytes,
+        flows: band.sortedFlows.map((flow) => {
+          // The head is the best by ordering, not necessarily the oldest (EDF/SLO): scan.
+          let oldest = Infinity;
+          for (const item of flow.heap.values()) if (item.enqueuedAt < oldest) oldest = item.enqueuedAt;
+          return {
+            fairnessId: flow.id,
+            requests: flow.length,
+            bytes: flow.bytes,
+            oldestWaitMs: flow.length > 0 ? now - oldest : 0,
+          };
+        }),
+      })),
+      totals: { requests: this.totalRequests, bytes: this.totalBytes },
+      limits: {
+        maxRequests: this.config.maxRequests,
+        maxBytes: this.config.maxBytes,
+        defaultRequestTTLMs: this.saturatedBudgetMs,
+        noEndpointRequestTTLMs: this.noEndpointBudgetMs,
+      },
+      shuttingDown: this.shuttingDown,
+      callbackErrors: this.callbackErrors,
+      policyErrors: this.policyErrors,
+    };
+  }
+
+  metricsSnapshot(): FlowControlMetricsSnapshot {
+    const flows: FlowControlMetricsSnapshot['flows'] = [];
+    const bands: FlowControlMetricsSnapshot['bands'] = [];
+    for (const band of this.bands) {
+      for (const flow of band.sortedFlows) {
+        flows.push({ fairnessId: flow.id, priority: band.priority, requests: flow.length, bytes: flow.bytes });
+      }
+      bands.push({
+        priority: band.priority,
+        requestsUtilization: Number.isFinite(band.maxRequests) ? band.requests / band.maxRequests : 0,
+        bytesUtilization: Number.isFinite(band.maxBytes) ? band.bytes / band.maxBytes : 0,
+      });
+    }
+    return { flows, bands };
+  }
+
+  // ------------------------------------------------------------------------------------ dispatch
+
+  /** One cycle (reference §2.6): true when it dispatched a request. */
+  private dispatchCycle(): boolean {
+    const now = this.clock.now();
+    let saturation: number;
+    try {
+      this.observeRegime(now);
+      saturation = this.sampleSaturation();
+      this.ceilings.fill(1);
+      this.usageLimit.computeCeilings(saturation, this.priorities, this.ceilings);
+    } catch {
+      this.policyErrors++;
+      return false; // fail closed: no trustworthy gate this cycle
+    }
+    if (Number.isNaN(saturation)) saturation = Infinity; // fail closed
+    this.lastSaturation = saturation;
+    this.ceilingsSampled = true;
+
+    const bands = this.bands;
+    const ceilings = this.ceilings;
+    for (let i = 0; i < bands.length; i++) {
+      // Gate before selection, even for an empty band: no lower band passes a waiting higher one.
+      if (saturation >= ceilings[i]!) return false;
+      const band = bands[i]!;
+      if (band.requests === 0) continue;
+      let chosen: number;
+      try {
+        chosen = band.selector.select(band.sortedFlows, band.ordering);
+      } catch {
+        this.policyErrors++;
+        continue;
+      }
+      const flow = band.sortedFlows[chosen];
+      if (flow === undefined || flow.length === 0) continue; // work-conserving: try the next band
+      const item = flow.heap.pop()!;
+      this.detach(item);
+      this.finish(item, 'Dispatched', now - item.enqueuedAt);
+      return true;
+    }
+    return false;
+  }
+
+  private readonly onImmediate = (): void => {
+    this.immediatePending = false;
+    this.runDispatch();
+  };
+
+  private readonly onSaturationTimer = (): void => {
+    this.saturationTimer = undefined;
+    this.saturationTimerAt = Infinity;
+    this.runDispatch();
+  };
+
+  // -------------------------------------------------------------------------------- bookkeeping
+
+  private hasCapacity(band: Band, size: number): boolean {
+    return (
+      this.totalBytes + size <= this.globalMaxBytes &&
+      this.totalRequests + 1 <= this.globalMaxRequests &&
+      band.bytes + size <= band.maxBytes &&
+      band.requests + 1 <= band.maxRequests
+    );
+  }
+
+  private addFlow(band: Band, id: string): Flow {
+    const flow = new Flow(id, band);
+    band.flows.set(id, flow);
+    band.sortedFlows.splice(lowerBound(band.sortedFlows, id), 0, flow);
+    return flow;
+  }
+
+  /** Takes a request out of every structure (its flow heap entry may already be popped). */
+  private detach(item: QueuedRequest): void {
+    const flow = item.flow;
+    const band = flow.band;
+    if (item.flowIndex !== NOT_IN_HEAP) flow.heap.remove(item);
+    if (item.expiryIndex !== NOT_IN_HEAP) this.expiry.remove(item);
+    const size = item.byteSize;
+    flow.bytes -= size;
+    band.requests--;
+    band.bytes -= size;
+    this.totalRequests--;
+    this.totalBytes -= size;
+    if (flow.length === 0) {
+      band.flows.delete(flow.id);
+      band.sortedFlows.splice(lowerBound(band.sortedFlows, flow.id), 1);
+    }
+  }
+
+  private finish(item: QueuedRequest, outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
+    item.done = true;
+    // Wall clocks can step back; a negative wait would only confuse histograms.
+    this.notify(item.request, outcome, queuedMs > 0 ? queuedMs : 0, cause);
+  }
+
+  private notify(req: FlowRequest, outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
+    try {
+      req.onOutcome(outcome, queuedMs, cause);
+    } catch {
+      this.callbackErrors++;
+    }
+  }
+
+  private evictCancelled(item: QueuedRequest): void {
+    this.detach(item);
+    this.finish(item, 'EvictedContextCancelled', this.clock.now() - item.enqueuedAt);
+    if (this.totalRequests === 0) this.armTimers(); // releases the timers of an idle controller
+  }
+
+  // ------------------------------------------------------------------------------ TTL and regime
+
+  private currentBudget(): number {
+    return this.regimeEmpty ? this.noEndpointBudgetMs : this.saturatedBudgetMs;
+  }
+
+  /** Samples the pool-empty regime; a flip starts a fresh budget for everything queued. */
+  private observeRegime(now: number): void {
+    let empty: boolean;
+    try {
+      empty = this.samplePoolEmpty();
+    } catch {
+      this.policyErrors++;
+      return; // keep the last known regime
+    }
+    if (empty === this.regimeEmpty) return;
+    this.regimeEmpty = empty;
+    this.regimeSince = now;
+    this.rebuildExpiry();
+  }
+
+  /** Re-keys every queued request for the current regime: chargeFrom = max(enqueuedAt, since). */
+  private rebuildExpiry(): void {
+    const budget = this.currentBudget();
+    const expiring: QueuedRequest[] = [];
+    for (const band of this.bands) {
+      for (const flow of band.sortedFlows) {
+        for (const item of flow.heap.values()) {
+          if (budget > 0) {
+            item.expiryAt = Math.max(item.enqueuedAt, this.regimeSince) + budget;
+            expiring.push(item);
+          } else {
+            item.expiryAt = Infinity;
+          }
+        }
+      }
+    }
+    this.expiry.reset(expiring);
+    // The timer may now be too late (a shorter budget) — re-arm from scratch.
+    this.clearExpiryTimer();
+    if (!this.dispatching) this.armExpiryTimer();
+  }
+
+  private readonly onExpiryTimer = (): void => {
+    this.expiryTimer = undefined;
+    this.expiryTimerAt = Infinity;
+    if (this.shuttingDown) return;
+    const now = this.clock.now();
+    this.observeRegime(now);
+    for (;;) {
+      const head = this.expiry.peek();
+      if (head === undefined || head.expiryAt > now) break;
+      this.detach(head);
+      // Re-read per item: a callback that enqueues may flip the regime.
+      this.finish(head, this.regimeEmpty ? 'EvictedNoEndpoints' : 'EvictedTTL', now - head.enqueuedAt);
+    }
+    this.armTimers();
+  };
+
+  // ------------------------------------------------------------------------------------- timers
+
+  private armTimers(): void {
+    if (this.shuttingDown) return;
+    this.armExpiryTimer();
+    this.armSaturationTimer();
+  }
+
+  /** Keeps one timer at or before the earliest deadline; an early timer just re-arms when it fires. */
+  private armExpiryTimer(): void {
+    const head = this.expiry.peek();
+    if (head === undefined) {
+      this.clearExpiryTimer();
+      return;
+    }
+    if (this.expiryTimer !== undefined) {
+      if (this.expiryTimerAt <= head.expiryAt) return;
+      this.clearExpiryTimer();
+    }
+    this.expiryTimerAt = head.expiryAt;
+    const delay = Math.min(MAX_TIMER_DELAY_MS, Math.max(0, head.expiryAt - this.clock.now()));
+    this.expiryTimer = this.timers.setTimeout(this.onExpiryTimer, delay);
+  }
+
+  private clearExpiryTimer(): void {
+    if (this.expiryTimer === undefined) return;
+    this.timers.clearTimeout(this.expiryTimer);
+    this.expiryTimer = undefined;
+    this.expiryTimerAt = Infinity;
+  }
+
+  private armSaturationTimer(): void {
+    if (this.totalRequests === 0 || this.nextSaturationChangeAt === undefined) {
+      this.clearSaturationTimer();
+      return;
+    }
+    let at: number | undefined;
+    try {
+      at = this.nextSaturationChangeAt();
+    } catch {
+      this.policyErrors++;
+      at = undefined;
+    }
+    if (at === undefined || !Number.isFinite(at)) {
+      this.clearSaturationTimer();
+      return;
+    }
+    if (this.saturationTimer !== undefined && this.saturationTimerAt === at) return;
+    this.clearSaturationTimer();
+    this.saturationTimerAt = at;
+    // At least 1 ms: a time already past must not spin (llm-d's own ticker runs every 1 ms).
+    const delay = Math.min(MAX_TIMER_DELAY_MS, Math.max(1, at - this.clock.now()));
+    this.saturationTimer = this.timers.setTimeout(this.onSaturationTimer, delay);
+  }
+
+  private clearSaturationTimer(): void {
+    if (this.saturationTimer === undefined) return;
+    this.timers.clearTimeout(this.saturationTimer);
+    this.saturationTimer = undefined;
+    this.saturationTimerAt = Infinity;
+  }
+}

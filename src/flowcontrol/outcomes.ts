@@ -1,0 +1,96 @@
+/**
+ * Flow-control outcome → HTTP answer (SPEC §5, reference §2.11, llm-d-router column — not GIE v1.x,
+ * which answers 503 for TTL and 500 for shutdown).
+ *
+ * Our controller has no pre-admission buffer, so Rejected/EvictedOther never wrap a TTL expiry or a
+ * client cancel (those arrive as EvictedTTL / EvictedContextCancelled); the only "other" causes are
+ * shutdown and internal errors.
+ */
+import type { FlowOutcome, OtherCause } from './types.js';
+
+export type FlowDroppedReason =
+  | 'rejected-saturated'
+  | 'rejected-ttl-expired'
+  | 'rejected-no-endpoints'
+  | 'rejected-context-cancelled'
+  | 'rejected-shutting-down';
+
+/** Shared and frozen: do not mutate. */
+export interface FlowHttpAnswer {
+  readonly status: number;
+  /** Value of `x-llm-d-request-dropped-reason`; undefined for internal errors. */
+  readonly droppedReason: FlowDroppedReason | undefined;
+  readonly message: string;
+}
+
+// Messages follow llm-d's prefixes (reference §2.11); frozen and shared, no per-request building.
+const CAPACITY: FlowHttpAnswer = Object.freeze({
+  status: 429,
+  droppedReason: 'rejected-saturated',
+  message: 'flow control queue is at capacity',
+});
+const NO_ENDPOINTS_FULL: FlowHttpAnswer = Object.freeze({
+  status: 503,
+  droppedReason: 'rejected-no-endpoints',
+  message: 'no endpoints available: flow control queue is at capacity',
+});
+const NO_ENDPOINTS_TIMED_OUT: FlowHttpAnswer = Object.freeze({
+  status: 503,
+  droppedReason: 'rejected-no-endpoints',
+  message: 'request timed out in queue and no endpoints are available',
+});
+const TTL_EXPIRED: FlowHttpAnswer = Object.freeze({
+  status: 429,
+  droppedReason: 'rejected-ttl-expired',
+  message: 'request timed out in queue',
+});
+const CANCELLED: FlowHttpAnswer = Object.freeze({
+  status: 503,
+  droppedReason: 'rejected-context-cancelled',
+  message: 'client disconnected',
+});
+const SHUTTING_DOWN: FlowHttpAnswer = Object.freeze({
+  status: 503,
+  droppedReason: 'rejected-shutting-down',
+  message: 'flow controller shutting down',
+});
+const INTERNAL: FlowHttpAnswer = Object.freeze({
+  status: 500,
+  droppedReason: undefined,
+  message: 'internal flow control error',
+});
+
+/**
+ * The HTTP answer for a terminal outcome; undefined for `Dispatched` (the request proceeds).
+ * `poolEmptyNow` is probed by the caller at translation time: a TTL eviction while the pool has no
+ * endpoints reads as "no endpoints" (503), as in llm-d.
+ */
+export function outcomeToHttp(
+  outcome: FlowOutcome,
+  cause: OtherCause | undefined,
+  poolEmptyNow: boolean,
+): FlowHttpAnswer | undefined {
+  switch (outcome) {
+    case 'Dispatched':
+      return undefined;
+    case 'RejectedCapacity':
+      return CAPACITY;
+    case 'RejectedNoEndpoints':
+      return NO_ENDPOINTS_FULL;
+    case 'EvictedNoEndpoints':
+      return NO_ENDPOINTS_TIMED_OUT;
+    case 'EvictedTTL':
+      return poolEmptyNow ? NO_ENDPOINTS_TIMED_OUT : TTL_EXPIRED;
+    case 'EvictedContextCancelled':
+      return CANCELLED;
+    case 'RejectedOther':
+    case 'EvictedOther':
+      return cause === 'shutting-down' ? SHUTTING_DOWN : INTERNAL;
+    default:
+      return {
+        status: 500,
+        droppedReason: undefined,
+        message: `unhandled flow control outcome: ${String(outcome satisfies never)}`,
+      };
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * The flow controller's contract with the request path. A request enters with `enqueue`, and its
+ * `onOutcome` is called exactly once: `Dispatched` (synchronously inside a dispatch cycle, so the
+ * caller can schedule and count the request in flight before the next saturation sample), or one
+ * of the rejection/eviction outcomes.
+ */
+
+export type FlowOutcome =
+  | 'Dispatched'
+  | 'RejectedCapacity'
+  | 'RejectedNoEndpoints'
+  | 'RejectedOther'
+  | 'EvictedTTL'
+  | 'EvictedNoEndpoints'
+  | 'EvictedContextCancelled'
+  | 'EvictedOther';
+
+/** Why a Rejected/EvictedOther happened (drives the HTTP mapping of reference §2.11). */
+export type OtherCause = 'shutting-down' | 'internal';
+
+export interface FlowRequest {
+  readonly fairnessId: string;
+  /** Priority from the objective (may have no band: then band 0 serves it, metrics keep this value). */
+  readonly priority: number;
+  /** Request body bytes (capacity accounting). */
+  readonly byteSize: number;
+  /** Clock ms when the gateway received it. */
+  readonly receivedAt: number;
+  /** `x-llm-d-slo-ttft-ms` in ms, when given and valid. */
+  readonly sloTtftMs?: number;
+  /**
+   * Called exactly once. For `Dispatched` it runs synchronously inside the dispatch cycle;
+   * `queuedMs` is the time spent in flow control.
+   */
+  onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void;
+}
+
+/** A queued request, as the caller holds it to cancel (client disconnect). */
+export interface FlowTicket {
+  /** Removes the request at once if still queued (→ EvictedContextCancelled). No-op after the outcome. */
+  cancel(): void;
+}

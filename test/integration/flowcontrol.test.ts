@@ -1,0 +1,278 @@
+/** Flow control end to end: gating, stage awareness, staleness, priority, fairness, limits. */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { request } from 'undici';
+import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { slowJson, startFakeBackend, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
+import type { Gateway } from '../../src/app.js';
+
+const chat = (content = 'hi') => JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] });
+
+function post(gw: Gateway, headers: Record<string, string> = {}, content = 'hi', signal?: AbortSignal) {
+  return request(`${gw.apiUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: chat(content),
+    signal,
+  }).then(async (r) => ({ status: r.statusCode, headers: r.headers, text: await r.body.text() }));
+}
+
+async function metricsText(gw: Gateway): Promise<string> {
+  return (await request(`${gw.metricsUrl}/metrics`)).body.text();
+}
+
+function gauge(text: string, name: string, labels: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && labels.split(',').every((kv) => l.includes(kv)));
+  return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+const until = async (cond: () => boolean | Promise<boolean>, ms = 5000, what = 'condition') => {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`${what} not met in ${ms} ms`);
+};
+
+const closeAll = async (gw: Gateway, ...backends: FakeBackend[]) => {
+  await gw.close();
+  await Promise.all(backends.map((b) => b.close()));
+};
+
+const DETECTOR = `- type: utilization-detector
+  parameters: { queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, metricsStalenessThreshold: 300ms }
+`;
+
+describe('flow control', () => {
+  test('prefill saturated while decode idle: requests are held, then released when prefill recovers', async () => {
+    const prefill = await startFakeBackend();
+    const decode = await startFakeBackend();
+    const extra = `plugins:
+- type: decode-filter
+- type: queue-scorer
+${DETECTOR}schedulingProfiles:
+- name: default
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]
+`;
+    const gw = await gatewayFor(
+      fleetConfig(
+        [
+          { name: 'prefill-0', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
+          { name: 'decode-0', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
+        ],
+        extra,
+      ),
+    );
+    try {
+      await waitForMetrics(gw);
+      prefill.metrics = vllmPage(10); // 10 waiting / threshold 5 → prefill stage at 2.0
+      await until(() => gw.pool.endpoints[0]!.metrics?.waiting === 10);
+      const held = post(gw);
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="default-flow"') ?? 0) === 1, 3000, 'request queued');
+      const m = await metricsText(gw);
+      assert.equal(gauge(m, 'llm_d_epp_flow_control_pool_saturation', 'stage="prefill"'), 2);
+      assert.ok(gauge(m, 'llm_d_epp_flow_control_pool_saturation', 'stage="decode"')! < 1);
+      assert.equal(gauge(m, 'llm_d_epp_flow_control_pool_saturation', 'stage="global"'), 2);
+      assert.equal(gauge(m, 'llm_d_epp_flow_control_pool_saturation', 'stage="interleaved"'), undefined, 'empty stage has no series');
+      assert.equal(decode.received.length, 0, 'decode idle but the request is held');
+      prefill.metrics = vllmPage(0);
+      const r = await held;
+      assert.equal(r.status, 200);
+      assert.equal(decode.received.length, 1);
+      assert.equal(prefill.received.length, 0, 'plain traffic goes to decode pods');
+    } finally {
+      await closeAll(gw, prefill, decode);
+    }
+  });
+
+  test('every /metrics failing: stale gauge = endpoints, saturation 1.0, TTL 429, one warning; recovery lets traffic flow', async () => {
+    const a = await startFakeBackend();
+    const b = await startFakeBackend();
+    const { logger, lines } = captureLogger('warn');
+    const extra = `plugins:
+${DETECTOR}flowControl:
+  defaultRequestTTL: 400ms
+`;
+    const gw = await gatewayFor(fleetConfig([{ name: 'a', port: a.port }, { name: 'b', port: b.port }], extra), { logger });
+    try {
+      await waitForMetrics(gw);
+      a.metrics = 500;
+      b.metrics = 500;
+      await until(async () => gauge(await metricsText(gw), 'llm_d_epp_flow_control_stale_endpoints', 'detector=') === 2, 3000, 'stale gauge = 2');
+      const m = await metricsText(gw);
+      assert.equal(gauge(m, 'llm_d_epp_flow_control_pool_saturation', 'stage="global"'), 1);
+      const r = await post(gw);
+      assert.equal(r.status, 429);
+      assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-ttl-expired');
+      assert.equal(JSON.parse(r.text).error.type, 'RateLimitError');
+      assert.equal(a.received.length + b.received.length, 0);
+      const staleWarnings = lines().filter((l) => /stale/i.test(String(l.msg)));
+      assert.equal(staleWarnings.length, 1, JSON.stringify(staleWarnings));
+      assert.match(JSON.stringify(staleWarnings[0]), /HTTP 500/);
+      a.metrics = vllmPage();
+      b.metrics = vllmPage();
+      await until(async () => gauge(await metricsText(gw), 'llm_d_epp_flow_control_stale_endpoints', 'detector=') === 0, 3000, 'stale gauge back to 0');
+      assert.equal((await post(gw)).status, 200);
+      const outcomes = await metricsText(gw);
+      assert.ok((gauge(outcomes, 'llm_d_epp_flow_control_requests_total', 'outcome="EvictedTTL"') ?? 0) >= 1);
+    } finally {
+      await closeAll(gw, a, b);
+    }
+  });
+
+  test('priority: high-priority requests queued after low-priority ones go first when capacity returns', async () => {
+    const backend = await startFakeBackend(slowJson(5));
+    const extra = `objectives:
+- { name: high, priority: 10 }
+- { name: low, priority: 1 }
+plugins:
+- type: concurrency-detector
+  parameters: { maxConcurrency: 1 }
+flowControl:
+  saturationDetector: { pluginRef: concurrency-detector }
+`;
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    try {
+      await waitForMetrics(gw);
+      backend.behave = slowJson(150); // the first request occupies the only slot
+      const first = post(gw, {}, 'first');
+      await until(() => backend.received.length === 1);
+      backend.behave = slowJson(5);
+      const lows = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-objective': 'low' }, `low-${i}`));
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'priority="1"') ?? 0) === 3);
+      const highs = [1, 2].map((i) => post(gw, { 'x-llm-d-inference-objective': 'high' }, `high-${i}`));
+      for (const r of await Promise.all([first, ...lows, ...highs])) assert.equal(r.status, 200);
+      const order = backend.received.map((r) => JSON.parse(r.body).messages[0].content as string);
+      assert.deepEqual(order, ['first', 'high-1', 'high-2', 'low-1', 'low-2', 'low-3']);
+      assert.equal(backend.maxActive, 1, 'concurrency detector caps in-flight requests at 1');
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
+  test('round-robin fairness alternates between flows of one band', async () => {
+    const backend = await startFakeBackend(slowJson(5));
+    const extra = `plugins:
+- type: round-robin-fairness-policy
+- type: concurrency-detector
+  parameters: { maxConcurrency: 1 }
+flowControl:
+  saturationDetector: { pluginRef: concurrency-detector }
+  defaultPriorityBand: { fairnessPolicyRef: round-robin-fairness-policy }
+`;
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    try {
+      await waitForMetrics(gw);
+      backend.behave = slowJson(150);
+      const first = post(gw, { 'x-llm-d-inference-fairness-id': 'z' }, 'first');
+      await until(() => backend.received.length === 1);
+      backend.behave = slowJson(5);
+      const a = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-fairness-id': 'tenant-a' }, `a${i}`));
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="tenant-a"') ?? 0) === 3);
+      const b = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-fairness-id': 'tenant-b' }, `b${i}`));
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="tenant-b"') ?? 0) === 3);
+      for (const r of await Promise.all([first, ...a, ...b])) assert.equal(r.status, 200);
+      const order = backend.received.slice(1).map((r) => JSON.parse(r.body).messages[0].content as string);
+      assert.deepEqual(order, ['a1', 'b1', 'a2', 'b2', 'a3', 'b3']);
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
+  test('band capacity overflow → 429 rejected-saturated at once; a client that gives up is never sent upstream', async () => {
+    const backend = await startFakeBackend();
+    const extra = `plugins:
+${DETECTOR}flowControl:
+  defaultPriorityBand: { maxRequests: 1 }
+`;
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    try {
+      await waitForMetrics(gw);
+      backend.metrics = vllmPage(50);
+      await until(() => gw.pool.endpoints[0]!.metrics?.waiting === 50);
+      const ac = new AbortController();
+      const queued = post(gw, {}, 'queued', ac.signal).catch((e: Error) => e);
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="default-flow"') ?? 0) === 1);
+      const t0 = Date.now();
+      const over = await post(gw, {}, 'over');
+      assert.equal(over.status, 429);
+      assert.equal(over.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
+      assert.ok(Date.now() - t0 < 1000, 'rejected at once, not after a TTL');
+      ac.abort();
+      assert.ok((await queued) instanceof Error);
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_requests_total', 'outcome="EvictedContextCancelled"') ?? 0) === 1);
+      backend.metrics = vllmPage(0);
+      assert.equal((await post(gw, {}, 'after')).status, 200);
+      assert.deepEqual(
+        backend.received.map((r) => JSON.parse(r.body).messages[0].content),
+        ['after'],
+        'the cancelled request never reached the model server',
+      );
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
+  test('empty pool → 503 rejected-no-endpoints after noEndpointRequestTTL', async () => {
+    const gw = await gatewayFor(fleetConfig([], 'flowControl:\n  noEndpointRequestTTL: 200ms\n'));
+    try {
+      const r = await post(gw);
+      assert.equal(r.status, 503);
+      assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-no-endpoints');
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test('flow control off: only sheddable requests are refused while saturated', async () => {
+    const backend = await startFakeBackend();
+    const extra = `featureGates: ["flowControl=false"]
+objectives:
+- { name: batch, priority: -1 }
+`;
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    try {
+      await waitForMetrics(gw);
+      backend.metrics = vllmPage(50);
+      await until(() => gw.pool.endpoints[0]!.metrics?.waiting === 50);
+      const shed = await post(gw, { 'x-llm-d-inference-objective': 'batch' });
+      assert.equal(shed.status, 429);
+      assert.equal(shed.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
+      assert.equal((await post(gw)).status, 200, 'non-sheddable traffic goes straight through');
+      const fc = (await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { enabled: boolean };
+      assert.equal(fc.enabled, false);
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
+  test('/debug/flowcontrol shows bands, flows and ceilings', async () => {
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], 'objectives:\n- { name: high, priority: 10 }\n'));
+    try {
+      await waitForMetrics(gw);
+      backend.metrics = vllmPage(50);
+      await until(() => gw.pool.endpoints[0]!.metrics?.waiting === 50);
+      const ac = new AbortController();
+      const queued = post(gw, { 'x-llm-d-inference-fairness-id': 'team-x' }, 'q', ac.signal).catch(() => undefined);
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="team-x"') ?? 0) === 1);
+      const dbg = (await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as {
+        enabled: boolean;
+        bands: { priority: number; requests: number; flows: { fairnessId: string; requests: number }[] }[];
+      };
+      assert.equal(dbg.enabled, true);
+      assert.deepEqual(
+        dbg.bands.map((b) => b.priority),
+        [10, 0],
+      );
+      const band0 = dbg.bands.find((b) => b.priority === 0)!;
+      assert.equal(band0.requests, 1);
+      assert.equal(band0.flows[0]!.fairnessId, 'team-x');
+      ac.abort();
+      await queued;
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+});
