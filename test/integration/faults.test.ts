@@ -44,8 +44,8 @@ describe('request path faults and limits', () => {
     }
   });
 
-  test('no endpoint at all → 503 rejected-no-endpoints', async () => {
-    const gw = await gatewayFor(fleetConfig([]));
+  test('no endpoint at all, flow control off → 503 rejected-no-endpoints at once', async () => {
+    const gw = await gatewayFor(fleetConfig([], 'featureGates: ["flowControl=false"]\n'));
     try {
       const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
       assert.equal(r.status, 503);
