@@ -44,6 +44,14 @@ export interface Gateway {
   readonly metricsUrl: string;
   readonly pool: Pool;
   readonly metrics: GatewayMetrics;
+  /** The configuration in force. */
+  readonly config: SluiceConfig;
+  /**
+   * Applies a new, already validated configuration (SPEC §3.7): endpoints added/removed (in-flight
+   * requests to a removed endpoint finish), objectives, plugins and profiles replaced, queued
+   * requests kept. Ports need a restart (logged).
+   */
+  reload(next: LoadedConfig & { warnings?: ConfigProblem[] }): Promise<void>;
   /** Graceful stop: stop accepting, let in-flight requests finish (up to the grace period), close. */
   close(): Promise<void>;
 }
@@ -105,61 +113,80 @@ function buildRuntime(
   return { runtime, detector };
 }
 
+/** What a reload replaces as a whole; the request path reads it once per request. */
+interface Live {
+  config: SluiceConfig;
+  runtime: ProxyRuntime;
+  detector: SaturationDetector;
+  staleMs: number;
+}
+
+/** Settings a running gateway cannot change: a reload that touches them is applied otherwise and logged. */
+function restartOnlyChanges(a: SluiceConfig, b: SluiceConfig): string[] {
+  const changed: string[] = [];
+  if (a.server.host !== b.server.host) changed.push('server.host');
+  if (a.server.port !== b.server.port) changed.push('server.port');
+  if (a.server.metricsPort !== b.server.metricsPort) changed.push('server.metricsPort');
+  return changed;
+}
+
 /** `loaded` as the config loader returns it; its warnings (deprecations, ignored blocks) are logged. */
 export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigProblem[] }, opts: GatewayOptions = {}): Promise<Gateway> {
-  const config = loaded.config;
   const logger = opts.logger ?? silentLogger;
   const clock = opts.clock ?? systemClock;
   const random = opts.random ?? Math.random;
   const registry = opts.registry ?? builtinRegistry();
 
   for (const w of loaded.warnings ?? []) logger.warn({ config: formatProblem(w) }, 'config warning');
-  const pool = new Pool(config.pool.endpoints, {
+  const pool = new Pool(loaded.config.pool.endpoints, {
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
   });
-  const metrics = new GatewayMetrics({ poolName: config.pool.name, pool: () => pool, now: () => clock.now() });
-  const { runtime, detector } = buildRuntime(config, registry, pool, clock, random, logger, metrics);
-  const fc = runtime.flowControl;
-  if (fc) {
-    // Anything that could change the dispatch answer re-runs a (coalesced) dispatch cycle.
-    pool.onChange(() => fc.kick());
-    metrics.setFlowControlSource(() => fc.metricsSnapshot());
-  }
-  const stale = stalenessMs(config);
+  const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
+  const build = (config: SluiceConfig): Live => {
+    const { runtime, detector } = buildRuntime(config, registry, pool, clock, random, logger, metrics);
+    return { config, runtime, detector, staleMs: stalenessMs(config) };
+  };
+  let live = build(loaded.config);
+
+  // Anything that could change the dispatch answer re-runs a (coalesced) dispatch cycle.
+  pool.onChange(() => live.runtime.flowControl?.kick());
+  metrics.setFlowControlSource(() => live.runtime.flowControl?.metricsSnapshot());
   metrics.setSaturationSource(() => {
-    const s = stageSaturation(detector, clock.now(), pool.endpoints);
+    const s = stageSaturation(live.detector, clock.now(), pool.endpoints);
     const stages: Partial<Record<'prefill' | 'decode' | 'interleaved', number>> = {};
     if (s.prefill !== undefined) stages.prefill = s.prefill;
     if (s.decode !== undefined) stages.decode = s.decode;
     if (s.interleaved !== undefined) stages.interleaved = s.interleaved;
-    return { stages, global: s.global, stale: s.stale, detector: detector.name };
+    return { stages, global: s.global, stale: s.stale, detector: live.detector.name };
   });
 
   const lastErrorLog = new Map<string, number>();
-  const scraper = new Scraper(pool, {
-    path: config.pool.metrics.path,
-    intervalMs: config.pool.metrics.interval,
-    timeoutMs: config.pool.metrics.timeout,
-    clock,
-    onError: (ep, err) => {
-      metrics.scrapeError(ep.name);
-      // One line per endpoint per 30 s at most: a dead endpoint must not flood the log.
-      const now = clock.now();
-      if ((lastErrorLog.get(ep.name) ?? -Infinity) + 30_000 <= now) {
-        lastErrorLog.set(ep.name, now);
-        logger.warn({ endpoint: ep.name, err }, 'metrics scrape failed');
-      }
-    },
-  });
+  const newScraper = (config: SluiceConfig) =>
+    new Scraper(pool, {
+      path: config.pool.metrics.path,
+      intervalMs: config.pool.metrics.interval,
+      timeoutMs: config.pool.metrics.timeout,
+      clock,
+      onError: (ep, err) => {
+        metrics.scrapeError(ep.name);
+        // One line per endpoint per 30 s at most: a dead endpoint must not flood the log.
+        const now = clock.now();
+        if ((lastErrorLog.get(ep.name) ?? -Infinity) + 30_000 <= now) {
+          lastErrorLog.set(ep.name, now);
+          logger.warn({ endpoint: ep.name, err }, 'metrics scrape failed');
+        }
+      },
+    });
+  let scraper = newScraper(live.config);
 
   const isReady = () => {
     const now = clock.now();
-    return pool.endpoints.some((ep) => ep.metricsAge(now) <= stale);
+    return pool.endpoints.some((ep) => ep.metricsAge(now) <= live.staleMs);
   };
-  const upstreams = new Upstreams(config.server.upstream);
+  const upstreams = new Upstreams(live.config.server.upstream);
   const models = new ModelsCache(() => pool.endpoints, upstreams, clock);
   const api = new ApiServer({
-    runtime: () => runtime,
+    runtime: () => live.runtime,
     pool,
     upstreams,
     metrics,
@@ -171,25 +198,28 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const admin = buildAdminServer({
     pool,
     clock,
-    detector: () => detector,
-    stalenessMs: () => stale,
-    flowControl: () => (fc ? { enabled: true, ...fc.snapshot() } : { enabled: false }),
+    detector: () => live.detector,
+    stalenessMs: () => live.staleMs,
+    flowControl: () => {
+      const fc = live.runtime.flowControl;
+      return fc ? { enabled: true, ...fc.snapshot() } : { enabled: false };
+    },
     metricsText: () => metrics.text(),
     metricsContentType: metrics.contentType,
     isReady: () => !api.draining && isReady(),
   });
 
-  const host = opts.host ?? config.server.host;
+  const host = opts.host ?? live.config.server.host;
   scraper.start();
   try {
     await new Promise<void>((resolve, reject) => {
       api.server.once('error', reject);
-      api.server.listen(opts.port ?? config.server.port, host, () => {
+      api.server.listen(opts.port ?? live.config.server.port, host, () => {
         api.server.off('error', reject);
         resolve();
       });
     });
-    await admin.listen({ port: opts.metricsPort ?? config.server.metricsPort, host });
+    await admin.listen({ port: opts.metricsPort ?? live.config.server.metricsPort, host });
   } catch (err) {
     await scraper.stop();
     api.server.close();
@@ -210,13 +240,44 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     metricsUrl: `http://${displayHost}:${metricsPort}`,
     pool,
     metrics,
+    get config() {
+      return live.config;
+    },
+    async reload(next) {
+      if (closing) throw new Error('the gateway is shutting down');
+      const previous = live;
+      const config = next.config;
+      const restartOnly = restartOnlyChanges(previous.config, config);
+      if (restartOnly.length > 0) logger.warn({ keys: restartOnly }, 'config reload: these settings need a restart; the rest is applied');
+      // Build first: if the new runtime cannot be built, nothing has changed yet.
+      const nextLive = build(config);
+      pool.setEndpoints(config.pool.endpoints);
+      live = nextLive;
+      const [oldQueue, newQueue] = [previous.runtime.flowControl, live.runtime.flowControl];
+      if (oldQueue && newQueue) oldQueue.handOver(newQueue);
+      else oldQueue?.dispatchAll(); // flow control turned off: nothing may stay queued
+      upstreams.configure(config.server.upstream);
+      upstreams.retain(pool.endpoints); // pools of removed endpoints close once their requests finish
+      models.invalidate();
+      metrics.setPoolName(config.pool.name);
+      const m = (c: SluiceConfig) => c.pool.metrics;
+      if (m(previous.config).interval !== m(config).interval || m(previous.config).timeout !== m(config).timeout || m(previous.config).path !== m(config).path) {
+        await scraper.stop();
+        scraper = newScraper(config);
+        scraper.start();
+      }
+      for (const w of next.warnings ?? []) logger.warn({ config: formatProblem(w) }, 'config warning');
+      logger.info({ endpoints: pool.endpoints.length, file: next.file }, 'config reloaded');
+    },
     close() {
       closing ??= (async () => {
+        // Readiness turns 503 first; queued requests are answered 503 rejected-shutting-down; new
+        // connections are refused; in-flight requests may finish within the grace period.
         api.draining = true;
-        fc?.shutdown(); // everything still queued is answered 503 rejected-shutting-down
+        live.runtime.flowControl?.shutdown();
         api.server.close();
         api.server.closeIdleConnections();
-        const grace = config.server.shutdownGracePeriod;
+        const grace = live.config.server.shutdownGracePeriod;
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([api.whenIdle(), new Promise<void>((r) => (timer = setTimeout(r, grace)))]);
         clearTimeout(timer);

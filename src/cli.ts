@@ -13,6 +13,7 @@ import { createLogger } from './util/logger.js';
 import { runSimCli } from './sim/cli.js';
 import { runDemo } from './demo.js';
 import { stopOnSignals } from './util/signals.js';
+import { ConfigReloader } from './config/reload.js';
 
 class UsageError extends Error {}
 
@@ -48,10 +49,10 @@ function parse(argv: string[]) {
   }
 }
 
-function loadOrExit(file: string | undefined) {
+function loadOrExit(file: string | undefined, registry = builtinRegistry()) {
   const path = file ?? process.env.SLUICE_CONFIG;
   if (!path) throw new UsageError('--config FILE is required (or set SLUICE_CONFIG)');
-  return loadConfigFile(path, builtinRegistry());
+  return loadConfigFile(path, registry);
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -71,12 +72,14 @@ async function main(argv: string[]): Promise<number> {
         console.log(USAGE);
         return 0;
       }
-      const loaded = loadOrExit(flags.config);
+      const registry = builtinRegistry();
+      const loaded = loadOrExit(flags.config, registry);
       const logger = createLogger({ level: flags['log-level'], pretty: flags['log-level'] !== undefined && process.stdout.isTTY });
       let gw: Gateway;
       try {
         gw = await startGateway(loaded, {
           logger,
+          registry,
           port: intFlag(flags.port, 'port'),
           metricsPort: intFlag(flags['metrics-port'], 'metrics-port'),
         });
@@ -84,7 +87,18 @@ async function main(argv: string[]): Promise<number> {
         logger.fatal({ err: (err as Error).message }, 'could not start the gateway');
         return 2;
       }
-      stopOnSignals(() => gw.close(), logger);
+      const reloader = new ConfigReloader({
+        file: loaded.file,
+        registry,
+        target: gw,
+        logger,
+        onResult: (ok) => gw.metrics.configReload(ok),
+      });
+      reloader.start();
+      stopOnSignals(() => {
+        reloader.stop();
+        return gw.close();
+      }, logger);
       return -1; // keep running
     }
     case 'validate': {

@@ -171,8 +171,12 @@ class QueuedRequest implements QueuedItemView, FlowTicket {
     readonly byteSize: number,
   ) {}
 
+  /** Set when a config reload handed this request to a new controller; the ticket follows it. */
+  movedTo: QueuedRequest | undefined = undefined;
+
   cancel(): void {
-    if (!this.done) this.owner.cancel(this);
+    if (this.movedTo !== undefined) this.movedTo.cancel();
+    else if (!this.done) this.owner.cancel(this);
   }
 }
 
@@ -337,17 +341,26 @@ export class FlowController {
       return NO_OP_TICKET;
     }
 
+    const item = this.insert(req, band, now);
+    // Inside a running dispatch loop (an onOutcome enqueuing) the loop picks it up; it arms timers.
+    if (!this.dispatching) this.runDispatch();
+    return item;
+  }
+
+  /** Puts an admitted request into its flow's heap and, when it can expire, the expiry heap. */
+  private insert(req: FlowRequest, band: Band, enqueuedAt: number): QueuedRequest {
     const flow = band.flows.get(req.fairnessId) ?? this.addFlow(band, req.fairnessId);
     const ttl = this.saturatedBudgetMs;
     const slo = req.sloTtftMs;
+    const size = req.byteSize;
     const item = new QueuedRequest(
       this.owner,
       req,
       flow,
       this.nextSeq++,
-      now,
+      enqueuedAt,
       req.receivedAt,
-      ttl > 0 ? now + ttl : Infinity,
+      ttl > 0 ? enqueuedAt + ttl : Infinity,
       slo !== undefined && slo >= 0 ? req.receivedAt + slo : Infinity,
       size,
     );
@@ -359,13 +372,65 @@ export class FlowController {
     this.totalBytes += size;
     const budget = this.currentBudget();
     if (budget > 0) {
-      item.expiryAt = Math.max(now, this.regimeSince) + budget;
+      item.expiryAt = Math.max(enqueuedAt, this.regimeSince) + budget;
       this.expiry.push(item);
     }
-
-    // Inside a running dispatch loop (an onOutcome enqueuing) the loop picks it up; it arms timers.
-    if (!this.dispatching) this.runDispatch();
     return item;
+  }
+
+  /**
+   * Config reload (SPEC §3.7: queued requests are kept): every queued request moves, in arrival
+   * order and with its original enqueue time, into `next` — bands, policies and TTLs of the new
+   * configuration apply from now on; capacity limits are not re-checked (they were admitted).
+   * Callers' tickets keep working. This controller is retired: later enqueues are rejected.
+   */
+  handOver(next: FlowController): void {
+    if (this.shuttingDown) return;
+    this.shuttingDown = true;
+    this.clearExpiryTimer();
+    this.clearSaturationTimer();
+    const moving = this.drainAll();
+    next.observeRegime(next.clock.now());
+    // The same regime goes on: budgets keep counting from when it began, not from the reload.
+    if (next.regimeEmpty === this.regimeEmpty) next.regimeSince = Math.min(next.regimeSince, this.regimeSince);
+    for (const item of moving) {
+      const band = next.bandByPriority.get(item.request.priority) ?? next.defaultBand;
+      item.movedTo = next.insert(item.request, band, item.enqueuedAt);
+    }
+    next.runDispatch();
+  }
+
+  /**
+   * Flow control turned off by a reload: every queued request is dispatched now, in arrival order,
+   * and this controller is retired.
+   */
+  dispatchAll(): void {
+    if (this.shuttingDown) return;
+    this.shuttingDown = true;
+    this.clearExpiryTimer();
+    this.clearSaturationTimer();
+    const now = this.clock.now();
+    for (const item of this.drainAll()) this.finish(item, 'Dispatched', now - item.enqueuedAt);
+  }
+
+  /** Empties every structure; returns what was queued, in arrival order. */
+  private drainAll(): QueuedRequest[] {
+    const items: QueuedRequest[] = [];
+    for (const band of this.bands) {
+      for (const flow of band.sortedFlows) {
+        for (const item of flow.heap.values()) items.push(item);
+        flow.heap.clear();
+        flow.bytes = 0;
+      }
+      band.flows.clear();
+      band.sortedFlows.length = 0;
+      band.requests = 0;
+      band.bytes = 0;
+    }
+    this.expiry.clear();
+    this.totalRequests = 0;
+    this.totalBytes = 0;
+    return items.sort((a, b) => a.seq - b.seq);
   }
 
   /** Something that may change saturation happened: one coalesced dispatch run on the next turn. */
@@ -407,23 +472,8 @@ export class FlowController {
     this.shuttingDown = true;
     this.clearExpiryTimer();
     this.clearSaturationTimer();
-    const victims: QueuedRequest[] = [];
-    for (const band of this.bands) {
-      for (const flow of band.sortedFlows) {
-        for (const item of flow.heap.values()) victims.push(item);
-        flow.heap.clear();
-        flow.bytes = 0;
-      }
-      band.flows.clear();
-      band.sortedFlows.length = 0;
-      band.requests = 0;
-      band.bytes = 0;
-    }
-    this.expiry.clear();
-    this.totalRequests = 0;
-    this.totalBytes = 0;
     // Answer in arrival order; the state is already empty, so callbacks re-entering see it so.
-    victims.sort((a, b) => a.seq - b.seq);
+    const victims = this.drainAll();
     const now = this.clock.now();
     for (const item of victims) this.finish(item, 'EvictedOther', now - item.enqueuedAt, 'shutting-down');
   }

@@ -239,6 +239,9 @@ export class GatewayMetrics {
   readonly endpointInflightRequests: Gauge<'endpoint_name' | 'role'>;
   readonly datalayerPollErrorsTotal: Counter<'endpoint_name'>;
   readonly upstreamRetriesTotal: Counter<'endpoint_name'>;
+  // --- configuration (Sluice's own; named like Prometheus' config_last_reload_successful)
+  readonly configReloadsTotal: Counter<'result'>;
+  readonly configLastReloadSuccessful: Gauge<string>;
   // --- flow control
   readonly poolSaturation: Gauge<'inference_pool' | 'stage'>;
   readonly staleEndpoints: Gauge<'detector'>;
@@ -352,6 +355,16 @@ export class GatewayMetrics {
       help: 'Requests retried on another endpoint because the connection to this endpoint failed before any byte reached the client.',
       labelNames: ['endpoint_name'],
     });
+    this.configReloadsTotal = counter({
+      name: 'sluice_config_reloads_total',
+      help: 'Configuration reloads (SIGHUP or a change of the file), by result: success (applied) or failure (rejected, the previous configuration keeps serving).',
+      labelNames: ['result'],
+    });
+    this.configLastReloadSuccessful = gauge({
+      name: 'sluice_config_last_reload_successful',
+      help: '1 when the configuration file last read was valid and is in force, 0 when the last reload was rejected.',
+    });
+    this.configLastReloadSuccessful.set(1);
 
     this.poolSaturation = gauge({
       name: 'llm_d_epp_flow_control_pool_saturation',
@@ -520,6 +533,12 @@ export class GatewayMetrics {
   /** A request moved off this endpoint because connecting to it failed. */
   upstreamRetry(endpointName: string): void {
     cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, endpointName).inc();
+  }
+
+  /** A reload was applied (true) or rejected (false). */
+  configReload(success: boolean): void {
+    this.configReloadsTotal.labels(success ? 'success' : 'failure').inc();
+    this.configLastReloadSuccessful.set(success ? 1 : 0);
   }
 
   // ----------------------------------------------------------------------------- flow control

@@ -167,7 +167,8 @@ export class ApiServer {
       };
       if (rt.flowControl) {
         const slo = req.headers['x-llm-d-slo-ttft-ms'];
-        status = await throughFlowControl(rt.flowControl, ctx, priority, fairnessId, parseSloTtftHeader(typeof slo === 'string' ? slo : undefined));
+        const sloTtftMs = parseSloTtftHeader(typeof slo === 'string' ? slo : undefined);
+        status = await throughFlowControl(rt.flowControl, ctx, deps.runtime, priority, fairnessId, sloTtftMs);
       } else {
         const refusal = rt.admitWithoutQueue(priority);
         if (refusal) {
@@ -192,6 +193,7 @@ export class ApiServer {
 function throughFlowControl(
   fc: FlowController,
   ctx: ForwardContext,
+  runtime: () => ProxyRuntime,
   priority: number,
   fairnessId: string,
   sloTtftMs: number | undefined,
@@ -210,7 +212,10 @@ function throughFlowControl(
       onOutcome(outcome, queuedMs, cause) {
         res.off('close', onClose);
         metrics.flowControlOutcome(outcome, priority, fairnessId, queuedMs / 1000);
-        if (outcome === 'Dispatched') return resolve(forward(ctx));
+        if (outcome === 'Dispatched') {
+          ctx.rt = runtime(); // a reload while it waited: schedule with the profiles now in force
+          return resolve(forward(ctx));
+        }
         const http = outcomeToHttp(outcome, cause, pool.endpoints.length === 0);
         if (outcome === 'EvictedContextCancelled' || http === undefined) return resolve(0);
         sendError(res, http.status, http.message, { droppedReason: http.droppedReason, requestId });

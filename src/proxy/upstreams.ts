@@ -11,6 +11,11 @@ export class Upstreams {
 
   constructor(private opts: UpstreamConfig) {}
 
+  /** New settings apply to pools created from now on (a reload); existing connections keep theirs. */
+  configure(opts: UpstreamConfig): void {
+    this.opts = opts;
+  }
+
   get(ep: Endpoint): Pool {
     let p = this.pools.get(ep.origin);
     if (!p) {

@@ -16,7 +16,5 @@ export function stopOnSignals(stop: () => Promise<void>, logger: { info(o: objec
   };
   process.on('SIGINT', () => onSignal('SIGINT'));
   process.on('SIGTERM', () => onSignal('SIGTERM'));
-  // Without a handler SIGHUP would kill the process; live reload is wired here once it exists.
-  process.on('SIGHUP', () => logger.warn({}, 'SIGHUP received: live reload is not implemented yet; restart to apply a new config'));
 }
 

@@ -1,0 +1,88 @@
+/**
+ * Live reload (SPEC §3.7): on SIGHUP or a change of the config file, parse and validate it; an
+ * invalid file is logged problem by problem and the running configuration keeps serving; a valid
+ * one is applied without dropping queued or in-flight requests. The file is polled (stat every
+ * second) rather than watched with inotify: a Kubernetes ConfigMap update swaps a symlink, which
+ * `fs.watch` on the file misses, while `stat` follows it.
+ */
+import { unwatchFile, watchFile, type Stats } from 'node:fs';
+import type { Logger } from 'pino';
+import type { PluginRegistry } from '../plugins/registry.js';
+import { ConfigError, loadConfigFile, type LoadResult } from './load.js';
+
+export interface ReloadTarget {
+  reload(next: LoadResult): Promise<void>;
+}
+
+export interface ConfigReloaderOptions {
+  file: string;
+  registry: PluginRegistry;
+  target: ReloadTarget;
+  logger: Logger;
+  /** Told the result of every attempt (metrics). */
+  onResult?: (success: boolean) => void;
+  /** How often the file is polled; default 1000 ms. 0 disables file watching. */
+  pollIntervalMs?: number;
+}
+
+export class ConfigReloader {
+  private running: Promise<boolean> | undefined;
+  private again = false;
+  private readonly onSighup = () => void this.reloadNow('SIGHUP');
+  private readonly onFileChange = (cur: Stats, prev: Stats) => {
+    if (cur.mtimeMs !== prev.mtimeMs || cur.size !== prev.size || cur.ino !== prev.ino) void this.reloadNow('file change');
+  };
+
+  constructor(private readonly opts: ConfigReloaderOptions) {}
+
+  start(): void {
+    process.on('SIGHUP', this.onSighup);
+    const interval = this.opts.pollIntervalMs ?? 1000;
+    if (interval > 0) watchFile(this.opts.file, { interval, persistent: false }, this.onFileChange);
+  }
+
+  stop(): void {
+    process.off('SIGHUP', this.onSighup);
+    unwatchFile(this.opts.file, this.onFileChange);
+  }
+
+  /** One reload at a time; a trigger during a reload runs one more afterwards. Resolves true when applied. */
+  reloadNow(trigger: string): Promise<boolean> {
+    if (this.running) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = this.attempt(trigger).finally(() => {
+      this.running = undefined;
+      if (this.again) {
+        this.again = false;
+        void this.reloadNow(trigger);
+      }
+    });
+    return this.running;
+  }
+
+  private async attempt(trigger: string): Promise<boolean> {
+    const { logger, file } = this.opts;
+    let next: LoadResult;
+    try {
+      next = loadConfigFile(file, this.opts.registry);
+    } catch (err) {
+      const problems = err instanceof ConfigError ? err.format().split('\n') : [(err as Error).message];
+      for (const problem of problems) logger.error({ file, problem }, 'config reload rejected');
+      logger.error({ file, trigger, problems: problems.length }, 'config reload rejected: the previous configuration keeps serving');
+      this.opts.onResult?.(false);
+      return false;
+    }
+    try {
+      await this.opts.target.reload(next);
+    } catch (err) {
+      logger.error({ file, trigger, err: (err as Error).message }, 'config reload could not be applied: the previous configuration keeps serving');
+      this.opts.onResult?.(false);
+      return false;
+    }
+    logger.info({ file, trigger }, 'config reload applied');
+    this.opts.onResult?.(true);
+    return true;
+  }
+}

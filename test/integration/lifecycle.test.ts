@@ -1,0 +1,186 @@
+/** Live reload (SPEC §3.7) and graceful drain (SPEC §1), against real servers on loopback. */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
+import { startGateway, type Gateway } from '../../src/app.js';
+import { loadConfigFile } from '../../src/config/load.js';
+import { ConfigReloader } from '../../src/config/reload.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
+import { slowJson, startFakeBackend } from '../helpers/fake-backend.js';
+
+const CLI = join(import.meta.dirname, '../../src/cli.ts');
+const dir = mkdtempSync(join(tmpdir(), 'sluice-lifecycle-'));
+
+/** One slot (concurrency detector, max 1) so a second request is held in the queue. */
+function config(endpoints: { name: string; port: number }[], extra = ''): string {
+  return `server: { port: 0, metricsPort: 0, shutdownGracePeriod: 3s }
+pool:
+  metrics: { interval: 20ms, timeout: 500ms }
+  endpoints:
+${endpoints.map((e) => `  - { name: ${e.name}, address: 127.0.0.1, port: ${e.port} }`).join('\n')}
+plugins:
+- type: concurrency-detector
+  parameters: { maxConcurrency: 1 }
+flowControl:
+  saturationDetector: { pluginRef: concurrency-detector }
+${extra}`;
+}
+
+const post = (gw: Gateway, content: string, headers: Record<string, string> = {}) =>
+  request(`${gw.apiUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }),
+  }).then(async (r) => ({ status: r.statusCode, headers: r.headers, text: await r.body.text() }));
+
+const until = async (cond: () => boolean | Promise<boolean>, ms = 5000, what = 'condition') => {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`${what} not met in ${ms} ms`);
+};
+
+describe('live reload', () => {
+  test('a valid new file is applied without dropping the in-flight or the queued request', async () => {
+    const a = await startFakeBackend(slowJson(300));
+    const b = await startFakeBackend();
+    const file = join(dir, 'reload.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]));
+    const registry = builtinRegistry();
+    const { logger } = captureLogger();
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0, onResult: (ok) => gw.metrics.configReload(ok) });
+    try {
+      await waitForMetrics(gw);
+      const inFlight = post(gw, 'in-flight');
+      await until(() => a.received.length === 1, 3000, 'first request at a');
+      const queued = post(gw, 'queued');
+      await until(() => gw.pool.endpoints[0]!.inFlight === 1 && a.received.length === 1);
+      await new Promise((r) => setTimeout(r, 30)); // the second one is held, not sent
+      assert.equal(a.received.length, 1);
+
+      writeFileSync(file, config([{ name: 'b', port: b.port }], 'objectives:\n- { name: gold, priority: 5 }\n'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      assert.deepEqual(
+        gw.pool.endpoints.map((e) => e.name),
+        ['b'],
+      );
+      const [r1, r2] = await Promise.all([inFlight, queued]);
+      assert.equal(r1.status, 200, 'the in-flight request to the removed endpoint finished');
+      assert.equal(r2.status, 200, 'the queued request was kept and served');
+      assert.deepEqual(
+        b.received.map((r) => JSON.parse(r.body).messages[0].content),
+        ['queued'],
+      );
+      assert.equal(gw.config.objectives[0]?.name, 'gold');
+      const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(m, /sluice_config_reloads_total\{result="success"\} 1/);
+      assert.match(m, /sluice_config_last_reload_successful 1/);
+    } finally {
+      reloader.stop();
+      await gw.close();
+      await a.close();
+      await b.close();
+    }
+  });
+
+  test('an invalid new file is rejected with its errors logged; the old config keeps serving', async () => {
+    const a = await startFakeBackend();
+    const file = join(dir, 'invalid.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]));
+    const registry = builtinRegistry();
+    const { logger, lines } = captureLogger();
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 20, onResult: (ok) => gw.metrics.configReload(ok) });
+    reloader.start();
+    try {
+      await waitForMetrics(gw);
+      writeFileSync(file, 'server:\n  prot: 8080\npool:\n  endpoints: []\n');
+      await until(() => lines().some((l) => l.msg === 'config reload rejected: the previous configuration keeps serving'), 5000, 'file change noticed');
+      const problem = lines().find((l) => l.msg === 'config reload rejected');
+      assert.match(String(problem?.problem), /invalid\.yaml:2:3: server\.prot: unknown key "prot" \(did you mean "port"\?\)/);
+      assert.deepEqual(
+        gw.pool.endpoints.map((e) => e.name),
+        ['a'],
+      );
+      assert.equal((await post(gw, 'still served')).status, 200);
+      const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(m, /sluice_config_reloads_total\{result="failure"\} 1/);
+      assert.match(m, /sluice_config_last_reload_successful 0/);
+    } finally {
+      reloader.stop();
+      await gw.close();
+      await a.close();
+    }
+  });
+
+  test('SIGHUP reloads the running process', async () => {
+    const a = await startFakeBackend();
+    const b = await startFakeBackend();
+    const file = join(dir, 'sighup.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]));
+    const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', file, '--log-level', 'info']);
+    try {
+      let out = '';
+      p.stdout.on('data', (c) => (out += c));
+      await until(() => out.includes('listening'), 15000, 'gateway started');
+      const { metricsPort } = JSON.parse(out.split('\n').find((l) => l.includes('listening'))!) as { metricsPort: number };
+      writeFileSync(file, config([{ name: 'b', port: b.port }]));
+      p.kill('SIGHUP');
+      await until(
+        async () => {
+          const pool = (await (await request(`http://127.0.0.1:${metricsPort}/debug/pool`)).body.json()) as { endpoints: { name: string }[] };
+          return pool.endpoints.length === 1 && pool.endpoints[0]!.name === 'b';
+        },
+        5000,
+        'new endpoint set',
+      );
+      const code = await new Promise<number | null>((resolve) => {
+        p.on('close', resolve);
+        p.kill('SIGTERM');
+      });
+      assert.equal(code, 0);
+    } finally {
+      p.kill('SIGKILL');
+      await a.close();
+      await b.close();
+    }
+  });
+});
+
+describe('graceful drain', () => {
+  test('readiness turns 503, queued requests get 503 rejected-shutting-down, in-flight ones finish', async () => {
+    const a = await startFakeBackend(slowJson(400));
+    const registry = builtinRegistry();
+    const file = join(dir, 'drain.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]));
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, host: '127.0.0.1' });
+    await waitForMetrics(gw);
+    const inFlight = post(gw, 'in-flight');
+    await until(() => a.received.length === 1);
+    const queued = post(gw, 'queued');
+    await until(async () => {
+      const fc = (await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { totals?: { requests: number } };
+      return fc.totals?.requests === 1;
+    });
+    const closing = gw.close();
+    const ready = await request(`${gw.metricsUrl}/ready`);
+    await ready.body.dump();
+    assert.equal(ready.statusCode, 503, 'readiness turns 503 first');
+    const q = await queued;
+    assert.equal(q.status, 503);
+    assert.equal(q.headers['x-llm-d-request-dropped-reason'], 'rejected-shutting-down');
+    assert.equal((await inFlight).status, 200, 'the in-flight request finished');
+    await closing;
+    await assert.rejects(post(gw, 'after'), /ECONNREFUSED/);
+    assert.equal(a.received.length, 1, 'the queued request never reached the model server');
+    await a.close();
+  });
+});
