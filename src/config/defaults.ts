@@ -65,8 +65,11 @@ export function ensure(input: SluiceConfig, registry: PluginRegistry): { config:
     });
   } else if (profiles.length === 0) {
     // 2. No profiles: one profile with every filter, scorer and picker, in declaration order (llm-d
-    //    iterates a map here, so its order is random; ours is deterministic).
-    const members = plugins.filter((p) => isKind(p, 'filter') || isKind(p, 'scorer') || isKind(p, 'picker'));
+    //    iterates a map here, so its order is random; ours is deterministic). Detectors are left out:
+    //    declared first they would narrow before the role filters; step 9 appends the configured one last.
+    const members = plugins.filter(
+      (p) => !isKind(p, 'saturationDetector') && (isKind(p, 'filter') || isKind(p, 'scorer') || isKind(p, 'picker')),
+    );
     profiles.push({ name: DEFAULT_PROFILE_NAME, plugins: members.map((p) => ({ pluginRef: p.name })) });
     injections.push({
       where: 'schedulingProfiles',

@@ -9,11 +9,15 @@ import { activeRequestScorerDefinition } from '../scheduling/plugins/active-requ
 import { decodeFilterDefinition } from '../scheduling/plugins/decode-filter.js';
 import { kvCacheUtilizationScorerDefinition } from '../scheduling/plugins/kv-cache-utilization-scorer.js';
 import { labelSelectorFilterDefinition } from '../scheduling/plugins/label-selector-filter.js';
+import { loraAffinityScorerDefinition } from '../scheduling/plugins/lora-affinity-scorer.js';
 import { maxScorePickerDefinition } from '../scheduling/plugins/max-score-picker.js';
+import { noHitLruScorerDefinition } from '../scheduling/plugins/no-hit-lru-scorer.js';
 import { prefillFilterDefinition } from '../scheduling/plugins/prefill-filter.js';
 import { prefixCacheScorerDefinition } from '../scheduling/plugins/prefix-cache-scorer.js';
 import { queueScorerDefinition } from '../scheduling/plugins/queue-scorer.js';
 import { randomPickerDefinition } from '../scheduling/plugins/random-picker.js';
+import { runningRequestsSizeScorerDefinition } from '../scheduling/plugins/running-requests-size-scorer.js';
+import { sessionAffinityScorerDefinition } from '../scheduling/plugins/session-affinity-scorer.js';
 import { singleProfileHandlerDefinition } from '../scheduling/plugins/single-profile-handler.js';
 import { weightedRandomPickerDefinition } from '../scheduling/plugins/weighted-random-picker.js';
 import { PluginRegistry } from './registry.js';
@@ -31,6 +35,10 @@ export function builtinRegistry(): PluginRegistry {
     .register(kvCacheUtilizationScorerDefinition)
     .register(activeRequestScorerDefinition)
     .register(prefixCacheScorerDefinition)
+    .register(runningRequestsSizeScorerDefinition)
+    .register(loraAffinityScorerDefinition)
+    .register(sessionAffinityScorerDefinition)
+    .register(noHitLruScorerDefinition)
     // pickers
     .register(maxScorePickerDefinition)
     .register(randomPickerDefinition)

@@ -1,0 +1,43 @@
+/**
+ * `running-requests-size-scorer` — scorer (no parameters).
+ *
+ * Score = `(maxR − r) / (maxR − minR)` where r is the endpoint's running batch
+ * (`vllm:num_requests_running`) and min/max are taken over the candidates; when all candidates
+ * run the same number every one scores 1. An endpoint with no metrics yet scores 0 (treated as
+ * worst: its load is unknown) and does not take part in min/max. Same form as `queue-scorer`.
+ */
+import { z } from 'zod';
+import type { Endpoint } from '../../datalayer/endpoint.js';
+import type { PluginDefinition } from '../../plugins/registry.js';
+import type { CycleContext, Scorer, SchedulingRequest } from '../framework.js';
+
+export const RUNNING_REQUESTS_SIZE_SCORER_TYPE = 'running-requests-size-scorer';
+
+export class RunningRequestsSizeScorer implements Scorer {
+  readonly type = RUNNING_REQUESTS_SIZE_SCORER_TYPE;
+  constructor(readonly name: string) {}
+
+  score(_ctx: CycleContext, _req: SchedulingRequest, endpoints: readonly Endpoint[], out: Float64Array): void {
+    let min = Infinity;
+    let max = -Infinity;
+    for (const endpoint of endpoints) {
+      const m = endpoint.metrics;
+      if (m === undefined) continue;
+      if (m.running < min) min = m.running;
+      if (m.running > max) max = m.running;
+    }
+    const range = max - min;
+    for (let i = 0; i < endpoints.length; i++) {
+      const m = endpoints[i]!.metrics;
+      if (m === undefined) out[i] = 0;
+      else out[i] = range > 0 ? (max - m.running) / range : 1;
+    }
+  }
+}
+
+export const runningRequestsSizeScorerDefinition: PluginDefinition<Record<string, never>> = {
+  type: RUNNING_REQUESTS_SIZE_SCORER_TYPE,
+  kinds: ['scorer'],
+  params: z.strictObject({}),
+  create: (name) => new RunningRequestsSizeScorer(name),
+};

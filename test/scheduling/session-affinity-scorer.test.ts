@@ -1,0 +1,100 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { loadConfigText } from '../../src/config/load.js';
+import type { Endpoint } from '../../src/datalayer/endpoint.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { buildScheduling } from '../../src/scheduling/build.js';
+import type { SchedulingRequest } from '../../src/scheduling/framework.js';
+import {
+  SessionAffinityScorer,
+  sessionAffinityScorerDefinition,
+  sessionTarget,
+  sessionTokenFor,
+} from '../../src/scheduling/plugins/session-affinity-scorer.js';
+import { makeContext, makeDeps, makeEndpoint, makeRequest } from './helpers.js';
+
+const scorer = new SessionAffinityScorer('session-affinity-scorer');
+const b64 = (s: string) => Buffer.from(s).toString('base64');
+
+function withHeaders(headers: Record<string, string | string[]>): SchedulingRequest {
+  return { ...makeRequest('hello'), headers };
+}
+
+function scores(req: SchedulingRequest, endpoints: Endpoint[]): number[] {
+  const out = new Float64Array(endpoints.length);
+  scorer.score(makeContext(), req, endpoints, out);
+  return [...out];
+}
+
+/** The response headers the hook sets for `endpoint`. */
+function responseHeaders(endpoint: Endpoint): Record<string, string> {
+  const headers: Record<string, string> = {};
+  scorer.onResponseHeaders(makeRequest(), endpoint, (name, value) => (headers[name] = value));
+  return headers;
+}
+
+describe('session-affinity-scorer', () => {
+  const endpoints = ['vllm-0', 'vllm-1', 'vllm-2'].map((n) => makeEndpoint(n));
+
+  test('x-session-token = base64(endpoint name): 1 for that endpoint, 0 for the others', () => {
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': b64('vllm-1') }), endpoints), [0, 1, 0]);
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': b64('vllm-2') }), endpoints), [0, 0, 1]);
+  });
+
+  test('no token, an empty one, or one naming no candidate (e.g. a removed endpoint) → 0 everywhere', () => {
+    assert.deepEqual(scores(withHeaders({}), endpoints), [0, 0, 0]);
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': '' }), endpoints), [0, 0, 0]);
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': b64('vllm-9') }), endpoints), [0, 0, 0]);
+    // The named endpoint is no longer among the candidates.
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': b64('vllm-1') }), [endpoints[0]!, endpoints[2]!]), [0, 0]);
+  });
+
+  test('invalid base64 names no endpoint; a repeated header counts its first value; whitespace is trimmed', () => {
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': '!!!not-base64!!!' }), endpoints), [0, 0, 0]);
+    assert.equal(sessionTarget(withHeaders({ 'x-session-token': '%%%' })), undefined);
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': [b64('vllm-0'), b64('vllm-2')] }), endpoints), [1, 0, 0]);
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': ` ${b64('vllm-2')} ` }), endpoints), [0, 0, 1]);
+  });
+
+  test('the response carries the serving endpoint’s token, which routes the next request back', () => {
+    assert.deepEqual(responseHeaders(endpoints[1]!), { 'x-session-token': b64('vllm-1') });
+    assert.equal(sessionTokenFor('vllm-1'), b64('vllm-1'));
+    const token = responseHeaders(endpoints[2]!)['x-session-token']!;
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': token }), endpoints), [0, 0, 1]);
+    // Names are UTF-8 and may contain '/' (llm-d uses namespace/name).
+    const odd = makeEndpoint('ns/pödé-0');
+    const oddToken = responseHeaders(odd)['x-session-token']!;
+    assert.deepEqual(scores(withHeaders({ 'x-session-token': oddToken }), [endpoints[0]!, odd]), [0, 1]);
+  });
+
+  test('definition: no parameters (strict), accepts its own output; built as scorer and response hook', () => {
+    const def = sessionAffinityScorerDefinition;
+    assert.deepEqual(def.params.parse({}), {});
+    assert.deepEqual(def.params.parse(def.params.parse({})), {});
+    assert.equal(def.params.safeParse({ maxAge: 10 }).success, false);
+    const registry = builtinRegistry();
+    assert.equal(registry.get('session-affinity-scorer'), def);
+    assert.ok(registry.is('session-affinity-scorer', 'scorer'));
+
+    const text = `plugins:
+- type: session-affinity-scorer
+- type: queue-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - { pluginRef: session-affinity-scorer, weight: 10 }
+  - { pluginRef: queue-scorer }
+`;
+    const built = buildScheduling(loadConfigText(text, 't.yaml', registry).config, registry, makeDeps());
+    assert.deepEqual(built.responseHooks.map((h) => h.name), ['session-affinity-scorer']);
+    const fleet = [makeEndpoint('idle', { waiting: 0 }), makeEndpoint('sticky', { waiting: 4 })];
+    // Without a token the queue decides; with one the session wins over a longer queue.
+    const free = built.scheduler.schedule(makeRequest('x'), fleet);
+    assert.ok(free.ok && free.target.name === 'idle');
+    const sticky = built.scheduler.schedule(withHeaders({ 'x-session-token': b64('sticky') }), fleet);
+    assert.ok(sticky.ok && sticky.target.name === 'sticky');
+    // Once 'sticky' is gone the token scores nobody and the request is scheduled elsewhere.
+    const gone = built.scheduler.schedule(withHeaders({ 'x-session-token': b64('sticky') }), [fleet[0]!]);
+    assert.ok(gone.ok && gone.target.name === 'idle');
+  });
+});
