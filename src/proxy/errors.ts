@@ -19,6 +19,7 @@ const ERROR_TYPES: Record<number, string> = {
   405: 'NotFoundError',
   408: 'BadRequestError',
   413: 'RequestTooLargeError',
+  431: 'RequestTooLargeError',
   429: 'RateLimitError',
   500: 'InternalServerError',
   502: 'BadGatewayError',

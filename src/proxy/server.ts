@@ -12,7 +12,7 @@ import type { Pool } from '../datalayer/pool.js';
 import type { ApiKind, SchedulingRequest } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import { BodyTooLargeError, readBody } from './body.js';
-import { GatewayError, sendError, sendGatewayError } from './errors.js';
+import { GatewayError, errorBody, sendError, sendGatewayError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, validateOpenAIRequest } from './openai.js';
 import { forward, type ForwardContext } from './forward.js';
@@ -47,14 +47,22 @@ export class ApiServer {
     this.server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 60_000 }, (req, res) =>
       this.handle(req, res),
     );
-    this.server.on('clientError', (err, socket) => {
-      // Malformed HTTP from a client: answer 400 when possible, never crash.
-      if (socket.writable && !(err as NodeJS.ErrnoException).code?.startsWith('ECONNRESET')) {
-        const body = '{"error":{"message":"malformed HTTP request","type":"BadRequestError","param":null,"code":400}}';
-        socket.end(
-          `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
-        );
-      } else socket.destroy();
+    this.server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
+      // Malformed or oversized HTTP from a client: answer when the socket still can, never crash.
+      if (!socket.writable || err.code === 'ECONNRESET') {
+        socket.destroy();
+        return;
+      }
+      const [status, text, message] =
+        err.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'Request Header Fields Too Large', 'request headers too large']
+          : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+            ? [408, 'Request Timeout', 'request not received in time']
+            : [400, 'Bad Request', 'malformed HTTP request'];
+      const body = errorBody(status, message);
+      socket.end(
+        `HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+      );
     });
   }
 

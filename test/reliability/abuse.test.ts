@@ -1,0 +1,175 @@
+/**
+ * Abuse: whatever a client sends, Sluice itself answers only 2xx/4xx, always in the OpenAI error
+ * shape, never a 500 from its own code; client-controlled label values stay capped; invalid config
+ * files always end in a ConfigError, never a crash.
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import fc from 'fast-check';
+import { request } from 'undici';
+import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { startFakeBackend, type FakeBackend } from '../helpers/fake-backend.js';
+import type { Gateway } from '../../src/app.js';
+import { ConfigError, loadConfigText } from '../../src/config/load.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+
+const ROUTES = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/responses', '/v1/models', '/health', '/ready'];
+
+function assertErrorShape(status: number, contentType: unknown, text: string) {
+  assert.match(String(contentType), /application\/json/, `status ${status} body ${text}`);
+  const body = JSON.parse(text) as { error?: { message?: unknown; type?: unknown; code?: unknown; param?: unknown } };
+  assert.equal(typeof body.error?.message, 'string');
+  assert.equal(typeof body.error?.type, 'string');
+  assert.equal(body.error?.code, status);
+  assert.ok(body.error && 'param' in body.error);
+  assert.doesNotMatch(text, /\n\s+at .*\(/, 'no stack trace');
+}
+
+describe('abuse', () => {
+  let backend: FakeBackend;
+  let gw: Gateway;
+  before(async () => {
+    backend = await startFakeBackend();
+    gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 64Ki'));
+    await waitForMetrics(gw);
+  });
+  after(async () => {
+    await gw.close();
+    await backend.close();
+  });
+
+  test('random bodies, headers, paths and methods: only 2xx/4xx, OpenAI-shaped errors, never a 500', async () => {
+    const jsonValue = fc.jsonValue({ maxDepth: 3 });
+    const openaiish = fc.record(
+      {
+        model: fc.oneof(fc.string(), fc.constant('m'), jsonValue),
+        messages: fc.oneof(fc.array(fc.record({ role: fc.string(), content: fc.oneof(fc.string(), jsonValue) })), jsonValue),
+        prompt: fc.oneof(fc.string(), fc.array(fc.string()), jsonValue),
+        input: jsonValue,
+        stream: fc.oneof(fc.boolean(), jsonValue),
+        max_tokens: fc.oneof(fc.integer(), jsonValue),
+        stream_options: jsonValue,
+      },
+      { requiredKeys: [] },
+    );
+    const body = fc.oneof(
+      openaiish.map((o) => JSON.stringify(o)),
+      jsonValue.map((v) => JSON.stringify(v)),
+      fc.string({ maxLength: 200 }),
+      fc.uint8Array({ maxLength: 200 }).map((a) => Buffer.from(a).toString('latin1')),
+    );
+    const path = fc.oneof(
+      fc.constantFrom(...ROUTES),
+      fc.constantFrom(...ROUTES).chain((r) => fc.webQueryParameters().map((q) => `${r}?${q}`)),
+      fc.webPath().map((p) => (p.startsWith('/') ? p : `/${p}`)),
+    );
+    const headerValue = fc.string({ maxLength: 60 }).map((s) => s.replace(/[^\x20-\x7e]/g, ''));
+    const headers = fc.record(
+      {
+        'x-llm-d-inference-objective': headerValue,
+        'x-llm-d-inference-fairness-id': headerValue,
+        'x-gateway-inference-fairness-id': headerValue,
+        'x-llm-d-slo-ttft-ms': fc.oneof(headerValue, fc.integer().map(String)),
+        'x-request-id': headerValue,
+        'x-prefiller-host-port': headerValue,
+        'x-session-token': headerValue,
+        'content-type': fc.constantFrom('application/json', 'text/plain', 'application/x-www-form-urlencoded'),
+      },
+      { requiredKeys: [] },
+    );
+    const method = fc.constantFrom('POST', 'POST', 'POST', 'GET', 'PUT', 'DELETE', 'PATCH');
+
+    await fc.assert(
+      fc.asyncProperty(method, path, headers, body, async (m, p, h, b) => {
+        const r = await request(`${gw.apiUrl}${p}`, { method: m, headers: h, body: m === 'GET' ? undefined : b });
+        const text = await r.body.text();
+        const fromUpstream = backend.received.length > 0 && r.headers['x-backend-url'] !== undefined;
+        backend.received.length = 0;
+        assert.ok(r.statusCode < 500, `${m} ${p} → ${r.statusCode}: ${text}`);
+        if (r.statusCode >= 400 && !fromUpstream) assertErrorShape(r.statusCode, r.headers['content-type'], text);
+      }),
+      { numRuns: 300, seed: 20261130 },
+    );
+  });
+
+  test('oversized headers get 431, malformed HTTP gets 400 — both JSON, and the gateway keeps serving', async () => {
+    const big = await request(`${gw.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'x-huge': 'a'.repeat(40_000) },
+      body: '{}',
+    }).catch((e: Error) => e);
+    if (!(big instanceof Error)) {
+      assert.equal(big.statusCode, 431);
+      assertErrorShape(431, big.headers['content-type'], await big.body.text());
+    }
+    const raw = await new Promise<string>((resolve) => {
+      const s = net.connect(gw.apiPort, '127.0.0.1', () => s.write('GARBAGE /\x00 HTTP/9\r\n\r\n'));
+      let out = '';
+      s.on('data', (c) => (out += c));
+      s.on('close', () => resolve(out));
+    });
+    assert.match(raw, /^HTTP\/1\.1 400 /);
+    assert.match(raw, /"code":400/);
+    const ok = await request(`${gw.apiUrl}/health`);
+    assert.equal(ok.statusCode, 200);
+    await ok.body.dump();
+  });
+
+  test('thousands of distinct model names and fairness ids: metric series stay capped', async () => {
+    for (let i = 0; i < 1200; i += 50) {
+      await Promise.all(
+        Array.from({ length: 50 }, (_, k) =>
+          request(`${gw.apiUrl}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', 'x-llm-d-inference-fairness-id': `tenant-${i + k}` },
+            body: JSON.stringify({ model: `model-${i + k}`, messages: [{ role: 'user', content: 'x' }] }),
+          }).then((r) => r.body.dump()),
+        ),
+      );
+    }
+    const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+    const series = (name: string) => m.split('\n').filter((l) => l.startsWith(`${name}{`)).length;
+    assert.ok(series('llm_d_epp_request_total') <= 1001, `request_total series: ${series('llm_d_epp_request_total')}`);
+    assert.match(m, /llm_d_epp_request_total\{model_name="other"/);
+    const queueDurationFlows = new Set(
+      m
+        .split('\n')
+        .filter((l) => l.startsWith('llm_d_epp_flow_control_request_queue_duration_seconds_count{'))
+        .map((l) => /fairness_id="([^"]*)"/.exec(l)?.[1]),
+    );
+    assert.ok(queueDurationFlows.size <= 1001, `fairness_id values: ${queueDurationFlows.size}`);
+    assert.ok(queueDurationFlows.has('other'));
+  });
+});
+
+describe('config fuzzing', () => {
+  test('any YAML or JSON document: a config or a ConfigError, never another exception', () => {
+    const registry = builtinRegistry();
+    const key = fc.constantFrom(
+      'server', 'pool', 'plugins', 'schedulingProfiles', 'flowControl', 'objectives', 'featureGates', 'apiVersion', 'kind',
+      'port', 'metricsPort', 'endpoints', 'name', 'address', 'type', 'parameters', 'pluginRef', 'weight', 'priority',
+      'maxRequests', 'defaultRequestTTL', 'priorityBands', 'saturationDetector', 'labels', 'bodyLimit', 'metrics', 'interval',
+    );
+    const leaf = fc.oneof(fc.string({ maxLength: 12 }), fc.integer(), fc.double(), fc.boolean(), fc.constant(null), fc.constantFrom('50ms', '1Gi', 'queue-scorer', 'utilization-detector', '-1', 'decode'));
+    const tree = fc.letrec((tie) => ({
+      node: fc.oneof({ depthSize: 'small' }, leaf, fc.array(tie('node'), { maxLength: 3 }), fc.dictionary(key, tie('node'), { maxKeys: 4 })),
+    })).node;
+    const text = fc.oneof(
+      tree.map((t) => JSON.stringify(t)),
+      fc.dictionary(key, tree, { maxKeys: 6 }).map((t) => JSON.stringify(t)),
+      fc.string({ maxLength: 120 }),
+    );
+    fc.assert(
+      fc.property(text, (t) => {
+        try {
+          loadConfigText(t, 'fuzz.yaml', registry);
+        } catch (err) {
+          if (!(err instanceof ConfigError)) throw err;
+          for (const line of err.format().split('\n')) assert.match(line, /^fuzz\.yaml:\d+:\d+: /);
+        }
+      }),
+      { numRuns: 500, seed: 7 },
+    );
+  });
+});
