@@ -1,6 +1,7 @@
 /**
  * `sluice demo` / `npm start`: a simulated fleet (the endpoints of the shipped config/demo.yaml,
- * roles labelled) on loopback with the gateway in front, and a curl line that works.
+ * roles labelled) on loopback with the gateway in front, running prefill/decode disaggregation
+ * (nixlv2: the gateway runs both legs), and curl lines that show it.
  */
 import { fileURLToPath } from 'node:url';
 import { startGateway } from './app.js';
@@ -49,24 +50,34 @@ export async function startDemo(opts: DemoOptions) {
   };
 }
 
+/** A prompt long enough for the demo's prefix-based-pd-decider (nonCachedTokens 64 ≈ 256 characters). */
+export const DEMO_LONG_PROMPT =
+  'You are a canal keeper. Explain, step by step and in plain words, how a pound lock lets a boat climb ' +
+  'from the lower river to the upper basin: the gates, the paddles, the sluices, the water levels, and ' +
+  'what the keeper checks before opening anything. Keep it short and friendly for a first-time visitor.';
+
 export async function runDemo(opts: DemoOptions): Promise<void> {
   const demo = await startDemo(opts);
   const { gateway, sims, model } = demo;
   const lines = [
     '',
-    `Sluice demo: ${sims.length} simulated vLLM servers behind the gateway`,
+    `Sluice demo: ${sims.length} simulated vLLM servers behind the gateway, prefill/decode disaggregated (nixlv2)`,
     ...demo.gateway.pool.endpoints.map((ep) => `  ${ep.name.padEnd(10)} ${ep.hostPort.padEnd(16)} role=${ep.role || '(none)'}`),
     '',
-    'Try it:',
+    'A short prompt is served by a decode pod alone:',
     `  curl -s ${gateway.apiUrl}/v1/chat/completions -H 'content-type: application/json' \\`,
     `    -d '{"model":"${model}","messages":[{"role":"user","content":"Hello!"}]}'`,
     '',
-    'Streamed:',
+    'A long, new prompt is prefilled on a prefill pod, then decoded (streamed) on a decode pod;',
+    'send it twice: the second time the decode pod has it cached and serves it alone:',
     `  curl -sN ${gateway.apiUrl}/v1/chat/completions -H 'content-type: application/json' \\`,
-    `    -d '{"model":"${model}","stream":true,"messages":[{"role":"user","content":"Hello!"}]}'`,
+    `    -d '{"model":"${model}","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"${DEMO_LONG_PROMPT}"}]}'`,
+    '',
+    'Decisions so far:',
+    `  curl -s ${gateway.metricsUrl}/metrics | grep llm_d_epp_disagg_decision_total`,
     '',
     `Metrics:  ${gateway.metricsUrl}/metrics`,
-    `Pool:     ${gateway.metricsUrl}/debug/pool`,
+    `Pool:     ${gateway.metricsUrl}/debug/pool   (roles, stages, in-flight per endpoint)`,
     '',
     'Ctrl-C stops everything.',
     '',

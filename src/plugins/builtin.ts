@@ -6,13 +6,16 @@ import { flowControlPolicyDefinitions } from '../flowcontrol/policies/index.js';
 import { concurrencyDetectorDefinition } from '../saturation/concurrency-detector.js';
 import { utilizationDetectorDefinition } from '../saturation/utilization-detector.js';
 import { activeRequestScorerDefinition } from '../scheduling/plugins/active-request-scorer.js';
+import { alwaysDisaggPdDeciderDefinition } from '../scheduling/plugins/always-disagg-pd-decider.js';
 import { decodeFilterDefinition } from '../scheduling/plugins/decode-filter.js';
+import { disaggProfileHandlerDefinition } from '../scheduling/plugins/disagg-profile-handler.js';
 import { kvCacheUtilizationScorerDefinition } from '../scheduling/plugins/kv-cache-utilization-scorer.js';
 import { labelSelectorFilterDefinition } from '../scheduling/plugins/label-selector-filter.js';
 import { loraAffinityScorerDefinition } from '../scheduling/plugins/lora-affinity-scorer.js';
 import { maxScorePickerDefinition } from '../scheduling/plugins/max-score-picker.js';
 import { noHitLruScorerDefinition } from '../scheduling/plugins/no-hit-lru-scorer.js';
 import { prefillFilterDefinition } from '../scheduling/plugins/prefill-filter.js';
+import { prefixBasedPdDeciderDefinition } from '../scheduling/plugins/prefix-based-pd-decider.js';
 import { prefixCacheScorerDefinition } from '../scheduling/plugins/prefix-cache-scorer.js';
 import { queueScorerDefinition } from '../scheduling/plugins/queue-scorer.js';
 import { randomPickerDefinition } from '../scheduling/plugins/random-picker.js';
@@ -26,6 +29,10 @@ export function builtinRegistry(): PluginRegistry {
   const registry = new PluginRegistry()
     // profile handlers
     .register(singleProfileHandlerDefinition)
+    .register(disaggProfileHandlerDefinition)
+    // P/D deciders
+    .register(prefixBasedPdDeciderDefinition)
+    .register(alwaysDisaggPdDeciderDefinition)
     // filters
     .register(decodeFilterDefinition)
     .register(prefillFilterDefinition)

@@ -84,6 +84,33 @@ export interface SchedulingResult {
   /** Name of the primary profile; its first target is where the request goes. */
   primaryProfile: string;
   profileResults: Map<string, ProfileRunResult>;
+  /**
+   * Set by a prefill/decode handler (`disagg-profile-handler`): what it decided for this request and
+   * how the proxy carries a P/D decision out. The primary target is the decode endpoint.
+   */
+  disaggregation?: Disaggregation;
+}
+
+/** How a P/D decision is carried out (SPEC §7.4). */
+export type ConnectorName = 'sidecar' | 'nixlv2' | 'shared-storage';
+
+/** Decision types of `llm_d_epp_disagg_decision_total{decision_type}` (llm-d names). */
+export type DisaggDecision = 'decode-only' | 'prefill-decode';
+
+export interface Disaggregation {
+  /** What happens to this request; the proxy counts it once per request. */
+  decision: DisaggDecision;
+  /** The prefill endpoint; set iff decision is `prefill-decode`. */
+  prefill?: Endpoint;
+  connector: ConnectorName;
+}
+
+/**
+ * A P/D decider (kind `decider`): given the request and the already chosen decode endpoint, should
+ * the prompt be prefilled elsewhere? Must not throw for a well-formed request.
+ */
+export interface Decider extends Plugin {
+  disaggregate(ctx: CycleContext, req: SchedulingRequest, decode: Endpoint): boolean;
 }
 
 /** Decides which profiles run (possibly in several rounds) and which result is primary. */
@@ -116,6 +143,7 @@ export const isScorer = (p: object): p is Scorer => typeof (p as Scorer).score =
 export const isPicker = (p: object): p is Picker => typeof (p as Picker).pick === 'function';
 export const isProfileHandler = (p: object): p is ProfileHandler =>
   typeof (p as ProfileHandler).pickProfiles === 'function';
+export const isDecider = (p: object): p is Decider => typeof (p as Decider).disaggregate === 'function';
 export const isPreRequest = (p: object): p is PreRequest => typeof (p as PreRequest).preRequest === 'function';
 export const isResponseHeadersHook = (p: object): p is ResponseHeadersHook =>
   typeof (p as ResponseHeadersHook).onResponseHeaders === 'function';

@@ -8,6 +8,8 @@ type NumericKey =
   | 'ttftOverheadMs'
   | 'prefillMsPerToken'
   | 'itlMs'
+  | 'kvTransferMs'
+  | 'kvTransferMsPerToken'
   | 'blockSizeTokens'
   | 'numGpuBlocks'
   | 'defaultOutputTokens'
@@ -29,6 +31,8 @@ const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
   '--ttft-overhead-ms': { key: 'ttftOverheadMs', integer: false, min: 0 },
   '--prefill-ms-per-token': { key: 'prefillMsPerToken', integer: false, min: 0 },
   '--itl-ms': { key: 'itlMs', integer: false, min: 0 },
+  '--kv-transfer-ms': { key: 'kvTransferMs', integer: false, min: 0 },
+  '--kv-transfer-ms-per-token': { key: 'kvTransferMsPerToken', integer: false, min: 0 },
   '--block-size': { key: 'blockSizeTokens', integer: true, min: 1 },
   '--num-gpu-blocks': { key: 'numGpuBlocks', integer: true, min: 1 },
   '--default-output-tokens': { key: 'defaultOutputTokens', integer: true, min: 1 },

@@ -3,6 +3,11 @@
  * a per-instance LRU of chained prompt-block hashes (prefix cache), and a latency model
  * (TTFT = overhead + cost per uncached prompt token; then one token every `itlMs`).
  *
+ * Prefill/decode disaggregation (vLLM NixlConnector, as the llm-d simulator): a prefill request
+ * (`remoteDecode`) produces exactly one token and finishes with `remote_decode`; a decode request
+ * whose prompt KV comes from a prefiller (`remotePrefill`) pays a KV-transfer latency
+ * (`kvTransferMs + kvTransferMsPerToken × uncached prompt tokens`) instead of the prefill cost.
+ *
  * Time is injected (a Clock for "now" and SimTimers for callbacks) so tests can drive it with
  * virtual time; every token's due time is computed from the first-token time, so real timers
  * do not accumulate drift.
@@ -40,6 +45,10 @@ export interface SimLatencySettings {
   itlMs: number;
   maxNumSeqs: number;
   maxWaiting: number;
+  /** P/D decode: fixed part of the KV-transfer latency that replaces prefill. */
+  kvTransferMs: number;
+  /** P/D decode: KV-transfer cost per uncached prompt token. */
+  kvTransferMsPerToken: number;
 }
 
 export interface SimEngineOptions {
@@ -53,6 +62,10 @@ export interface SimEngineOptions {
   prefillMsPerToken?: number;
   /** Inter-token latency. Default 5. */
   itlMs?: number;
+  /** P/D decode (kv_transfer_params.do_remote_prefill): fixed KV-transfer latency. Default 1. */
+  kvTransferMs?: number;
+  /** P/D decode: KV-transfer cost per uncached prompt token. Default 0.01. */
+  kvTransferMsPerToken?: number;
   /** Tokens per KV block (vLLM --block-size). Default 16. */
   blockSizeTokens?: number;
   /** KV blocks in the GPU cache: LRU capacity and the denominator of kv_cache_usage_perc. Default 4096. */
@@ -73,8 +86,10 @@ export interface GenerationInput {
   maxTokens?: number;
   /** vLLM cache_salt: seeds the hash chain so salted tenants never share blocks. */
   cacheSalt?: string;
-  // P/D hooks (kv_transfer_params) belong here: a `remotePrefill` flag replacing prefill cost by a
-  // transfer latency in prefillDelayMs(), and `remoteDecode` forcing one token with finish 'remote_decode'.
+  /** P/D prefill leg (kv_transfer_params.do_remote_decode): one token, finish reason `remote_decode`. */
+  remoteDecode?: boolean;
+  /** P/D decode leg (kv_transfer_params.do_remote_prefill): KV-transfer latency instead of prefill. */
+  remotePrefill?: boolean;
 }
 
 export type FinishReason = 'stop' | 'length' | 'abort' | 'remote_decode';
@@ -306,6 +321,8 @@ export class SimEngine {
       itlMs: opts.itlMs ?? 5,
       maxNumSeqs: opts.maxNumSeqs ?? 8,
       maxWaiting: opts.maxWaiting ?? 1000,
+      kvTransferMs: opts.kvTransferMs ?? 1,
+      kvTransferMsPerToken: opts.kvTransferMsPerToken ?? 0.01,
     };
     this.blockSizeTokens = opts.blockSizeTokens ?? 16;
     this.numGpuBlocks = opts.numGpuBlocks ?? 4096;
@@ -333,7 +350,7 @@ export class SimEngine {
     const next = { ...this.current, ...patch };
     assertPositiveInt('maxNumSeqs', next.maxNumSeqs);
     assertNonNegativeInt('maxWaiting', next.maxWaiting);
-    for (const k of ['ttftOverheadMs', 'prefillMsPerToken', 'itlMs'] as const) {
+    for (const k of ['ttftOverheadMs', 'prefillMsPerToken', 'itlMs', 'kvTransferMs', 'kvTransferMsPerToken'] as const) {
       if (!(Number.isFinite(next[k]) && next[k] >= 0)) throw new Error(`${k} must be a number ≥ 0`);
     }
     this.current = next;
@@ -395,10 +412,13 @@ export class SimEngine {
 
     const promptTokens = estimateTokens(input.promptText);
     const wanted = input.maxTokens ?? this.defaultOutputTokens;
-    const outputTokens = Math.max(1, Math.min(wanted, this.maxOutputTokens));
+    const outputTokens = input.remoteDecode ? 1 : Math.max(1, Math.min(wanted, this.maxOutputTokens));
     // vLLM reports 'length' when generation stops at a token limit, 'stop' on a natural end.
-    const finishReason: FinishReason =
-      input.maxTokens !== undefined || wanted > this.maxOutputTokens ? 'length' : 'stop';
+    const finishReason: FinishReason = input.remoteDecode
+      ? 'remote_decode'
+      : input.maxTokens !== undefined || wanted > this.maxOutputTokens
+        ? 'length'
+        : 'stop';
     const seed = input.promptText.length + (input.promptText.charCodeAt(0) || 0);
     const r = new EngineRequest(
       this.nextId++, this, input, listener, promptTokens, outputTokens, finishReason,
@@ -478,13 +498,19 @@ export class SimEngine {
     this.counters.prefixCacheQueries += r.promptTokens;
     this.counters.prefixCacheHits += r.cachedTokens;
 
-    const prefillMs = this.prefillDelayMs(r.promptTokens - r.cachedTokens);
+    const uncached = r.promptTokens - r.cachedTokens;
+    const prefillMs = r.input.remotePrefill ? this.transferDelayMs(uncached) : this.prefillDelayMs(uncached);
     r.firstTokenAt = now + prefillMs;
     r.timer = this.timers.set(() => this.onPrefillDone(r), prefillMs);
   }
 
   private prefillDelayMs(uncachedTokens: number): number {
     return this.current.ttftOverheadMs + this.current.prefillMsPerToken * uncachedTokens;
+  }
+
+  /** P/D decode: the uncached blocks are pulled from the prefiller instead of computed. */
+  private transferDelayMs(uncachedTokens: number): number {
+    return this.current.kvTransferMs + this.current.kvTransferMsPerToken * uncachedTokens;
   }
 
   private onPrefillDone(r: EngineRequest): void {
@@ -539,7 +565,8 @@ export class SimEngine {
     r.listener.onFinish({
       finishReason: r.finishReason,
       promptTokens: r.promptTokens,
-      cachedTokens: r.cachedTokens,
+      // Like vLLM, a decoder that pulled the prompt's KV from a prefiller counts all of it as cached.
+      cachedTokens: r.input.remotePrefill ? r.promptTokens : r.cachedTokens,
       completionTokens: r.outputTokens,
       text,
     });

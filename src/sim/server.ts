@@ -2,6 +2,12 @@
  * HTTP surface of the simulator (SPEC §8): the vLLM/OpenAI routes in front of a SimEngine, plus
  * /metrics in vLLM's names, failure injection and a small admin API. Plain node:http on purpose:
  * benchmarks push thousands of requests per second through it.
+ *
+ * P/D (`kv_transfer_params`, vLLM NixlConnector): `do_remote_decode: true` makes a prefill request
+ * — one token, `finish_reason: "remote_decode"`, and the answer's `kv_transfer_params` tell a
+ * decoder where to pull the KV from (this sim's name, host, port and block ids); streaming it is a
+ * 400. `do_remote_prefill: true` makes a decode request that pays a KV-transfer latency instead of
+ * the prefill cost.
  */
 import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -83,7 +89,7 @@ function isObject(v: unknown): v is JsonObject {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-const ADMIN_NUMBER_KEYS = ['ttftOverheadMs', 'prefillMsPerToken', 'itlMs'] as const;
+const ADMIN_NUMBER_KEYS = ['ttftOverheadMs', 'prefillMsPerToken', 'itlMs', 'kvTransferMs', 'kvTransferMsPerToken'] as const;
 const ADMIN_KEYS = new Set<string>([...ADMIN_NUMBER_KEYS, 'maxNumSeqs', 'maxWaiting', 'failureRate', 'pin']);
 const PIN_KEYS = new Set<string>(['waiting', 'running', 'kvUsage']);
 
@@ -103,6 +109,10 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   const startedAtSec = Math.floor(Date.now() / 1000);
   let name = opts.name ?? '';
   let idSeq = 0;
+  // Where a decoder would pull KV blocks from (set once listening), and the next block id handed out.
+  let kvHost = '';
+  let kvPort = 0;
+  let nextBlockId = 0;
   const metricsText = metricsRenderer(engine, model, startedAtSec);
 
   const server = createServer({ noDelay: true, keepAlive: true }, (req, res) => {
@@ -243,7 +253,8 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     const submitted = stream
       ? engine.submit(input, new SseWriter(res, baseHeaders(req), chat, id, created, modelJson, includeUsage))
       : engine.submit(input, {
-          onFinish: (result) => sendJson(res, req, 200, completionJson(chat, id, created, model, result)),
+          onFinish: (result) =>
+            sendJson(res, req, 200, completionJson(chat, id, created, model, result, input.remoteDecode ? prefillKvParams(result) : undefined)),
         });
     if (!submitted.accepted) {
       sendJson(res, req, 429, errorBody(429, 'Failed to enqueue request, waiting requests queue is full'));
@@ -254,6 +265,25 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     res.on('close', () => {
       if (!res.writableFinished) handle.abort();
     });
+  }
+
+  /** What vLLM's NixlConnector returns from a prefill: where the decoder pulls the prompt's KV from. */
+  function prefillKvParams(result: GenerationResult): JsonObject {
+    const blocks = Math.ceil(result.promptTokens / engine.blockSizeTokens);
+    const ids: number[] = new Array<number>(blocks);
+    for (let i = 0; i < blocks; i++) {
+      ids[i] = nextBlockId;
+      nextBlockId = (nextBlockId + 1) % engine.numGpuBlocks;
+    }
+    return {
+      do_remote_decode: false,
+      do_remote_prefill: true,
+      remote_block_ids: ids,
+      remote_engine_id: `${name}-engine`,
+      remote_host: kvHost,
+      remote_port: kvPort,
+      tp_size: 1,
+    };
   }
 
   function adminSettings(): SimAdminSettings {
@@ -308,6 +338,8 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   });
   const address = server.address() as AddressInfo;
   if (!name) name = `sim-${address.port}`;
+  kvHost = address.address;
+  kvPort = address.port;
   const hostForUrl = address.family === 'IPv6' ? `[${address.address}]` : address.address;
 
   let closing: Promise<void> | undefined;
@@ -360,7 +392,16 @@ export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: 
     optionalPositiveInt(body, 'max_tokens');
   if (maxTokens !== undefined) input.maxTokens = maxTokens;
   if (typeof body.cache_salt === 'string' && body.cache_salt !== '') input.cacheSalt = body.cache_salt;
-  // kv_transfer_params (P/D) will be read here and mapped to engine flags.
+  const kv = body.kv_transfer_params;
+  if (kv !== undefined && kv !== null) {
+    if (!isObject(kv)) throw new SimHttpError(400, 'kv_transfer_params must be an object', 'kv_transfer_params');
+    if (kv.do_remote_decode === true) {
+      if (body.stream === true) throw new SimHttpError(400, 'Prefill does not support streaming', 'stream');
+      input.remoteDecode = true;
+    } else if (kv.do_remote_prefill === true) {
+      input.remotePrefill = true;
+    }
+  }
   return input;
 }
 
@@ -388,18 +429,27 @@ function usageOf(result: GenerationResult): JsonObject {
   };
 }
 
-function completionJson(chat: boolean, id: string, created: number, model: string, result: GenerationResult): string {
+function completionJson(
+  chat: boolean,
+  id: string,
+  created: number,
+  model: string,
+  result: GenerationResult,
+  kvTransferParams?: JsonObject,
+): string {
   const choice = chat
     ? { index: 0, message: { role: 'assistant', content: result.text }, logprobs: null, finish_reason: result.finishReason }
     : { index: 0, text: result.text, logprobs: null, finish_reason: result.finishReason };
-  return JSON.stringify({
+  const answer: JsonObject = {
     id,
     object: chat ? 'chat.completion' : 'text_completion',
     created,
     model,
     choices: [choice],
     usage: usageOf(result),
-  });
+  };
+  if (kvTransferParams !== undefined) answer.kv_transfer_params = kvTransferParams;
+  return JSON.stringify(answer);
 }
 
 /**

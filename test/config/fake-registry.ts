@@ -33,8 +33,12 @@ export const fakeDefinitions: PluginDefinition[] = [
     ['profileHandler'],
     z.strictObject({
       profiles: z.strictObject({ decode: z.string().default('decode'), prefill: z.string().default('prefill') }).prefault({}),
+      deciders: z.strictObject({ prefill: z.string().optional() }).prefault({}),
+      connector: z.enum(['sidecar', 'nixlv2', 'shared-storage']).default('sidecar'),
     }),
   ),
+  fake('prefix-based-pd-decider', ['decider'], z.strictObject({ nonCachedTokens: z.number().int().min(0).default(0) })),
+  fake('always-disagg-pd-decider', ['decider'], none()),
   fake('decode-filter', ['filter'], none()),
   fake('prefill-filter', ['filter'], none()),
   fake(

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
 import OpenAI from 'openai';
-import { startDemo } from '../../src/demo.js';
+import { DEMO_LONG_PROMPT, startDemo } from '../../src/demo.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
 
 const CLI = join(import.meta.dirname, '../../src/cli.ts');
@@ -86,7 +86,7 @@ describe('sluice CLI', () => {
     }
   });
 
-  test('the demo: simulated P/D-labelled fleet + gateway answers the openai client', async () => {
+  test('the demo: simulated P/D-labelled fleet + gateway answers the openai client, short prompts decode-only, long ones P/D', async () => {
     const demo = await startDemo({ port: 0, metricsPort: 0 });
     try {
       const roles = demo.gateway.pool.endpoints.map((e) => e.role).sort();
@@ -96,6 +96,24 @@ describe('sluice CLI', () => {
       while (!demo.gateway.pool.endpoints.every((e) => e.metricsAt > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       const res = await client.chat.completions.create({ model: demo.model, max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] });
       assert.equal(res.usage?.completion_tokens, 3);
+      const prefillLegs = () => demo.sims.reduce((n, s) => n + s.engine.counters.requestSuccess.remote_decode, 0);
+      assert.equal(prefillLegs(), 0, 'a short prompt is decode-only');
+      // The banner's long prompt, streamed: prefilled on a prefill pod, decoded on a decode pod.
+      const stream = await client.chat.completions.create({
+        model: demo.model,
+        max_tokens: 3,
+        stream: true,
+        messages: [{ role: 'user', content: DEMO_LONG_PROMPT }],
+      });
+      let tokens = 0;
+      for await (const c of stream) if (c.choices[0]?.delta?.content) tokens++;
+      assert.equal(tokens, 3);
+      assert.equal(prefillLegs(), 1);
+      const prefillSim = demo.sims.find((s) => s.engine.counters.requestSuccess.remote_decode === 1);
+      assert.match(prefillSim?.name ?? '', /^prefill-/);
+      const metrics = await (await request(`${demo.gateway.metricsUrl}/metrics`)).body.text();
+      assert.match(metrics, /llm_d_epp_disagg_decision_total\{model_name="sim-model",decision_type="prefill-decode"\} 1/);
+      assert.match(metrics, /llm_d_epp_disagg_decision_total\{model_name="sim-model",decision_type="decode-only"\} 1/);
     } finally {
       await demo.close();
     }

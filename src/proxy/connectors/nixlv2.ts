@@ -1,0 +1,119 @@
+/**
+ * `nixlv2` connector: the gateway runs the NIXL v2 protocol of the llm-d routing sidecar itself,
+ * so no sidecar is needed (SPEC §7.4).
+ *
+ * 1. Prefill leg → prefill endpoint, same path and headers; body = the client's body with
+ *    `kv_transfer_params: {do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null,
+ *    remote_block_ids: null, remote_host: null, remote_port: null}`, `stream: false`, no
+ *    `stream_options`, `max_tokens` = `max_completion_tokens` = 1 (and no `min_tokens` /
+ *    `min_completion_tokens`, which vLLM would refuse above that limit).
+ * 2. Prefill answer: 2xx → read its `kv_transfer_params` (absent → null: the decoder then computes
+ *    the prompt itself) and `usage.prompt_tokens_details.cached_tokens` (absent → 0); 4xx → that
+ *    answer goes to the client; anything else (5xx, connection error, time-out, unreadable 2xx) →
+ *    decode-only with the client's body unchanged.
+ * 3. Decode leg → decode endpoint: the client's body byte for byte plus exactly the
+ *    `kv_transfer_params` the prefill answer returned (appended; re-serialised only when the client
+ *    sent its own `kv_transfer_params`). The answer streams to the client with
+ *    `usage.prompt_tokens_details.cached_tokens` replaced by the prefill leg's value: the decoder
+ *    counts every transferred prompt token as cached.
+ */
+import { decodeOnly, isClientError, jsonBuffer, oneTokenBody, type Connector, type PdInput, type PdStep, type SendPrefill } from './types.js';
+
+/** The kv_transfer_params of a prefill leg (vLLM NixlConnector). */
+export const PREFILL_KV_TRANSFER_PARAMS = Object.freeze({
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+});
+
+/** Body of the prefill leg. */
+export function nixlPrefillBody(body: Readonly<Record<string, unknown>>): Buffer {
+  const out = oneTokenBody(body);
+  out.kv_transfer_params = { ...PREFILL_KV_TRANSFER_PARAMS };
+  out.stream = false;
+  delete out.stream_options;
+  return jsonBuffer(out);
+}
+
+/** What the decode leg needs from a 2xx prefill answer; undefined when it is not a JSON object. */
+export interface PrefillOutput {
+  /** Exactly what the prefiller returned; null when absent. */
+  kvTransferParams: unknown;
+  /** The prefill leg's `usage.prompt_tokens_details.cached_tokens` (0 when absent). */
+  cachedTokens: number;
+  /** The answer had no `kv_transfer_params` (worth a warning: the decoder will recompute). */
+  missingParams: boolean;
+}
+
+export function readPrefillAnswer(body: Buffer): PrefillOutput | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return undefined;
+  const obj = parsed as Record<string, unknown>;
+  const has = Object.prototype.hasOwnProperty.call(obj, 'kv_transfer_params') && obj.kv_transfer_params !== undefined;
+  const usage = obj.usage as { prompt_tokens_details?: { cached_tokens?: unknown } | null } | null | undefined;
+  const cached = usage?.prompt_tokens_details?.cached_tokens;
+  return {
+    kvTransferParams: has ? obj.kv_transfer_params : null,
+    cachedTokens: typeof cached === 'number' && Number.isFinite(cached) ? cached : 0,
+    missingParams: !has,
+  };
+}
+
+/**
+ * A decode-body builder prepared before the prefill answer arrives, so that between the prefill
+ * answer and the decode request the gateway only serialises `kv_transfer_params` and joins buffers.
+ */
+export function nixlDecodeBodyBuilder(raw: Buffer, body: Readonly<Record<string, unknown>>): (kvTransferParams: unknown) => Buffer {
+  const end = lastNonSpace(raw);
+  const splice = !Object.prototype.hasOwnProperty.call(body, 'kv_transfer_params') && end >= 0 && raw[end] === 0x7d; /* } */
+  if (!splice) {
+    return (kv) => jsonBuffer({ ...body, kv_transfer_params: kv });
+  }
+  const head = Buffer.concat([
+    raw.subarray(0, end),
+    Buffer.from(Object.keys(body).length > 0 ? ',"kv_transfer_params":' : '"kv_transfer_params":', 'utf8'),
+  ]);
+  const tail = raw.subarray(end);
+  return (kv) => Buffer.concat([head, Buffer.from(JSON.stringify(kv ?? null), 'utf8'), tail]);
+}
+
+/** Body of the decode leg: the client's body plus exactly the prefiller's kv_transfer_params. */
+export function nixlDecodeBody(raw: Buffer, body: Readonly<Record<string, unknown>>, kvTransferParams: unknown): Buffer {
+  return nixlDecodeBodyBuilder(raw, body)(kvTransferParams);
+}
+
+function lastNonSpace(buf: Buffer): number {
+  let i = buf.length - 1;
+  while (i >= 0 && (buf[i] === 0x20 || buf[i] === 0x0a || buf[i] === 0x0d || buf[i] === 0x09)) i--;
+  return i;
+}
+
+export const nixlv2Connector: Connector = {
+  name: 'nixlv2',
+  runsPrefill: true,
+  async carryOut(input: PdInput, sendPrefill: SendPrefill): Promise<PdStep> {
+    const decodeBody = nixlDecodeBodyBuilder(input.raw, input.body);
+    const leg = await sendPrefill(nixlPrefillBody(input.body));
+    if (leg.kind === 'aborted') return leg;
+    if (leg.kind === 'failed') return decodeOnly(input.raw, `prefill ${input.prefill.name} failed: ${leg.error}`);
+    if (isClientError(leg.status)) return { kind: 'reply', status: leg.status, headers: leg.headers, body: leg.body };
+    if (leg.status < 200 || leg.status > 299) {
+      return decodeOnly(input.raw, `prefill ${input.prefill.name} answered HTTP ${leg.status}`);
+    }
+    const out = readPrefillAnswer(leg.body);
+    if (out === undefined) return decodeOnly(input.raw, `prefill ${input.prefill.name} answered a body that is not a JSON object`);
+    return {
+      kind: 'decode',
+      leg: { body: decodeBody(out.kvTransferParams), cachedTokens: out.cachedTokens },
+      ...(out.missingParams ? { warning: `prefill ${input.prefill.name} returned no kv_transfer_params; the decoder recomputes the prompt` } : {}),
+    };
+  },
+};

@@ -1,0 +1,83 @@
+/**
+ * Connectors carry out a prefill/decode decision (SPEC §7.4). The proxy (forward.ts) owns HTTP,
+ * in-flight accounting, aborts and streaming; a connector only decides what the legs look like:
+ * it may send one prefill leg through `sendPrefill` and then says what to send to the decode
+ * endpoint — or that the client gets the prefill answer instead.
+ */
+import type { Endpoint } from '../../datalayer/endpoint.js';
+import type { ApiKind, ConnectorName } from '../../scheduling/framework.js';
+
+export type ResponseHeaders = Record<string, string | string[] | undefined>;
+
+/** A prefill leg as the proxy ran it (the answer is read completely: prefill answers are small). */
+export type PrefillLegResult =
+  | { kind: 'answer'; status: number; headers: ResponseHeaders; body: Buffer }
+  /** Connection error, time-out or broken answer: nothing usable came back. */
+  | { kind: 'failed'; error: string }
+  /** The client went away; the leg was aborted. */
+  | { kind: 'aborted' };
+
+/** Sends `body` to the chosen prefill endpoint, same path and headers as the client request. */
+export type SendPrefill = (body: Buffer) => Promise<PrefillLegResult>;
+
+export interface PdInput {
+  /** The request body as received. */
+  raw: Buffer;
+  /** The same body, parsed (read-only). */
+  body: Readonly<Record<string, unknown>>;
+  api: ApiKind;
+  /** The prefill endpoint the scheduler chose. */
+  prefill: Endpoint;
+}
+
+/** What the decode endpoint gets. */
+export interface DecodeLeg {
+  body: Buffer;
+  /** Extra request headers (e.g. `x-prefiller-host-port`). */
+  headers?: Readonly<Record<string, string>>;
+  /** When set, `usage.prompt_tokens_details.cached_tokens` of the answer is replaced by this. */
+  cachedTokens?: number;
+}
+
+export type PdStep =
+  /** Go on with the decode leg. `warning`: why P/D was abandoned (decode-only) or degraded, for the log. */
+  | { kind: 'decode'; leg: DecodeLeg; warning?: string }
+  /** Answer the client with this (a prefill 4xx) and send nothing to decode. */
+  | { kind: 'reply'; status: number; headers: ResponseHeaders; body: Buffer }
+  /** The client went away during the prefill leg: start nothing else. */
+  | { kind: 'aborted' };
+
+export interface Connector {
+  readonly name: ConnectorName;
+  /**
+   * true when the gateway runs a prefill leg itself: the decode leg it prepared stays valid if the
+   * decode endpoint has to be retried, so the prefill is not repeated.
+   */
+  readonly runsPrefill: boolean;
+  /** Returns a plain step when no prefill leg is needed (no extra turn of the event loop). */
+  carryOut(input: PdInput, sendPrefill: SendPrefill): PdStep | Promise<PdStep>;
+}
+
+/** A decode leg that is the client's request unchanged (no P/D, or a fallback). */
+export function decodeOnly(raw: Buffer, warning?: string): PdStep {
+  return warning === undefined ? { kind: 'decode', leg: { body: raw } } : { kind: 'decode', leg: { body: raw }, warning };
+}
+
+/** Prefill answers the client sees as they are (llm-d: 400–451; Sluice: any 4xx). */
+export function isClientError(status: number): boolean {
+  return status >= 400 && status <= 499;
+}
+
+/** The body of a prefill leg limited to one output token (chat and completions field names). */
+export function oneTokenBody(body: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...body, max_tokens: 1, max_completion_tokens: 1 };
+  // A min_tokens above the one-token limit would make vLLM refuse the prefill leg (400); the decode
+  // leg keeps the client's value (as vLLM's own P/D proxy does).
+  delete out.min_tokens;
+  delete out.min_completion_tokens;
+  return out;
+}
+
+export function jsonBuffer(value: unknown): Buffer {
+  return Buffer.from(JSON.stringify(value), 'utf8');
+}

@@ -1,0 +1,145 @@
+/**
+ * `disagg-profile-handler` — profile handler for prefill/decode disaggregation (SPEC §7.3, llm-d).
+ *
+ * Rounds:
+ * 1. run the decode profile (always first: the decision depends on the decode endpoint's cache);
+ * 2. decode found nothing → stop (the request fails like any profile failure, 429);
+ * 3. if a prefill decider is configured, the request's API can be disaggregated by the connector
+ *    and the decider says yes for (request, chosen decode endpoint) → run the prefill profile;
+ * 4. stop.
+ * The decode result is primary (the request goes to the decode endpoint). The result carries
+ * `disaggregation`: `prefill-decode` with the prefill endpoint when the prefill profile chose one
+ * that is not the decode endpoint itself, otherwise `decode-only` (prefill finding nothing degrades
+ * to decode-only). The proxy counts the decision in `llm_d_epp_disagg_decision_total` once per
+ * request and carries it out with `connector`.
+ *
+ * APIs: `sidecar` disaggregates chat, completions and responses (as the llm-d routing sidecar);
+ * `nixlv2` and `shared-storage` chat and completions; embeddings are always decode-only.
+ *
+ * Parameters:
+ * - `profiles.decode` "decode", `profiles.prefill` "prefill" — profile names (must differ)
+ * - `deciders.prefill` — name of a decider plugin; absent = P/D disabled (always decode-only)
+ * - `connector` "sidecar" — Sluice: `sidecar` | `nixlv2` | `shared-storage` (SPEC §7.4)
+ */
+import { z } from 'zod';
+import type { PluginDefinition } from '../../plugins/registry.js';
+import {
+  isDecider,
+  type ApiKind,
+  type ConnectorName,
+  type CycleContext,
+  type Decider,
+  type Plugin,
+  type ProfileHandler,
+  type ProfileRunResult,
+  type SchedulingProfile,
+  type SchedulingRequest,
+  type SchedulingResult,
+} from '../framework.js';
+
+export const DISAGG_PROFILE_HANDLER_TYPE = 'disagg-profile-handler';
+
+export const CONNECTORS = ['sidecar', 'nixlv2', 'shared-storage'] as const satisfies readonly ConnectorName[];
+
+/** APIs each connector can run as prefill + decode; anything else is served decode-only. */
+const DISAGG_APIS: Readonly<Record<ConnectorName, ReadonlySet<ApiKind>>> = {
+  sidecar: new Set<ApiKind>(['chat', 'completions', 'responses']),
+  nixlv2: new Set<ApiKind>(['chat', 'completions']),
+  'shared-storage': new Set<ApiKind>(['chat', 'completions']),
+};
+
+export const disaggProfileHandlerParams = z
+  .strictObject({
+    profiles: z
+      .strictObject({
+        decode: z.string().min(1).default('decode'),
+        prefill: z.string().min(1).default('prefill'),
+      })
+      .prefault({}),
+    deciders: z.strictObject({ prefill: z.string().min(1).optional() }).prefault({}),
+    connector: z.enum(CONNECTORS).default('sidecar'),
+  })
+  .refine((p) => p.profiles.decode !== p.profiles.prefill, {
+    message: 'profiles.decode and profiles.prefill must name different profiles',
+    path: ['profiles', 'prefill'],
+  });
+
+export type DisaggProfileHandlerParams = z.infer<typeof disaggProfileHandlerParams>;
+
+const NOTHING: SchedulingProfile[] = [];
+
+export class DisaggProfileHandler implements ProfileHandler {
+  readonly type = DISAGG_PROFILE_HANDLER_TYPE;
+  readonly decodeProfile: string;
+  readonly prefillProfile: string;
+  readonly connector: ConnectorName;
+  private readonly apis: ReadonlySet<ApiKind>;
+
+  constructor(
+    readonly name: string,
+    params: DisaggProfileHandlerParams,
+    /** The prefill decider; undefined = P/D disabled. */
+    readonly decider: Decider | undefined,
+  ) {
+    this.decodeProfile = params.profiles.decode;
+    this.prefillProfile = params.profiles.prefill;
+    this.connector = params.connector;
+    this.apis = DISAGG_APIS[params.connector];
+  }
+
+  pickProfiles(
+    ctx: CycleContext,
+    req: SchedulingRequest,
+    profiles: ReadonlyMap<string, SchedulingProfile>,
+    results: ReadonlyMap<string, ProfileRunResult>,
+  ): SchedulingProfile[] {
+    const decoded = results.get(this.decodeProfile);
+    if (decoded === undefined) {
+      const decode = profiles.get(this.decodeProfile);
+      if (decode === undefined) {
+        throw new Error(`${DISAGG_PROFILE_HANDLER_TYPE} '${this.name}': no scheduling profile named '${this.decodeProfile}'`);
+      }
+      return [decode];
+    }
+    if (results.has(this.prefillProfile)) return NOTHING;
+    const target = decoded.targets[0];
+    if (target === undefined || this.decider === undefined || !this.apis.has(req.api)) return NOTHING;
+    const prefill = profiles.get(this.prefillProfile);
+    if (prefill === undefined) return NOTHING;
+    return this.decider.disaggregate(ctx, req, target) ? [prefill] : NOTHING;
+  }
+
+  processResults(_req: SchedulingRequest, results: ReadonlyMap<string, ProfileRunResult>): SchedulingResult {
+    const result: SchedulingResult = { primaryProfile: this.decodeProfile, profileResults: new Map(results) };
+    const decode = results.get(this.decodeProfile)?.targets[0];
+    if (decode === undefined) return result;
+    const prefill = results.get(this.prefillProfile)?.targets[0];
+    // Prefilling on the decode endpoint itself would only add a round trip.
+    result.disaggregation =
+      prefill !== undefined && prefill !== decode
+        ? { decision: 'prefill-decode', prefill, connector: this.connector }
+        : { decision: 'decode-only', connector: this.connector };
+    return result;
+  }
+}
+
+export const disaggProfileHandlerDefinition: PluginDefinition<DisaggProfileHandlerParams> = {
+  type: DISAGG_PROFILE_HANDLER_TYPE,
+  kinds: ['profileHandler'],
+  params: disaggProfileHandlerParams,
+  create: (name, params, deps) => {
+    const ref = params.deciders.prefill;
+    let decider: Decider | undefined;
+    if (ref !== undefined) {
+      const plugin: Plugin | undefined = deps.plugins.get(ref);
+      if (plugin === undefined) {
+        throw new Error(`${DISAGG_PROFILE_HANDLER_TYPE} '${name}': deciders.prefill: no plugin named '${ref}'`);
+      }
+      if (!isDecider(plugin)) {
+        throw new Error(`${DISAGG_PROFILE_HANDLER_TYPE} '${name}': deciders.prefill: plugin '${ref}' (${plugin.type}) is not a decider`);
+      }
+      decider = plugin;
+    }
+    return new DisaggProfileHandler(name, params, decider);
+  },
+};

@@ -1,0 +1,104 @@
+/**
+ * `prefix-based-pd-decider` — decider (P/D: should this prompt be prefilled on another endpoint?).
+ *
+ * Estimates, without a tokenizer, how much of the prompt the already chosen decode endpoint would
+ * have to compute itself, and disaggregates when that is at least `nonCachedTokens` (llm-d):
+ *
+ *   inputTokens  = floor(len(promptText) / 4)        (chat: JSON of messages; completions: the prompt)
+ *   cachedTokens = matchedBlocks(decode) × blockSizeTokens     (from the prefix-cache-scorer's index)
+ *   disaggregate ⇔ nonCachedTokens > 0 ∧ inputTokens ≥ nonCachedTokens
+ *                  ∧ inputTokens − cachedTokens ≥ nonCachedTokens
+ *
+ * The prefix match comes from the first `prefix-cache-scorer` instance in the configuration (the
+ * one whose index the decode profile scored with). Without one the decider answers decode-only and
+ * warns once (llm-d logs an error for every request in that case).
+ *
+ * Parameters:
+ * - `nonCachedTokens` 0 — int ≥ 0; 0 = never disaggregate
+ */
+import { z } from 'zod';
+import type { Endpoint } from '../../datalayer/endpoint.js';
+import type { PluginDefinition, PluginLogger } from '../../plugins/registry.js';
+import type { CycleContext, Decider, Plugin, SchedulingRequest } from '../framework.js';
+import type { PrefixMatch } from './prefix-cache-scorer.js';
+
+export const PREFIX_BASED_PD_DECIDER_TYPE = 'prefix-based-pd-decider';
+
+const CHARS_PER_TOKEN = 4;
+
+export const prefixBasedPdDeciderParams = z.strictObject({
+  nonCachedTokens: z.number().int().min(0).default(0),
+});
+
+export type PrefixBasedPdDeciderParams = z.infer<typeof prefixBasedPdDeciderParams>;
+
+/** What the decider needs from a prefix-cache plugin. */
+export interface PrefixMatcher {
+  prefixMatch(req: SchedulingRequest, endpoint: Endpoint): PrefixMatch;
+}
+
+const isPrefixMatcher = (p: object): p is PrefixMatcher & Plugin =>
+  typeof (p as PrefixMatcher).prefixMatch === 'function';
+
+/** The decision rule alone (exported for tests and the docs' formula). */
+export function shouldDisaggregate(promptChars: number, match: PrefixMatch | undefined, nonCachedTokens: number): boolean {
+  if (nonCachedTokens <= 0) return false;
+  const inputTokens = Math.floor(promptChars / CHARS_PER_TOKEN);
+  if (inputTokens < nonCachedTokens) return false;
+  if (match === undefined) return false;
+  const cachedTokens = match.matchedBlocks * match.blockSizeTokens;
+  return inputTokens - cachedTokens >= nonCachedTokens;
+}
+
+export class PrefixBasedPdDecider implements Decider {
+  readonly type = PREFIX_BASED_PD_DECIDER_TYPE;
+  readonly nonCachedTokens: number;
+  private matcher: PrefixMatcher | undefined;
+  private warned = false;
+
+  /**
+   * `plugins` is the live map of instantiated plugins: the prefix scorer may be declared after this
+   * decider, so it is looked up at the first decision.
+   */
+  constructor(
+    readonly name: string,
+    params: PrefixBasedPdDeciderParams,
+    private readonly plugins: ReadonlyMap<string, Plugin>,
+    private readonly logger?: PluginLogger,
+  ) {
+    this.nonCachedTokens = params.nonCachedTokens;
+  }
+
+  disaggregate(_ctx: CycleContext, req: SchedulingRequest, decode: Endpoint): boolean {
+    if (this.nonCachedTokens <= 0) return false;
+    if (Math.floor(req.promptText.length / CHARS_PER_TOKEN) < this.nonCachedTokens) return false;
+    const matcher = this.resolveMatcher();
+    if (matcher === undefined) return false;
+    return shouldDisaggregate(req.promptText.length, matcher.prefixMatch(req, decode), this.nonCachedTokens);
+  }
+
+  private resolveMatcher(): PrefixMatcher | undefined {
+    if (this.matcher !== undefined) return this.matcher;
+    for (const plugin of this.plugins.values()) {
+      if (isPrefixMatcher(plugin)) {
+        this.matcher = plugin;
+        return plugin;
+      }
+    }
+    if (!this.warned) {
+      this.warned = true;
+      this.logger?.warn(
+        { decider: this.name },
+        'prefix-based-pd-decider: no prefix-cache-scorer is configured, so every request is decode-only',
+      );
+    }
+    return undefined;
+  }
+}
+
+export const prefixBasedPdDeciderDefinition: PluginDefinition<PrefixBasedPdDeciderParams> = {
+  type: PREFIX_BASED_PD_DECIDER_TYPE,
+  kinds: ['decider'],
+  params: prefixBasedPdDeciderParams,
+  create: (name, params, deps) => new PrefixBasedPdDecider(name, params, deps.plugins, deps.logger),
+};

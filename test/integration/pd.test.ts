@@ -1,0 +1,564 @@
+/**
+ * Prefill/decode disaggregation end to end (SPEC §7.3, §7.4): the gateway in front of recording fake
+ * backends (exact bodies and headers each server saw) and of simulators (the real protocol).
+ */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { ServerResponse } from 'node:http';
+import { request } from 'undici';
+import OpenAI from 'openai';
+import type { Gateway } from '../../src/app.js';
+import { startSimulator } from '../../src/sim/server.js';
+import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend, type Received } from '../helpers/fake-backend.js';
+
+const MODEL = 'm';
+/** ≈ 110 tokens: above the nonCachedTokens threshold (32) used below. */
+const longPrompt = (tag: string) => `${tag}: ${'Describe the lock, the gates and the water levels. '.repeat(8)}`;
+
+const KV_FROM_PREFILL = {
+  do_remote_decode: false,
+  do_remote_prefill: true,
+  remote_block_ids: [4, 5, 6],
+  remote_engine_id: 'engine-prefill',
+  remote_host: '10.1.2.3',
+  remote_port: 5601,
+  tp_size: 1,
+};
+const PREFILL_CACHED = 12;
+const DECODE_CACHED = 110;
+
+/** A vLLM prefill answer: one token, remote_decode, kv_transfer_params, 12 cached prompt tokens. */
+const prefillOk: Behaviour = (_r, res) => {
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(
+    JSON.stringify({
+      id: 'cmpl-p',
+      object: 'chat.completion',
+      model: MODEL,
+      choices: [{ index: 0, message: { role: 'assistant', content: 'x' }, finish_reason: 'remote_decode' }],
+      usage: { prompt_tokens: 110, completion_tokens: 1, total_tokens: 111, prompt_tokens_details: { cached_tokens: PREFILL_CACHED } },
+      kv_transfer_params: KV_FROM_PREFILL,
+    }),
+  );
+};
+
+const usage = { prompt_tokens: 110, completion_tokens: 2, total_tokens: 112, prompt_tokens_details: { cached_tokens: DECODE_CACHED } };
+
+/**
+ * A decoder: JSON, or SSE when the body says stream — the usage event is written in two pieces with a
+ * pause between them (split mid-JSON), as a network can deliver it. Reports every prompt token cached.
+ */
+const decodeOk: Behaviour = (r, res) => {
+  const body = JSON.parse(r.body) as { stream?: boolean };
+  if (body.stream !== true) {
+    res.writeHead(200, { 'content-type': 'application/json', 'x-inference-pod': 'decoder' });
+    res.end(
+      JSON.stringify({
+        id: 'cmpl-d',
+        object: 'chat.completion',
+        model: MODEL,
+        choices: [{ index: 0, message: { role: 'assistant', content: 'hello there' }, finish_reason: 'stop' }],
+        usage,
+      }),
+    );
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'x-inference-pod': 'decoder' });
+  const chunk = (delta: object, finish: string | null) =>
+    `data: ${JSON.stringify({ id: 'cmpl-d', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+  res.write(chunk({ role: 'assistant', content: 'hello' }, null));
+  res.write(chunk({ content: ' there' }, 'stop'));
+  const usageEvent = `data: ${JSON.stringify({ id: 'cmpl-d', object: 'chat.completion.chunk', model: MODEL, choices: [], usage })}\n\n`;
+  const cut = usageEvent.indexOf('cached_tokens') + 5;
+  res.write(usageEvent.slice(0, cut));
+  setTimeout(() => {
+    res.write(usageEvent.slice(cut));
+    res.end('data: [DONE]\n\n');
+  }, 20);
+};
+
+const errorWith =
+  (status: number): Behaviour =>
+  (_r, res: ServerResponse) => {
+    res.writeHead(status, { 'content-type': 'application/json', 'x-from': 'prefill' });
+    res.end(JSON.stringify({ error: { message: `prefill says ${status}`, type: 'BadRequestError', param: 'messages', code: status } }));
+  };
+
+const hold: Behaviour = () => undefined;
+
+interface PdFleet {
+  gw: Gateway;
+  prefill: FakeBackend[];
+  decode: FakeBackend[];
+  close(): Promise<void>;
+}
+
+interface PdOptions {
+  connector?: 'sidecar' | 'nixlv2' | 'shared-storage';
+  decider?: 'prefix-based-pd-decider' | 'always-disagg-pd-decider';
+  prefill?: Behaviour;
+  decode?: Behaviour;
+  decodeCount?: number;
+  extra?: string;
+}
+
+/** One prefill and N decode fake backends, labelled, behind a gateway with the disagg handler. */
+async function pdFleet(opts: PdOptions = {}): Promise<PdFleet> {
+  const prefill = [await startFakeBackend(opts.prefill ?? prefillOk)];
+  const decode = await Promise.all(Array.from({ length: opts.decodeCount ?? 1 }, () => startFakeBackend(opts.decode ?? decodeOk)));
+  const extra = `plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: prefix-cache-scorer
+  parameters: { autoTune: false }
+- type: prefix-based-pd-decider
+  parameters: { nonCachedTokens: 32 }
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters:
+    deciders: { prefill: ${opts.decider ?? 'prefix-based-pd-decider'} }
+    connector: ${opts.connector ?? 'nixlv2'}
+- type: utilization-detector
+  parameters: { queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, metricsStalenessThreshold: 10s }
+schedulingProfiles:
+- name: decode
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer }, { pluginRef: prefix-cache-scorer, weight: 3 } ]
+- name: prefill
+  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer }, { pluginRef: prefix-cache-scorer, weight: 3 } ]
+${opts.extra ?? ''}`;
+  const gw = await gatewayFor(
+    fleetConfig(
+      [
+        ...prefill.map((b, i) => ({ name: `prefill-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'prefill' } })),
+        ...decode.map((b, i) => ({ name: `decode-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'decode' } })),
+      ],
+      extra,
+    ),
+  );
+  await waitForMetrics(gw);
+  return {
+    gw,
+    prefill,
+    decode,
+    async close() {
+      await gw.close();
+      await Promise.all([...prefill, ...decode].map((b) => b.close()));
+    },
+  };
+}
+
+async function post(gw: Gateway, body: Record<string, unknown> | string, headers: Record<string, string> = {}, signal?: AbortSignal) {
+  const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    signal,
+  });
+  const text = await r.body.text();
+  return { status: r.statusCode, headers: r.headers, text };
+}
+
+const chatBody = (content: string, extra: Record<string, unknown> = {}) => ({
+  model: MODEL,
+  messages: [{ role: 'user', content }],
+  max_tokens: 20,
+  temperature: 0.5,
+  ...extra,
+});
+
+async function metricsText(gw: Gateway): Promise<string> {
+  return (await request(`${gw.metricsUrl}/metrics`)).body.text();
+}
+
+function sample(text: string, name: string, labels: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && labels.split(',').every((kv) => l.includes(kv)));
+  return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+const until = async (cond: () => boolean | Promise<boolean>, ms = 5000, what = 'condition') => {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`${what} not met in ${ms} ms`);
+};
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const json = (r: Received) => JSON.parse(r.body) as Record<string, unknown>;
+const inFlight = (gw: Gateway) => gw.pool.endpoints.map((e) => `${e.name}=${e.inFlight}`).join(' ');
+
+describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
+  test('long uncached prompt: prefill leg then decode leg with the exact bodies; cached_tokens from the prefill', async () => {
+    const f = await pdFleet();
+    try {
+      const body = chatBody(longPrompt('json'), { stream_options: { include_usage: true }, min_tokens: 3 });
+      const raw = JSON.stringify(body);
+      const r = await post(f.gw, raw, { 'x-request-id': 'req-pd-1' });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(f.prefill[0]!.received.length, 1);
+      assert.equal(f.decode[0]!.received.length, 1);
+
+      const p = f.prefill[0]!.received[0]!;
+      assert.equal(p.url, '/v1/chat/completions');
+      assert.deepEqual(json(p), {
+        model: MODEL,
+        messages: body.messages,
+        max_tokens: 1,
+        temperature: 0.5,
+        max_completion_tokens: 1,
+        kv_transfer_params: {
+          do_remote_decode: true,
+          do_remote_prefill: false,
+          remote_engine_id: null,
+          remote_block_ids: null,
+          remote_host: null,
+          remote_port: null,
+        },
+        stream: false,
+      });
+      assert.equal(p.headers['x-request-id'], 'req-pd-1');
+      assert.equal(p.headers['content-type'], 'application/json');
+
+      const d = f.decode[0]!.received[0]!;
+      assert.equal(d.url, '/v1/chat/completions');
+      assert.equal(d.body, raw.slice(0, -1) + `,"kv_transfer_params":${JSON.stringify(KV_FROM_PREFILL)}}`, 'client bytes + the prefiller\'s params');
+      assert.deepEqual(json(d), { ...body, kv_transfer_params: KV_FROM_PREFILL });
+      assert.equal(d.headers['x-request-id'], 'req-pd-1');
+      assert.equal(d.headers['x-prefiller-host-port'], undefined, 'no sidecar header with nixlv2');
+
+      const answer = JSON.parse(r.text);
+      assert.equal(answer.choices[0].message.content, 'hello there');
+      assert.deepEqual(answer.usage, { ...usage, prompt_tokens_details: { cached_tokens: PREFILL_CACHED } });
+      assert.equal(Number(r.headers['content-length']), Buffer.byteLength(r.text));
+      assert.equal(r.headers['x-request-id'], 'req-pd-1');
+      assert.equal(r.headers['x-inference-pod'], 'decoder');
+      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0), 2000, `in-flight back to 0 (${inFlight(f.gw)})`);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('short prompt, or a long one the decode endpoint has cached: decode only, body untouched', async () => {
+    const f = await pdFleet();
+    try {
+      const first = await post(f.gw, chatBody(longPrompt('cached')));
+      assert.equal(first.status, 200);
+      assert.equal(f.prefill[0]!.received.length, 1);
+      const again = JSON.stringify(chatBody(longPrompt('cached')));
+      assert.equal((await post(f.gw, again)).status, 200);
+      const short = JSON.stringify(chatBody('hi'));
+      const r = await post(f.gw, short);
+      assert.equal(r.status, 200);
+      assert.equal(f.prefill[0]!.received.length, 1, 'no more prefill legs');
+      assert.deepEqual(f.decode[0]!.received.slice(1).map((x) => x.body), [again, short], 'byte for byte');
+      assert.equal(JSON.parse(r.text).usage.prompt_tokens_details.cached_tokens, DECODE_CACHED, 'decode-only answers are not rewritten');
+
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 1);
+      assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="decode-only"'), 2);
+      assert.equal(sample(m, 'llm_d_epp_request_total', `model_name="${MODEL}"`), 3, 'a P/D request is one request');
+      assert.equal(sample(m, 'llm_d_epp_flow_control_requests_total', 'outcome="Dispatched"'), 3);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('streamed: the prefill leg is not streamed, the decode leg streams to the client, usage rewritten across a split', async () => {
+    const f = await pdFleet();
+    try {
+      const client = new OpenAI({ baseURL: `${f.gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 0 });
+      const stream = await client.chat.completions.create({
+        model: MODEL,
+        stream: true,
+        stream_options: { include_usage: true },
+        max_tokens: 20,
+        messages: [{ role: 'user', content: longPrompt('stream') }],
+      });
+      let text = '';
+      let chunks = 0;
+      let cached: number | undefined;
+      for await (const c of stream) {
+        chunks++;
+        text += c.choices[0]?.delta?.content ?? '';
+        if (c.usage) cached = c.usage.prompt_tokens_details?.cached_tokens;
+      }
+      assert.equal(text, 'hello there');
+      assert.equal(chunks, 3);
+      assert.equal(cached, PREFILL_CACHED);
+      const p = json(f.prefill[0]!.received[0]!);
+      assert.equal(p.stream, false);
+      assert.equal('stream_options' in p, false);
+      const d = json(f.decode[0]!.received[0]!);
+      assert.equal(d.stream, true);
+      assert.deepEqual(d.stream_options, { include_usage: true });
+      assert.deepEqual(d.kv_transfer_params, KV_FROM_PREFILL);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('prefill 500 → served decode-only with the original body', async () => {
+    const f = await pdFleet({ prefill: errorWith(500) });
+    try {
+      const raw = JSON.stringify(chatBody(longPrompt('p500')));
+      const r = await post(f.gw, raw);
+      assert.equal(r.status, 200);
+      assert.equal(f.prefill[0]!.received.length, 1);
+      assert.equal(f.decode[0]!.received[0]!.body, raw);
+      assert.equal(JSON.parse(r.text).usage.prompt_tokens_details.cached_tokens, DECODE_CACHED);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('prefill refusing connections → served decode-only', async () => {
+    const f = await pdFleet();
+    try {
+      await f.prefill[0]!.close(); // its last metrics stay fresh (10 s), so it is still chosen
+      const raw = JSON.stringify(chatBody(longPrompt('refused')));
+      const r = await post(f.gw, raw);
+      assert.equal(r.status, 200, r.text);
+      assert.equal(f.decode[0]!.received[0]!.body, raw);
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 1);
+      assert.equal(sample(m, 'llm_d_epp_upstream_retries_total', 'endpoint_name="prefill-0"'), undefined, 'a failed prefill leg is not a retry');
+      assert.equal(f.gw.pool.byName('prefill-0')!.inFlight, 0);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('prefill 400 → the client gets that 400; the decode endpoint gets nothing', async () => {
+    const f = await pdFleet({ prefill: errorWith(400) });
+    try {
+      const r = await post(f.gw, chatBody(longPrompt('p400')), { 'x-request-id': 'req-400' });
+      assert.equal(r.status, 400);
+      assert.deepEqual(JSON.parse(r.text), { error: { message: 'prefill says 400', type: 'BadRequestError', param: 'messages', code: 400 } });
+      assert.equal(r.headers['x-from'], 'prefill');
+      assert.equal(r.headers['x-request-id'], 'req-400');
+      assert.equal(f.decode[0]!.received.length, 0);
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'llm_d_epp_request_error_total', 'error_code="400"'), 1);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('in-flight: the prefill endpoint counts only its leg, the decode endpoint the whole request', async () => {
+    let releasePrefill: (() => void) | undefined;
+    let releaseDecode: (() => void) | undefined;
+    const f = await pdFleet({
+      prefill: (r, res) => (releasePrefill = () => prefillOk(r, res)),
+      decode: (r, res) => (releaseDecode = () => decodeOk(r, res)),
+    });
+    try {
+      const pending = post(f.gw, chatBody(longPrompt('inflight')));
+      await until(() => releasePrefill !== undefined);
+      const [p, d] = [f.gw.pool.byName('prefill-0')!, f.gw.pool.byName('decode-0')!];
+      assert.deepEqual([p.inFlight, d.inFlight], [1, 1], 'during the prefill leg');
+      releasePrefill!();
+      await until(() => releaseDecode !== undefined);
+      assert.deepEqual([p.inFlight, d.inFlight], [0, 1], 'during the decode leg');
+      releaseDecode!();
+      assert.equal((await pending).status, 200);
+      await until(() => d.inFlight === 0);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('client disconnect during the prefill leg aborts it; the decode leg never starts', async () => {
+    const f = await pdFleet({ prefill: hold });
+    try {
+      const ac = new AbortController();
+      const pending = post(f.gw, chatBody(longPrompt('gone')), {}, ac.signal).catch((e: Error) => e);
+      await until(() => f.prefill[0]!.received.length === 1 && f.prefill[0]!.active === 1);
+      ac.abort();
+      assert.ok((await pending) instanceof Error);
+      await until(() => f.prefill[0]!.active === 0, 2000, 'prefill request aborted upstream');
+      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0), 2000, `in-flight released (${inFlight(f.gw)})`);
+      await sleep(100);
+      assert.equal(f.decode[0]!.received.length, 0);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('a refused decode endpoint is retried on another with the same decode leg; the prefill runs once', async () => {
+    const f = await pdFleet({ decodeCount: 2 });
+    try {
+      // decode-0 looks idle (preferred by the queue scorer) but refuses connections.
+      f.decode[1]!.metrics = vllmPage(3);
+      await until(() => f.gw.pool.byName('decode-1')!.metrics?.waiting === 3);
+      await f.decode[0]!.close();
+      const r = await post(f.gw, chatBody(longPrompt('retry')));
+      assert.equal(r.status, 200, r.text);
+      assert.equal(f.prefill[0]!.received.length, 1);
+      assert.equal(f.decode[1]!.received.length, 1);
+      assert.deepEqual(json(f.decode[1]!.received[0]!).kv_transfer_params, KV_FROM_PREFILL);
+      assert.equal(JSON.parse(r.text).usage.prompt_tokens_details.cached_tokens, PREFILL_CACHED);
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'llm_d_epp_upstream_retries_total', 'endpoint_name="decode-0"'), 1);
+      assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 1, 'counted once per request');
+    } finally {
+      await f.close();
+    }
+  });
+});
+
+describe('P/D with the sidecar connector', () => {
+  test('the decode endpoint gets x-prefiller-host-port of the chosen prefill endpoint; a client value never passes', async () => {
+    const f = await pdFleet({ connector: 'sidecar', decider: 'always-disagg-pd-decider' });
+    try {
+      const raw = JSON.stringify(chatBody('any prompt'));
+      const r = await post(f.gw, raw, { 'x-prefiller-host-port': '6.6.6.6:666' });
+      assert.equal(r.status, 200);
+      assert.equal(f.prefill[0]!.received.length, 0, 'the sidecar runs the prefill, not the gateway');
+      const d = f.decode[0]!.received[0]!;
+      assert.equal(d.headers['x-prefiller-host-port'], `127.0.0.1:${f.prefill[0]!.port}`);
+      assert.equal(d.body, raw);
+      assert.equal(JSON.parse(r.text).usage.prompt_tokens_details.cached_tokens, DECODE_CACHED, 'the sidecar rewrites usage, not Sluice');
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('decode-only: no header at all, even when the client sent one', async () => {
+    const f = await pdFleet({ connector: 'sidecar' });
+    try {
+      const r = await post(f.gw, chatBody('short'), { 'x-prefiller-host-port': '6.6.6.6:666' });
+      assert.equal(r.status, 200);
+      assert.equal(f.decode[0]!.received[0]!.headers['x-prefiller-host-port'], undefined);
+      assert.equal(sample(await metricsText(f.gw), 'llm_d_epp_disagg_decision_total', 'decision_type="decode-only"'), 1);
+    } finally {
+      await f.close();
+    }
+  });
+});
+
+describe('P/D with the shared-storage connector', () => {
+  test('prefill leg with token limits 1, then the original body to decode', async () => {
+    const f = await pdFleet({ connector: 'shared-storage' });
+    try {
+      const body = chatBody(longPrompt('shared'), { max_completion_tokens: 30 });
+      const raw = JSON.stringify(body);
+      const r = await post(f.gw, raw);
+      assert.equal(r.status, 200);
+      assert.deepEqual(json(f.prefill[0]!.received[0]!), { ...body, max_tokens: 1, max_completion_tokens: 1 });
+      assert.equal(f.decode[0]!.received[0]!.body, raw);
+      assert.equal(JSON.parse(r.text).usage.prompt_tokens_details.cached_tokens, DECODE_CACHED);
+    } finally {
+      await f.close();
+    }
+  });
+});
+
+describe('P/D and flow control', () => {
+  test('a prefill surge holds P/D requests even while decode is idle; they run both legs once it clears', async () => {
+    const f = await pdFleet({ decider: 'always-disagg-pd-decider' });
+    try {
+      f.prefill[0]!.metrics = vllmPage(10); // 10 waiting / threshold 5 → prefill stage at 2.0
+      await until(() => f.gw.pool.byName('prefill-0')!.metrics?.waiting === 10);
+      const held = post(f.gw, chatBody('held'));
+      await until(async () => (sample(await metricsText(f.gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="default-flow"') ?? 0) === 1, 3000, 'request queued');
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'llm_d_epp_flow_control_pool_saturation', 'stage="prefill"'), 2);
+      assert.ok(sample(m, 'llm_d_epp_flow_control_pool_saturation', 'stage="decode"')! < 1, 'decode idle');
+      await sleep(50);
+      assert.equal(f.prefill[0]!.received.length + f.decode[0]!.received.length, 0, 'held');
+      f.prefill[0]!.metrics = vllmPage(0);
+      const r = await held;
+      assert.equal(r.status, 200);
+      assert.equal(f.prefill[0]!.received.length, 1);
+      assert.equal(f.decode[0]!.received.length, 1);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('/debug/pool shows every endpoint\'s role and stage, and per-stage saturation', async () => {
+    const f = await pdFleet();
+    try {
+      const pool = (await (await request(`${f.gw.metricsUrl}/debug/pool`)).body.json()) as {
+        endpoints: { name: string; role: string; stage: string; inFlight: number }[];
+        saturation: Record<string, number | null>;
+      };
+      assert.deepEqual(
+        pool.endpoints.map((e) => [e.name, e.role, e.stage, e.inFlight]),
+        [
+          ['prefill-0', 'prefill', 'prefill', 0],
+          ['decode-0', 'decode', 'decode', 0],
+        ],
+      );
+      assert.equal(typeof pool.saturation.prefill, 'number');
+      assert.equal(typeof pool.saturation.decode, 'number');
+      assert.equal(pool.saturation.interleaved, null);
+    } finally {
+      await f.close();
+    }
+  });
+});
+
+describe('P/D on simulators (nixlv2)', () => {
+  test('a long prompt is prefilled on the prefill sim and streamed from the decode sim; a repeat is decode-only', async () => {
+    const sims = await Promise.all(
+      ['prefill-0', 'decode-0'].map((name) => startSimulator({ name, ttftOverheadMs: 1, itlMs: 1, prefillMsPerToken: 0, kvTransferMs: 1 })),
+    );
+    const extra = `plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: prefix-cache-scorer
+- type: prefix-based-pd-decider
+  parameters: { nonCachedTokens: 32 }
+- type: disagg-profile-handler
+  parameters: { deciders: { prefill: prefix-based-pd-decider }, connector: nixlv2 }
+schedulingProfiles:
+- name: decode
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: prefix-cache-scorer } ]
+- name: prefill
+  plugins: [ { pluginRef: prefill-filter }, { pluginRef: prefix-cache-scorer } ]
+`;
+    const gw = await gatewayFor(
+      fleetConfig(
+        sims.map((s) => ({ name: s.name, port: s.port, labels: { 'llm-d.ai/role': s.name.split('-')[0]! } })),
+        extra,
+      ),
+    );
+    try {
+      await waitForMetrics(gw);
+      const [prefill, decode] = sims as [(typeof sims)[0], (typeof sims)[0]];
+      const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 0 });
+      const ask = async () => {
+        const stream = await client.chat.completions.create({
+          model: 'sim-model',
+          stream: true,
+          stream_options: { include_usage: true },
+          max_tokens: 5,
+          messages: [{ role: 'user', content: longPrompt('sim') }],
+        });
+        let tokens = 0;
+        let u;
+        for await (const c of stream) {
+          if (c.choices[0]?.delta?.content) tokens++;
+          if (c.usage) u = c.usage;
+        }
+        return { tokens, usage: u };
+      };
+      const first = await ask();
+      assert.equal(first.tokens, 5);
+      assert.equal(prefill.engine.counters.requestSuccess.remote_decode, 1, 'one prefill leg');
+      assert.equal(decode.engine.counters.requestSuccess.length, 1);
+      assert.equal(first.usage?.prompt_tokens_details?.cached_tokens, 0, "the prefill leg's count, not the decoder's");
+      const second = await ask();
+      assert.equal(second.tokens, 5);
+      assert.equal(prefill.engine.counters.requestSuccess.remote_decode, 1, 'cached on the decode sim now: decode-only');
+      assert.ok((second.usage?.prompt_tokens_details?.cached_tokens ?? 0) > 0, 'a real local prefix hit');
+    } finally {
+      await gw.close();
+      await Promise.all(sims.map((s) => s.close()));
+    }
+  });
+});

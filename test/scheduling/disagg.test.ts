@@ -1,0 +1,349 @@
+/** P/D scheduling: disagg-profile-handler rounds, the deciders, parameters and wiring through build. */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { Endpoint } from '../../src/datalayer/endpoint.js';
+import { loadConfigText } from '../../src/config/load.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { buildScheduling } from '../../src/scheduling/build.js';
+import type {
+  CycleContext,
+  Decider,
+  Plugin,
+  ProfileRunResult,
+  SchedulingProfile,
+  SchedulingRequest,
+} from '../../src/scheduling/framework.js';
+import { isDecider } from '../../src/scheduling/framework.js';
+import {
+  DisaggProfileHandler,
+  disaggProfileHandlerDefinition,
+  disaggProfileHandlerParams,
+} from '../../src/scheduling/plugins/disagg-profile-handler.js';
+import {
+  PrefixBasedPdDecider,
+  prefixBasedPdDeciderDefinition,
+  prefixBasedPdDeciderParams,
+  shouldDisaggregate,
+} from '../../src/scheduling/plugins/prefix-based-pd-decider.js';
+import { alwaysDisaggPdDeciderDefinition } from '../../src/scheduling/plugins/always-disagg-pd-decider.js';
+import { PrefixCacheScorer, prefixCacheScorerParams } from '../../src/scheduling/plugins/prefix-cache-scorer.js';
+import type { PoolView } from '../../src/plugins/registry.js';
+import { makeContext, makeDeps, makeEndpoint, makeRequest, recordingLogger } from './helpers.js';
+
+const profile = (name: string): SchedulingProfile => ({
+  name,
+  filters: [],
+  scorers: [],
+  picker: { type: 'fake', name: 'fake', pick: () => [] },
+});
+
+const PROFILES = new Map([
+  ['decode', profile('decode')],
+  ['prefill', profile('prefill')],
+]);
+
+/** A decider that records its calls and answers `answer`. */
+function recordingDecider(answer: boolean): Decider & { calls: { req: SchedulingRequest; decode: Endpoint }[] } {
+  const calls: { req: SchedulingRequest; decode: Endpoint }[] = [];
+  return {
+    type: 'test-decider',
+    name: 'test-decider',
+    calls,
+    disaggregate: (_ctx: CycleContext, req: SchedulingRequest, decode: Endpoint) => {
+      calls.push({ req, decode });
+      return answer;
+    },
+  };
+}
+
+function handler(decider: Decider | undefined, params: Record<string, unknown> = {}): DisaggProfileHandler {
+  return new DisaggProfileHandler('h', disaggProfileHandlerParams.parse(params), decider);
+}
+
+/** Drives the handler like the scheduler does; `run` gives each profile's result. */
+function drive(
+  h: DisaggProfileHandler,
+  req: SchedulingRequest,
+  run: (profile: string) => ProfileRunResult,
+  profiles: ReadonlyMap<string, SchedulingProfile> = PROFILES,
+) {
+  const ctx = makeContext();
+  const results = new Map<string, ProfileRunResult>();
+  const rounds: string[][] = [];
+  for (;;) {
+    const next = h.pickProfiles(ctx, req, profiles, results);
+    if (next.length === 0) break;
+    rounds.push(next.map((p) => p.name));
+    for (const p of next) results.set(p.name, run(p.name));
+    assert.ok(rounds.length < 10, 'handler keeps picking');
+  }
+  return { rounds, result: h.processResults(req, results) };
+}
+
+const d0 = makeEndpoint('decode-0', { role: 'decode' });
+const p0 = makeEndpoint('prefill-0', { role: 'prefill' });
+const both = makeEndpoint('both-0', { role: 'prefill-decode' });
+const ok = (ep: Endpoint): ProfileRunResult => ({ targets: [ep] });
+const none: ProfileRunResult = { targets: [], failure: 'nothing' };
+
+describe('disagg-profile-handler', () => {
+  test('decode first, then the decider with the chosen decode endpoint, then prefill → prefill-decode', () => {
+    const decider = recordingDecider(true);
+    const req = makeRequest('a long prompt');
+    const { rounds, result } = drive(handler(decider, { deciders: { prefill: 'x' } }), req, (p) => ok(p === 'decode' ? d0 : p0));
+    assert.deepEqual(rounds, [['decode'], ['prefill']]);
+    assert.equal(decider.calls.length, 1);
+    assert.equal(decider.calls[0]!.req, req);
+    assert.equal(decider.calls[0]!.decode, d0);
+    assert.equal(result.primaryProfile, 'decode');
+    assert.equal(result.profileResults.get('decode')!.targets[0], d0);
+    assert.equal(result.profileResults.get('prefill')!.targets[0], p0);
+    assert.deepEqual(result.disaggregation, { decision: 'prefill-decode', prefill: p0, connector: 'sidecar' });
+  });
+
+  test('decider says no → the prefill profile never runs, decode-only', () => {
+    const { rounds, result } = drive(handler(recordingDecider(false)), makeRequest(), () => ok(d0));
+    assert.deepEqual(rounds, [['decode']]);
+    assert.equal(result.profileResults.has('prefill'), false);
+    assert.deepEqual(result.disaggregation, { decision: 'decode-only', connector: 'sidecar' });
+  });
+
+  test('prefill finding nothing degrades to decode-only', () => {
+    const { rounds, result } = drive(handler(recordingDecider(true)), makeRequest(), (p) => (p === 'decode' ? ok(d0) : none));
+    assert.deepEqual(rounds, [['decode'], ['prefill']]);
+    assert.equal(result.primaryProfile, 'decode');
+    assert.equal(result.disaggregation?.decision, 'decode-only');
+    assert.equal(result.disaggregation?.prefill, undefined);
+  });
+
+  test('prefill choosing the decode endpoint itself is decode-only', () => {
+    const { result } = drive(handler(recordingDecider(true)), makeRequest(), () => ok(both));
+    assert.equal(result.disaggregation?.decision, 'decode-only');
+  });
+
+  test('decode finding nothing stops at once: no decider call, no prefill, no decision', () => {
+    const decider = recordingDecider(true);
+    const { rounds, result } = drive(handler(decider), makeRequest(), () => none);
+    assert.deepEqual(rounds, [['decode']]);
+    assert.equal(decider.calls.length, 0);
+    assert.equal(result.primaryProfile, 'decode');
+    assert.equal(result.disaggregation, undefined);
+  });
+
+  test('no decider configured: P/D disabled, every request decode-only', () => {
+    const { rounds, result } = drive(handler(undefined), makeRequest(), () => ok(d0));
+    assert.deepEqual(rounds, [['decode']]);
+    assert.equal(result.disaggregation?.decision, 'decode-only');
+  });
+
+  test('custom profile names and connector', () => {
+    const profiles = new Map([
+      ['d', profile('d')],
+      ['p', profile('p')],
+    ]);
+    const h = handler(recordingDecider(true), { profiles: { decode: 'd', prefill: 'p' }, connector: 'nixlv2' });
+    const { rounds, result } = drive(h, makeRequest(), (p) => ok(p === 'd' ? d0 : p0), profiles);
+    assert.deepEqual(rounds, [['d'], ['p']]);
+    assert.equal(result.primaryProfile, 'd');
+    assert.deepEqual(result.disaggregation, { decision: 'prefill-decode', prefill: p0, connector: 'nixlv2' });
+  });
+
+  test('no prefill profile configured: decode-only; no decode profile: a clear error', () => {
+    const onlyDecode = new Map([['decode', profile('decode')]]);
+    const { result } = drive(handler(recordingDecider(true)), makeRequest(), () => ok(d0), onlyDecode);
+    assert.equal(result.disaggregation?.decision, 'decode-only');
+    const onlyPrefill = new Map([['prefill', profile('prefill')]]);
+    assert.throws(() => drive(handler(recordingDecider(true)), makeRequest(), () => ok(d0), onlyPrefill), /no scheduling profile named 'decode'/);
+  });
+
+  test('APIs: embeddings are never disaggregated; responses only with the sidecar connector', () => {
+    const req = (api: SchedulingRequest['api']) => ({ ...makeRequest(), api });
+    const decide = (api: SchedulingRequest['api'], connector: string) =>
+      drive(handler(recordingDecider(true), { connector }), req(api), (p) => ok(p === 'decode' ? d0 : p0)).result.disaggregation?.decision;
+    assert.equal(decide('embeddings', 'sidecar'), 'decode-only');
+    assert.equal(decide('responses', 'sidecar'), 'prefill-decode');
+    assert.equal(decide('responses', 'nixlv2'), 'decode-only');
+    assert.equal(decide('responses', 'shared-storage'), 'decode-only');
+    for (const connector of ['sidecar', 'nixlv2', 'shared-storage']) {
+      assert.equal(decide('chat', connector), 'prefill-decode', connector);
+      assert.equal(decide('completions', connector), 'prefill-decode', connector);
+    }
+  });
+
+  test('parameters: llm-d defaults, strict, own output accepted, profiles must differ', () => {
+    const parsed = disaggProfileHandlerParams.parse({});
+    assert.deepEqual(parsed, { profiles: { decode: 'decode', prefill: 'prefill' }, deciders: {}, connector: 'sidecar' });
+    assert.deepEqual(disaggProfileHandlerParams.parse(parsed), parsed);
+    const full = disaggProfileHandlerParams.parse({ profiles: { decode: 'd' }, deciders: { prefill: 'x' }, connector: 'shared-storage' });
+    assert.deepEqual(full, { profiles: { decode: 'd', prefill: 'prefill' }, deciders: { prefill: 'x' }, connector: 'shared-storage' });
+    assert.deepEqual(disaggProfileHandlerParams.parse(full), full);
+    assert.equal(disaggProfileHandlerParams.safeParse({ connector: 'nixl' }).success, false);
+    assert.equal(disaggProfileHandlerParams.safeParse({ threshold: 3 }).success, false);
+    assert.equal(disaggProfileHandlerParams.safeParse({ profiles: { encode: 'e' } }).success, false);
+    assert.equal(disaggProfileHandlerParams.safeParse({ profiles: { decode: 'x', prefill: 'x' } }).success, false);
+  });
+
+  test('create resolves the decider by name; a missing or wrong plugin is an error naming it', () => {
+    const deps = makeDeps();
+    const plugins = deps.plugins as Map<string, Plugin>;
+    const always = alwaysDisaggPdDeciderDefinition.create('always', {}, deps);
+    plugins.set('always', always);
+    plugins.set('scorer', { type: 'queue-scorer', name: 'scorer' });
+    const params = (prefill: string) => disaggProfileHandlerParams.parse({ deciders: { prefill } });
+    const h = disaggProfileHandlerDefinition.create('h', params('always'), deps) as DisaggProfileHandler;
+    assert.equal(h.decider, always);
+    assert.throws(() => disaggProfileHandlerDefinition.create('h', params('nope'), deps), /deciders\.prefill: no plugin named 'nope'/);
+    assert.throws(() => disaggProfileHandlerDefinition.create('h', params('scorer'), deps), /'scorer' \(queue-scorer\) is not a decider/);
+  });
+});
+
+describe('prefix-based-pd-decider', () => {
+  const blockChars = 64; // blockSizeTokens 16 × 4 chars
+
+  function setup(nonCachedTokens: number, withScorer = true) {
+    const deps = makeDeps({ logger: recordingLogger() });
+    const plugins = deps.plugins as Map<string, Plugin>;
+    // Declared before the scorer on purpose: the scorer is looked up at the first decision.
+    const decider = prefixBasedPdDeciderDefinition.create('pd', prefixBasedPdDeciderParams.parse({ nonCachedTokens }), deps) as PrefixBasedPdDecider;
+    plugins.set('pd', decider);
+    const pool: PoolView = { endpoints: [] };
+    const scorer = new PrefixCacheScorer('prefix', prefixCacheScorerParams.parse({ autoTune: false }), deps.clock, pool);
+    if (withScorer) plugins.set('prefix', scorer);
+    return { decider, scorer, logger: deps.logger as ReturnType<typeof recordingLogger> };
+  }
+
+  /** Teaches the scorer that `ep` holds the first `blocks` blocks of `text`. */
+  function teach(scorer: PrefixCacheScorer, text: string, blocks: number, ep: Endpoint) {
+    const req = makeRequest(text.slice(0, blocks * blockChars));
+    scorer.preRequest(req, { primaryProfile: 'decode', profileResults: new Map([['decode', { targets: [ep] }]]) });
+  }
+
+  test('the rule: disaggregate iff nonCached > 0, input ≥ nonCached and input − cached ≥ nonCached', () => {
+    const m = (matchedBlocks: number) => ({ matchedBlocks, totalBlocks: 10, blockSizeTokens: 16 });
+    assert.equal(shouldDisaggregate(4000, m(0), 0), false, '0 = never');
+    assert.equal(shouldDisaggregate(4 * 99, m(0), 100), false, 'short prompt');
+    assert.equal(shouldDisaggregate(4 * 100, m(0), 100), true, 'exactly at the threshold');
+    assert.equal(shouldDisaggregate(4 * 100 + 3, m(0), 100), true, 'chars/4 rounded down');
+    assert.equal(shouldDisaggregate(4 * 200, m(6), 100), true, '200 − 96 = 104 ≥ 100');
+    assert.equal(shouldDisaggregate(4 * 200, m(7), 100), false, '200 − 112 = 88 < 100');
+    assert.equal(shouldDisaggregate(4 * 200, undefined, 100), false, 'no prefix information');
+  });
+
+  test('uses the chosen decode endpoint\'s prefix match from the prefix-cache-scorer', () => {
+    const { decider, scorer } = setup(64);
+    const warm = makeEndpoint('warm');
+    const cold = makeEndpoint('cold');
+    const text = 'p'.repeat(blockChars * 8); // 128 tokens
+    teach(scorer, text, 6, warm); // 96 tokens cached on `warm`
+    const ctx = makeContext();
+    assert.equal(decider.disaggregate(ctx, makeRequest(text), cold), true, '128 uncached on cold');
+    assert.equal(decider.disaggregate(ctx, makeRequest(text), warm), false, '32 uncached on warm');
+    assert.equal(decider.disaggregate(ctx, makeRequest('short'), cold), false, 'short prompt');
+  });
+
+  test('nonCachedTokens 0 (the default) never disaggregates', () => {
+    const { decider } = setup(0);
+    assert.equal(prefixBasedPdDeciderParams.parse({}).nonCachedTokens, 0);
+    assert.equal(decider.disaggregate(makeContext(), makeRequest('x'.repeat(10_000)), makeEndpoint('e')), false);
+  });
+
+  test('without a prefix-cache-scorer: decode-only and one warning', () => {
+    const { decider, logger } = setup(1, false);
+    const ctx = makeContext();
+    assert.equal(decider.disaggregate(ctx, makeRequest('x'.repeat(1000)), makeEndpoint('e')), false);
+    assert.equal(decider.disaggregate(ctx, makeRequest('y'.repeat(1000)), makeEndpoint('e')), false);
+    assert.equal(logger.warnings.length, 1);
+    assert.match(String(logger.warnings[0]!.msg), /no prefix-cache-scorer/);
+  });
+
+  test('parameters are strict, ints ≥ 0, own output accepted; deciders are deciders', () => {
+    assert.deepEqual(prefixBasedPdDeciderParams.parse({ nonCachedTokens: 8 }), { nonCachedTokens: 8 });
+    assert.equal(prefixBasedPdDeciderParams.safeParse({ nonCachedTokens: -1 }).success, false);
+    assert.equal(prefixBasedPdDeciderParams.safeParse({ nonCachedTokens: 1.5 }).success, false);
+    assert.equal(prefixBasedPdDeciderParams.safeParse({ threshold: 1 }).success, false);
+    const deps = makeDeps();
+    assert.ok(isDecider(prefixBasedPdDeciderDefinition.create('a', { nonCachedTokens: 1 }, deps)));
+    const always = alwaysDisaggPdDeciderDefinition.create('b', {}, deps);
+    assert.ok(isDecider(always));
+    assert.equal((always as Decider).disaggregate(makeContext(), makeRequest(), makeEndpoint('e')), true);
+    assert.equal(alwaysDisaggPdDeciderDefinition.params.safeParse({ x: 1 }).success, false);
+  });
+});
+
+describe('P/D through the config loader and the scheduler', () => {
+  const config = (decider: string, extra = '') => `
+pool:
+  endpoints:
+  - { name: prefill-0, address: 10.0.0.1, labels: { llm-d.ai/role: prefill } }
+  - { name: decode-0, address: 10.0.0.2, labels: { llm-d.ai/role: decode } }
+plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: prefix-cache-scorer
+  parameters: { autoTune: false }
+- type: ${decider}
+${extra}- type: disagg-profile-handler
+  parameters:
+    deciders: { prefill: ${decider} }
+    connector: nixlv2
+schedulingProfiles:
+- name: prefill
+  plugins: [ { pluginRef: prefill-filter }, { pluginRef: prefix-cache-scorer } ]
+- name: decode
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: prefix-cache-scorer } ]
+`;
+
+  function built(text: string) {
+    const registry = builtinRegistry();
+    const loaded = loadConfigText(text, 'pd.yaml', registry);
+    const endpoints = loaded.config.pool.endpoints.map((e) => makeEndpoint(e.name, { labels: e.labels }));
+    const deps = makeDeps({ endpoints });
+    return { ...buildScheduling(loaded.config, registry, deps), endpoints };
+  }
+
+  test('a long new prompt goes prefill-decode; the prefix index then learns both endpoints, so it repeats decode-only', () => {
+    const { scheduler, endpoints } = built(config('prefix-based-pd-decider', '  parameters: { nonCachedTokens: 32 }\n'));
+    const [prefill, decode] = endpoints as [Endpoint, Endpoint];
+    const text = 'q'.repeat(64 * 4); // 64 tokens
+    const first = scheduler.schedule(makeRequest(text), endpoints);
+    assert.ok(first.ok);
+    assert.equal(first.target, decode);
+    assert.deepEqual(first.result.disaggregation, { decision: 'prefill-decode', prefill, connector: 'nixlv2' });
+    const prefix = scheduler.preRequest.find((p) => p.type === 'prefix-cache-scorer') as PrefixCacheScorer;
+    assert.equal(prefix.prefixMatch(makeRequest(text), prefill).matchedBlocks, 4, 'the prefill endpoint learned the prompt');
+    assert.equal(prefix.prefixMatch(makeRequest(text), decode).matchedBlocks, 4, 'the decode endpoint learned the prompt');
+    const again = scheduler.schedule(makeRequest(text), endpoints);
+    assert.ok(again.ok);
+    assert.equal(again.result.disaggregation?.decision, 'decode-only');
+    const short = scheduler.schedule(makeRequest('short prompt'), endpoints);
+    assert.ok(short.ok);
+    assert.equal(short.result.disaggregation?.decision, 'decode-only');
+    assert.equal(short.result.profileResults.has('prefill'), false);
+  });
+
+  test('always-disagg-pd-decider; a decider declared after the handler still resolves', () => {
+    // Move the decider's declaration below the handler's.
+    const handlerFirst = config('always-disagg-pd-decider')
+      .replace('- type: always-disagg-pd-decider\n', '')
+      .replace('schedulingProfiles:', '- type: always-disagg-pd-decider\nschedulingProfiles:');
+    assert.ok(handlerFirst.indexOf('disagg-profile-handler') < handlerFirst.indexOf('type: always-disagg-pd-decider'));
+    const { scheduler, endpoints } = built(handlerFirst);
+    const r = scheduler.schedule(makeRequest('x'), endpoints);
+    assert.ok(r.ok);
+    assert.equal(r.result.disaggregation?.decision, 'prefill-decode');
+    assert.equal(r.result.disaggregation?.prefill?.name, 'prefill-0');
+  });
+
+  test('no prefill endpoint left (e.g. all removed): decode-only, still served', () => {
+    const { scheduler, endpoints } = built(config('always-disagg-pd-decider'));
+    const r = scheduler.schedule(makeRequest('x'), endpoints.filter((e) => e.name !== 'prefill-0'));
+    assert.ok(r.ok);
+    assert.equal(r.target.name, 'decode-0');
+    assert.equal(r.result.disaggregation?.decision, 'decode-only');
+  });
+
+  test('a handler referring to a decider that does not exist fails at build with its name', () => {
+    const text = config('always-disagg-pd-decider').replace('deciders: { prefill: always-disagg-pd-decider }', 'deciders: { prefill: nope }');
+    assert.throws(() => built(text), /deciders\.prefill: no plugin named 'nope'/);
+  });
+});
