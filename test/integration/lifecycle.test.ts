@@ -12,6 +12,7 @@ import { ConfigReloader } from '../../src/config/reload.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
 import { slowJson, startFakeBackend } from '../helpers/fake-backend.js';
+import { startSimulator } from '../../src/sim/server.js';
 
 const CLI = join(import.meta.dirname, '../../src/cli.ts');
 const dir = mkdtempSync(join(tmpdir(), 'sluice-lifecycle-'));
@@ -121,6 +122,32 @@ describe('live reload', () => {
     }
   });
 
+  test('editing the watched file adds an endpoint, and it receives traffic', async () => {
+    const a = await startFakeBackend();
+    const b = await startFakeBackend();
+    const file = join(dir, 'watched.yaml');
+    const plain = (eps: { name: string; port: number }[]) =>
+      `server: { port: 0, metricsPort: 0 }\npool:\n  metrics: { interval: 20ms }\n  endpoints:\n${eps.map((e) => `  - { name: ${e.name}, address: 127.0.0.1, port: ${e.port} }`).join('\n')}\n`;
+    writeFileSync(file, plain([{ name: 'a', port: a.port }]));
+    const registry = builtinRegistry();
+    const { logger } = captureLogger();
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 20 });
+    reloader.start();
+    try {
+      await waitForMetrics(gw);
+      writeFileSync(file, plain([{ name: 'a', port: a.port }, { name: 'b', port: b.port }]));
+      await until(() => gw.pool.endpoints.length === 2 && gw.pool.endpoints.every((e) => e.metricsAt > 0), 5000, 'b added');
+      for (let i = 0; i < 20 && b.received.length === 0; i++) assert.equal((await post(gw, `spread ${i} ${'x'.repeat(i)}`)).status, 200);
+      assert.ok(b.received.length > 0, 'the new endpoint receives traffic');
+    } finally {
+      reloader.stop();
+      await gw.close();
+      await a.close();
+      await b.close();
+    }
+  });
+
   test('SIGHUP reloads the running process', async () => {
     const a = await startFakeBackend();
     const b = await startFakeBackend();
@@ -151,6 +178,45 @@ describe('live reload', () => {
       p.kill('SIGKILL');
       await a.close();
       await b.close();
+    }
+  });
+});
+
+describe('graceful drain of the real process', () => {
+  test('SIGTERM with a slow streaming request in flight: the client gets its whole answer, exit 0', async () => {
+    const sim = await startSimulator({ name: 'slow', itlMs: 40, ttftOverheadMs: 1 });
+    const file = join(dir, 'drain-process.yaml');
+    writeFileSync(
+      file,
+      `server: { port: 0, metricsPort: 0, shutdownGracePeriod: 10s }\npool:\n  metrics: { interval: 20ms }\n  endpoints:\n  - { name: slow, address: 127.0.0.1, port: ${sim.port} }\n`,
+    );
+    const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', file, '--log-level', 'info']);
+    try {
+      let out = '';
+      p.stdout.on('data', (c) => (out += c));
+      await until(() => out.includes('listening'), 15000, 'gateway started');
+      const { apiPort, metricsPort } = JSON.parse(out.split('\n').find((l) => l.includes('listening'))!) as { apiPort: number; metricsPort: number };
+      await until(async () => (await request(`http://127.0.0.1:${metricsPort}/ready`)).statusCode === 200, 5000, 'ready');
+      const r = await request(`http://127.0.0.1:${apiPort}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', stream: true, max_tokens: 20, messages: [{ role: 'user', content: 'slow' }] }),
+      });
+      const it = r.body[Symbol.asyncIterator]();
+      let text = String((await it.next()).value ?? '');
+      const exited = new Promise<number | null>((resolve) => p.on('close', resolve));
+      p.kill('SIGTERM');
+      for (;;) {
+        const next = await it.next();
+        if (next.done) break;
+        text += String(next.value);
+      }
+      assert.ok(text.trimEnd().endsWith('data: [DONE]'), 'the whole stream arrived');
+      assert.equal(text.split('\n').filter((l) => l.startsWith('data: {')).length, 20);
+      assert.equal(await exited, 0);
+    } finally {
+      p.kill('SIGKILL');
+      await sim.close();
     }
   });
 });
