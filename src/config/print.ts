@@ -35,6 +35,8 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
       metricsPort: server.metricsPort,
       bodyLimit: quantityYaml(server.bodyLimit),
       shutdownGracePeriod: formatDuration(server.shutdownGracePeriod),
+      requestHeadersTimeout: formatDuration(server.requestHeadersTimeout),
+      requestTimeout: formatDuration(server.requestTimeout),
       upstream: {
         connectTimeout: formatDuration(server.upstream.connectTimeout),
         headersTimeout: formatDuration(server.upstream.headersTimeout),

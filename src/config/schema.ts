@@ -207,6 +207,8 @@ export const serverSchema = z
     metricsPort: listenPort.default(9090),
     bodyLimit: quantityField({ positive: true }).prefault('16Mi'),
     shutdownGracePeriod: durationField().prefault('30s'),
+    requestHeadersTimeout: durationField({ positive: true }).prefault('30s'),
+    requestTimeout: durationField({ positive: true }).prefault('5m'),
     upstream: upstreamSchema,
   })
   .transform((server, ctx): ServerConfig => {

@@ -21,6 +21,10 @@ export interface ServerConfig {
   metricsPort: number; // 9090
   bodyLimit: number; // bytes, default 16Mi
   shutdownGracePeriod: number; // ms, default 30s
+  /** A client must send its request headers within this (slowloris guard); 408 past it. Default 30s. */
+  requestHeadersTimeout: number;
+  /** A client must send its whole request (headers + body) within this; 408 past it. Default 5m. */
+  requestTimeout: number;
   upstream: UpstreamConfig;
 }
 

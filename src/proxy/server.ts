@@ -44,8 +44,17 @@ export class ApiServer {
   private idleWaiters: (() => void)[] = [];
 
   constructor(private readonly deps: ApiServerDeps) {
-    this.server = http.createServer({ keepAliveTimeout: 65_000, requestTimeout: 0, headersTimeout: 60_000 }, (req, res) =>
-      this.handle(req, res),
+    const { requestHeadersTimeout, requestTimeout } = deps.runtime().config.server;
+    // Slowloris guard: clients that dribble their headers or body are cut off (408). Node checks
+    // these every connectionsCheckingInterval, so that follows the shorter time-out.
+    this.server = http.createServer(
+      {
+        keepAliveTimeout: 65_000,
+        headersTimeout: requestHeadersTimeout,
+        requestTimeout: Math.max(requestTimeout, requestHeadersTimeout),
+        connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(requestHeadersTimeout / 2))),
+      },
+      (req, res) => this.handle(req, res),
     );
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
       // Malformed or oversized HTTP from a client: answer when the socket still can, never crash.

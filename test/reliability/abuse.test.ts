@@ -173,3 +173,31 @@ describe('config fuzzing', () => {
     );
   });
 });
+
+describe('slowloris', () => {
+  test('a client that dribbles its headers is cut off with 408; others are served meanwhile', async () => {
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  requestHeadersTimeout: 300ms'));
+    try {
+      await waitForMetrics(gw);
+      const started = Date.now();
+      const answer = await new Promise<string>((resolve) => {
+        const s = net.connect(gw.apiPort, '127.0.0.1');
+        let out = '';
+        s.on('data', (c) => (out += c));
+        s.on('close', () => resolve(out));
+        s.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n');
+        const drip = setInterval(() => s.writable && s.write('x-drip: 1\r\n'), 50);
+        s.on('close', () => clearInterval(drip));
+        // meanwhile a well-behaved client is served
+        void request(`${gw.apiUrl}/health`).then((r) => r.body.dump());
+      });
+      assert.match(answer, /^HTTP\/1\.1 408 /);
+      assert.match(answer, /"code":408/);
+      assert.ok(Date.now() - started < 5000, 'cut off in time');
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+});

@@ -17,6 +17,8 @@ function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfi
       metricsPort: 9090,
       bodyLimit: 16 << 20,
       shutdownGracePeriod: 30_000,
+      requestHeadersTimeout: 30_000,
+      requestTimeout: 300_000,
       upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 128 },
     },
     pool: { name: 'pool', targetPort: 8000, metrics: { path: '/metrics', interval: 50, timeout: 1000 }, endpoints: [] },
