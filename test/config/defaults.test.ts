@@ -58,6 +58,8 @@ describe('§3.5 defaults with no plugins', () => {
       metricsPort: 9090,
       bodyLimit: 16 * 1024 * 1024,
       shutdownGracePeriod: 30_000,
+      requestHeadersTimeout: 30_000,
+      requestTimeout: 300_000,
       upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 128 },
     });
     assert.deepEqual(config.pool, {
