@@ -490,6 +490,19 @@ function checkReferences(
     });
   });
 
+  // Names inside plugin parameters (e.g. a disagg handler's profiles and decider)
+  config.plugins.forEach((spec, index) => {
+    const def = registry.get(spec.type);
+    if (!def?.references || state.invalidNames.has(spec.name)) return;
+    for (const ref of def.references(spec.parameters)) {
+      const path: PathSegment[] = ['plugins', index, 'parameters', ...ref.path];
+      if (ref.to === 'plugin') resolve(ref.name, path, [...ref.kinds], ref.usage);
+      else if (!profileNames.has(ref.name)) {
+        sink.error(path, `no scheduling profile named "${ref.name}"${didYouMean(ref.name, [...profileNames.keys()])}`);
+      }
+    }
+  });
+
   // Profile handlers
   const handlers = config.plugins
     .map((spec, index) => ({ spec, index }))

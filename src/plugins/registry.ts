@@ -40,11 +40,25 @@ export interface PluginDeps {
   plugins: ReadonlyMap<string, Plugin>;
 }
 
+/** A profile or another plugin named in a plugin's parameters, for the loader to check. */
+export type PluginReference =
+  | { readonly path: readonly (string | number)[]; readonly name: string; readonly to: 'profile' }
+  | {
+      readonly path: readonly (string | number)[];
+      readonly name: string;
+      readonly to: 'plugin';
+      readonly kinds: readonly PluginKind[];
+      /** How the reference is used, for the message ("the prefill decider"). */
+      readonly usage: string;
+    };
+
 export interface PluginDefinition<P = unknown> {
   readonly type: string;
   readonly kinds: readonly PluginKind[];
   /** Validates raw parameters (absent → `{}`) and fills defaults. Must be strict (unknown keys rejected). */
   readonly params: z.ZodType<P>;
+  /** Names in the parsed parameters that must resolve (paths relative to `parameters`). */
+  references?(params: P): PluginReference[];
   create(name: string, params: P, deps: PluginDeps): Plugin;
 }
 

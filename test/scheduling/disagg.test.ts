@@ -2,7 +2,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Endpoint } from '../../src/datalayer/endpoint.js';
-import { loadConfigText } from '../../src/config/load.js';
+import { ConfigError, loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
 import type {
@@ -342,8 +342,44 @@ schedulingProfiles:
     assert.equal(r.result.disaggregation?.decision, 'decode-only');
   });
 
-  test('a handler referring to a decider that does not exist fails at build with its name', () => {
+  test('a handler referring to a decider that does not exist is a config error naming it', () => {
     const text = config('always-disagg-pd-decider').replace('deciders: { prefill: always-disagg-pd-decider }', 'deciders: { prefill: nope }');
-    assert.throws(() => built(text), /deciders\.prefill: no plugin named 'nope'/);
+    assert.throws(() => built(text), /parameters\.deciders\.prefill: no plugin named "nope" is declared/);
+  });
+});
+
+describe('disagg-profile-handler references are checked by the loader', () => {
+  test('a misspelt profile or decider is a config error with position and suggestion', () => {
+    const text = [
+      'pool:',
+      '  endpoints: []',
+      'plugins:',
+      '- type: disagg-profile-handler',
+      '  parameters:',
+      '    profiles: { decode: decode, prefill: prefil }',
+      '    deciders: { prefill: pd-decidr }',
+      '- type: prefix-based-pd-decider',
+      '  name: pd-decider',
+      '- type: decode-filter',
+      '- type: prefill-filter',
+      'schedulingProfiles:',
+      '- name: decode',
+      '  plugins: [ { pluginRef: decode-filter } ]',
+      '- name: prefill',
+      '  plugins: [ { pluginRef: prefill-filter } ]',
+      '',
+    ].join('\n');
+    try {
+      loadConfigText(text, 'pd.yaml', builtinRegistry());
+      assert.fail('expected a ConfigError');
+    } catch (err) {
+      assert.ok(err instanceof ConfigError);
+      assert.deepEqual(err.format().split('\n'), [
+        'pd.yaml:6:42: plugins[0].parameters.profiles.prefill: no scheduling profile named "prefil" (did you mean "prefill"?)',
+        'pd.yaml:7:26: plugins[0].parameters.deciders.prefill: no plugin named "pd-decidr" is declared (did you mean "pd-decider"?)',
+      ]);
+    }
+    const fixed = text.replace('prefil }', 'prefill }').replace('pd-decidr', 'pd-decider');
+    assert.equal(loadConfigText(fixed, 'pd.yaml', builtinRegistry()).config.schedulingProfiles.length, 2);
   });
 });

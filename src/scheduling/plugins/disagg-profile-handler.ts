@@ -127,6 +127,13 @@ export const disaggProfileHandlerDefinition: PluginDefinition<DisaggProfileHandl
   type: DISAGG_PROFILE_HANDLER_TYPE,
   kinds: ['profileHandler'],
   params: disaggProfileHandlerParams,
+  references: (params) => [
+    { path: ['profiles', 'decode'], name: params.profiles.decode, to: 'profile' },
+    { path: ['profiles', 'prefill'], name: params.profiles.prefill, to: 'profile' },
+    ...(params.deciders.prefill !== undefined
+      ? [{ path: ['deciders', 'prefill'], name: params.deciders.prefill, to: 'plugin' as const, kinds: ['decider' as const], usage: 'the prefill decider' }]
+      : []),
+  ],
   create: (name, params, deps) => {
     const ref = params.deciders.prefill;
     let decider: Decider | undefined;
