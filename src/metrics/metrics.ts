@@ -13,6 +13,7 @@
  * Label values a client controls (`model_name`, `target_model_name`, `fairness_id`) go through a
  * `LabelCap`, so a client cannot create unbounded series.
  */
+import type { FlowOutcome } from '../flowcontrol/types.js';
 import {
   Counter,
   Gauge,
@@ -105,16 +106,8 @@ export interface FlowControlSnapshot {
   bands: ReadonlyArray<{ priority: number; requestsUtilization: number; bytesUtilization: number }>;
 }
 
-/** Flow-control outcome label values (SPEC §6). */
-export type FlowControlOutcome =
-  | 'Dispatched'
-  | 'RejectedCapacity'
-  | 'RejectedNoEndpoints'
-  | 'RejectedOther'
-  | 'EvictedTTL'
-  | 'EvictedNoEndpoints'
-  | 'EvictedContextCancelled'
-  | 'EvictedOther';
+/** Flow-control outcome label values (SPEC §6): the controller's outcomes. */
+export type FlowControlOutcome = FlowOutcome;
 
 export type SchedulerAttemptStatus = 'success' | 'failure';
 

@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
+import { until } from '../helpers/wait.js';
 
 const MODEL = 'sim-model';
 const chat = (content = 'hi', extra: Record<string, unknown> = {}) =>
@@ -17,14 +18,6 @@ async function post(url: string, body: string, headers: Record<string, string> =
   return { status: r.statusCode, headers: r.headers, text };
 }
 
-const until = async (cond: () => boolean | Promise<boolean>, ms = 5000) => {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await cond()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error('condition not met in time');
-};
 
 describe('request path faults and limits', () => {
   test('a body over server.bodyLimit gets 413 without being buffered', async () => {

@@ -5,6 +5,7 @@ import { request } from 'undici';
 import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
 import { slowJson, startFakeBackend, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
 import type { Gateway } from '../../src/app.js';
+import { until } from '../helpers/wait.js';
 
 const chat = (content = 'hi') => JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] });
 
@@ -26,14 +27,6 @@ function gauge(text: string, name: string, labels: string): number | undefined {
   return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
-const until = async (cond: () => boolean | Promise<boolean>, ms = 5000, what = 'condition') => {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await cond()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error(`${what} not met in ${ms} ms`);
-};
 
 const closeAll = async (gw: Gateway, ...backends: FakeBackend[]) => {
   await gw.close();

@@ -13,6 +13,7 @@ import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
 import { slowJson, startFakeBackend } from '../helpers/fake-backend.js';
 import { startSimulator } from '../../src/sim/server.js';
+import { until } from '../helpers/wait.js';
 
 const CLI = join(import.meta.dirname, '../../src/cli.ts');
 const dir = mkdtempSync(join(tmpdir(), 'sluice-lifecycle-'));
@@ -39,14 +40,6 @@ const post = (gw: Gateway, content: string, headers: Record<string, string> = {}
     body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] }),
   }).then(async (r) => ({ status: r.statusCode, headers: r.headers, text: await r.body.text() }));
 
-const until = async (cond: () => boolean | Promise<boolean>, ms = 5000, what = 'condition') => {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await cond()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error(`${what} not met in ${ms} ms`);
-};
 
 describe('live reload', () => {
   test('a valid new file is applied without dropping the in-flight or the queued request', async () => {

@@ -11,6 +11,7 @@ import type { Gateway } from '../../src/app.js';
 import { startSimulator } from '../../src/sim/server.js';
 import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend, type Received } from '../helpers/fake-backend.js';
+import { until } from '../helpers/wait.js';
 
 const MODEL = 'm';
 /** ≈ 110 tokens: above the nonCachedTokens threshold (32) used below. */
@@ -177,14 +178,6 @@ function sample(text: string, name: string, labels: string): number | undefined 
   return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
-const until = async (cond: () => boolean | Promise<boolean>, ms = 5000, what = 'condition') => {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await cond()) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error(`${what} not met in ${ms} ms`);
-};
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const json = (r: Received) => JSON.parse(r.body) as Record<string, unknown>;

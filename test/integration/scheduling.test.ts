@@ -9,6 +9,7 @@ import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
 import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
 import { okJson, slowJson, startFakeBackend, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
+import { until } from '../helpers/wait.js';
 
 const MODEL = 'm';
 /** The shared long prompt (≈ 6 KB: ~100 prefix blocks) every request of the incident carries. */
@@ -31,14 +32,6 @@ async function post(gw: Gateway, body: string, headers: Record<string, string> =
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-const until = async (cond: () => boolean, ms = 5000, what = 'condition') => {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (cond()) return;
-    await sleep(10);
-  }
-  throw new Error(`${what} not met in ${ms} ms`);
-};
 
 const closeAll = async (gw: Gateway, ...backends: FakeBackend[]) => {
   await gw.close();

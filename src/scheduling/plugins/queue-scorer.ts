@@ -10,6 +10,7 @@ import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition } from '../../plugins/registry.js';
 import type { CycleContext, Scorer, SchedulingRequest } from '../framework.js';
+import { scoreLowerIsBetter } from './min-max.js';
 
 export const QUEUE_SCORER_TYPE = 'queue-scorer';
 
@@ -18,20 +19,7 @@ export class QueueScorer implements Scorer {
   constructor(readonly name: string) {}
 
   score(_ctx: CycleContext, _req: SchedulingRequest, endpoints: readonly Endpoint[], out: Float64Array): void {
-    let min = Infinity;
-    let max = -Infinity;
-    for (const endpoint of endpoints) {
-      const m = endpoint.metrics;
-      if (m === undefined) continue;
-      if (m.waiting < min) min = m.waiting;
-      if (m.waiting > max) max = m.waiting;
-    }
-    const range = max - min;
-    for (let i = 0; i < endpoints.length; i++) {
-      const m = endpoints[i]!.metrics;
-      if (m === undefined) out[i] = 0;
-      else out[i] = range > 0 ? (max - m.waiting) / range : 1;
-    }
+    scoreLowerIsBetter(endpoints, out, 'waiting');
   }
 }
 

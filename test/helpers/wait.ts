@@ -1,0 +1,9 @@
+/** Polls `cond` every 10 ms until it holds; throws after `ms` naming `what`. */
+export async function until(cond: () => boolean | Promise<boolean>, ms = 5000, what = 'condition'): Promise<void> {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`${what} not met in ${ms} ms`);
+}
