@@ -127,6 +127,8 @@ function restartOnlyChanges(a: SluiceConfig, b: SluiceConfig): string[] {
   if (a.server.host !== b.server.host) changed.push('server.host');
   if (a.server.port !== b.server.port) changed.push('server.port');
   if (a.server.metricsPort !== b.server.metricsPort) changed.push('server.metricsPort');
+  if (a.server.requestHeadersTimeout !== b.server.requestHeadersTimeout) changed.push('server.requestHeadersTimeout');
+  if (a.server.requestTimeout !== b.server.requestTimeout) changed.push('server.requestTimeout');
   return changed;
 }
 
