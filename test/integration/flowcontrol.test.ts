@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
 import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
-import { slowJson, startFakeBackend, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
+import { okJson, slowJson, startFakeBackend, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
 import type { Gateway } from '../../src/app.js';
 import { until } from '../helpers/wait.js';
 
@@ -32,6 +32,21 @@ const closeAll = async (gw: Gateway, ...backends: FakeBackend[]) => {
   await gw.close();
   await Promise.all(backends.map((b) => b.close()));
 };
+
+/** The backend holds the next request until the returned function is called; later ones answer after 5 ms. */
+function holdNext(backend: FakeBackend): () => void {
+  let held: (() => void) | undefined;
+  let released = false;
+  backend.behave = (r, res) => {
+    backend.behave = slowJson(5);
+    held = () => okJson(r, res);
+    if (released) held();
+  };
+  return () => {
+    released = true;
+    held?.();
+  };
+}
 
 const DETECTOR = `- type: utilization-detector
   parameters: { queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, metricsStalenessThreshold: 300ms }
@@ -128,13 +143,14 @@ flowControl:
     const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
     try {
       await waitForMetrics(gw);
-      backend.behave = slowJson(150); // the first request occupies the only slot
+      const release = holdNext(backend); // the first request occupies the only slot until released
       const first = post(gw, {}, 'first');
       await until(() => backend.received.length === 1);
-      backend.behave = slowJson(5);
       const lows = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-objective': 'low' }, `low-${i}`));
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'priority="1"') ?? 0) === 3);
       const highs = [1, 2].map((i) => post(gw, { 'x-llm-d-inference-objective': 'high' }, `high-${i}`));
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'priority="10"') ?? 0) === 2);
+      release();
       for (const r of await Promise.all([first, ...lows, ...highs])) assert.equal(r.status, 200);
       const order = backend.received.map((r) => JSON.parse(r.body).messages[0].content as string);
       assert.deepEqual(order, ['first', 'high-1', 'high-2', 'low-1', 'low-2', 'low-3']);
@@ -157,14 +173,14 @@ flowControl:
     const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
     try {
       await waitForMetrics(gw);
-      backend.behave = slowJson(150);
+      const release = holdNext(backend);
       const first = post(gw, { 'x-llm-d-inference-fairness-id': 'z' }, 'first');
       await until(() => backend.received.length === 1);
-      backend.behave = slowJson(5);
       const a = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-fairness-id': 'tenant-a' }, `a${i}`));
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="tenant-a"') ?? 0) === 3);
       const b = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-fairness-id': 'tenant-b' }, `b${i}`));
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="tenant-b"') ?? 0) === 3);
+      release();
       for (const r of await Promise.all([first, ...a, ...b])) assert.equal(r.status, 200);
       const order = backend.received.slice(1).map((r) => JSON.parse(r.body).messages[0].content as string);
       assert.deepEqual(order, ['a1', 'b1', 'a2', 'b2', 'a3', 'b3']);
