@@ -1,0 +1,352 @@
+/**
+ * Proxy overhead (issue 7, item 2). Two fast fake backends behind
+ *   direct        — nothing (backend 0 alone),
+ *   nginx         — nginx `least_conn` + upstream keepalive over both,
+ *   sluice        — Sluice, default config (queue ×2, kv ×2, prefix ×3; flow control on),
+ *   sluice-3s     — Sluice, explicit three-scorer profile (prefix ×3, queue ×2, active-request ×2),
+ * closed-loop at fixed concurrency (wrk, else autocannon) for JSON and SSE, with a short prompt
+ * (direct / nginx / sluice) and a 4 KB prompt (direct / nginx / sluice-3s). Then an open-loop run
+ * at half of Sluice's measured JSON throughput against direct and Sluice: the p99 latency Sluice
+ * adds at a load it can carry.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MODEL } from './fake-backend.js';
+import { BODY_COUNTER, runAutocannon, runPaced, runWrk, templateScript, writeWrkScript, type LoadResult, type PacedResult } from './loadgen.js';
+import { summarizeDir, type ProfileSummary } from './cpuprofile.js';
+import { cpuSeconds, onCleanup, stopProcess } from './proc.js';
+import { fmt, fmtInt, textTable } from './stats.js';
+import { backendServed, hasCommand, startFakeBackends, startNginx, startSluice, type Backend, type Started } from './targets.js';
+
+export type Mode = 'json' | 'sse';
+export type PromptCase = 'short' | '4kb';
+export type OverheadTarget = 'direct' | 'nginx' | 'sluice' | 'sluice-3s';
+
+export interface OverheadOptions {
+  quick: boolean;
+  concurrency: number;
+  seconds: number;
+  warmupSeconds: number;
+  pacedSeconds: number;
+  /** Rounds of the open-loop comparison (the median round's p99 counts). */
+  pacedRounds: number;
+  loadgen: 'wrk' | 'autocannon';
+  modes: Mode[];
+  cases: PromptCase[];
+  targets: OverheadTarget[];
+  keepTmp: boolean;
+  /** CPU-profile the Sluice processes (node --cpu-prof) and summarise the hot functions. */
+  profile: boolean;
+  log: (line: string) => void;
+}
+
+export interface OverheadRun extends LoadResult {
+  case: PromptCase;
+  mode: Mode;
+  target: OverheadTarget;
+  /** Share of the requests each backend served during the run. */
+  backendShare: number[];
+  /** CPU seconds the proxy process used per 1000 requests (nginx: master only, workers not counted → omitted). */
+  proxyCpuMsPerRequest?: number;
+}
+
+export interface OverheadRatio {
+  case: PromptCase;
+  mode: Mode;
+  of: string;
+  throughput: number;
+  p50: number;
+  p99: number;
+}
+
+export interface PacedComparison {
+  /** Half of Sluice's closed-loop JSON throughput (short prompt). */
+  rateRps: number;
+  seconds: number;
+  direct?: PacedResult;
+  nginx?: PacedResult;
+  sluice?: PacedResult;
+  /** Sluice p99 − direct p99, ms. */
+  addedP99Ms?: number;
+  addedP50Ms?: number;
+  /** Every round, per target (the fields above hold the median-p99 round). */
+  rounds?: Partial<Record<'direct' | 'nginx' | 'sluice', PacedResult[]>>;
+  /** The same at a low fixed rate: the latency each hop adds when nothing queues. */
+  low?: { rateRps: number; seconds: number; direct?: PacedResult; nginx?: PacedResult; sluice?: PacedResult };
+}
+
+export interface OverheadResult {
+  options: Omit<OverheadOptions, 'log' | 'keepTmp'>;
+  backend: { sseChunks: number; sseChunkGapMs: number };
+  sluice3sProfile: string;
+  runs: OverheadRun[];
+  ratios: OverheadRatio[];
+  paced: PacedComparison;
+  skipped: Record<string, string>;
+  /** With --profile: self-time summaries of each Sluice process over its whole life (all its runs). */
+  profiles?: Partial<Record<OverheadTarget, ProfileSummary>>;
+}
+
+export const THREE_SCORER_PROFILE = `plugins:
+- type: prefix-cache-scorer
+- type: queue-scorer
+- type: active-request-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - { pluginRef: prefix-cache-scorer, weight: 3 }
+  - { pluginRef: queue-scorer, weight: 2 }
+  - { pluginRef: active-request-scorer, weight: 2 }
+`;
+
+const WORDS = 'the of and to in is you that it he was for on are as with his they at be this have from or one had by'.split(' ');
+
+function words(chars: number, seed: number): string {
+  let out = '';
+  let x = seed;
+  while (out.length < chars) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    out += WORDS[x % WORDS.length]! + ' ';
+  }
+  return out.slice(0, chars);
+}
+
+/**
+ * The request body. The 4 KB prompt starts with BODY_COUNTER, which wrk replaces per request: every
+ * prompt is distinct from its first block, so Sluice hashes and learns all of it each time, and no
+ * prefix affinity piles identical prompts onto one backend (that would measure the backend).
+ */
+export function overheadBody(mode: Mode, promptCase: PromptCase): string {
+  const content = promptCase === 'short' ? 'Say hello.' : `${BODY_COUNTER} ${words(4096 - BODY_COUNTER.length - 1, 7)}`;
+  return JSON.stringify({
+    model: MODEL,
+    messages: [{ role: 'user', content }],
+    max_tokens: 16,
+    ...(mode === 'sse' ? { stream: true, stream_options: { include_usage: true } } : {}),
+  });
+}
+
+/** One JSON and one SSE request through the target, so we never benchmark an error page. */
+async function probe(baseUrl: string): Promise<string | undefined> {
+  for (const mode of ['json', 'sse'] as const) {
+    try {
+      const res = await fetch(`${baseUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: overheadBody(mode, '4kb').replace(BODY_COUNTER, 'probe'),
+        signal: AbortSignal.timeout(5000),
+      });
+      const text = await res.text();
+      if (res.status !== 200) return `${mode} probe: HTTP ${res.status} ${text.slice(0, 200)}`;
+      if (mode === 'json' && !text.includes('hi from')) return `json probe: unexpected body ${text.slice(0, 200)}`;
+      if (mode === 'sse' && !text.includes('data: [DONE]')) return `sse probe: stream did not end with [DONE]: ${text.slice(0, 200)}`;
+    } catch (err) {
+      return `${mode} probe failed: ${(err as Error).message}`;
+    }
+  }
+  return undefined;
+}
+
+/** Rate of the "nothing queued" latency runs. */
+const LOW_RATE = 200;
+
+const PAIRS: Array<[OverheadTarget, OverheadTarget]> = [
+  ['sluice', 'nginx'],
+  ['sluice', 'direct'],
+  ['sluice-3s', 'nginx'],
+  ['sluice-3s', 'direct'],
+  ['nginx', 'direct'],
+];
+
+function ratios(runs: OverheadRun[]): OverheadRatio[] {
+  const out: OverheadRatio[] = [];
+  for (const c of ['short', '4kb'] as const) {
+    for (const mode of ['json', 'sse'] as const) {
+      for (const [a, b] of PAIRS) {
+        const ra = runs.find((r) => r.case === c && r.mode === mode && r.target === a);
+        const rb = runs.find((r) => r.case === c && r.mode === mode && r.target === b);
+        if (ra === undefined || rb === undefined) continue;
+        out.push({ case: c, mode, of: `${a}/${b}`, throughput: ra.rps / rb.rps, p50: ra.p50Ms / rb.p50Ms, p99: ra.p99Ms / rb.p99Ms });
+      }
+    }
+  }
+  return out;
+}
+
+export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult> {
+  const log = opts.log;
+  const tmp = mkdtempSync(join(tmpdir(), 'sluice-bench-overhead-'));
+  const removeTmp = (): void => {
+    if (!opts.keepTmp) rmSync(tmp, { recursive: true, force: true });
+  };
+  onCleanup(removeTmp);
+  const skipped: Record<string, string> = {};
+  const runs: OverheadRun[] = [];
+  const started: Started[] = [];
+  const urls = new Map<OverheadTarget, Started | { baseUrl: string; proc?: undefined }>();
+  const paced: PacedComparison = { rateRps: NaN, seconds: opts.pacedSeconds };
+  const want = (t: OverheadTarget): boolean => opts.targets.includes(t);
+
+  try {
+    log(`overhead: ${opts.loadgen}, ${opts.concurrency} connections, ${opts.seconds} s per run (+${opts.warmupSeconds} s warm-up), modes ${opts.modes.join(',')}, prompts ${opts.cases.join(',')}`);
+    const backends: Backend[] = await startFakeBackends(2, tmp);
+    started.push(...backends);
+    const ports = backends.map((b) => b.port);
+    if (want('direct')) urls.set('direct', { baseUrl: backends[0]!.baseUrl });
+
+    if (want('nginx')) {
+      if (!hasCommand('nginx')) skipped.nginx = 'nginx is not installed (apt-get install -y --no-install-recommends nginx-light)';
+      else {
+        try {
+          const n = await startNginx(tmp, ports, 'least_conn');
+          started.push(n);
+          const problem = await probe(n.baseUrl);
+          if (problem === undefined) urls.set('nginx', n);
+          else skipped.nginx = problem;
+        } catch (err) {
+          skipped.nginx = (err as Error).message;
+        }
+      }
+    }
+    const endpoints = backends.map((b) => ({ name: b.name, port: b.port }));
+    for (const [target, extra] of [
+      ['sluice', ''],
+      ['sluice-3s', THREE_SCORER_PROFILE],
+    ] as const) {
+      if (!want(target)) continue;
+      try {
+        const s = await startSluice(tmp, target, endpoints, extra, opts.profile ? { cpuProfDir: join(tmp, `prof-${target}`) } : {});
+        started.push(s);
+        const problem = await probe(s.baseUrl);
+        if (problem === undefined) urls.set(target, s);
+        else skipped[target] = problem;
+      } catch (err) {
+        skipped[target] = (err as Error).message;
+      }
+    }
+    for (const [t, why] of Object.entries(skipped)) log(`  ${t}: NOT MEASURED — ${why.split('\n')[0]}`);
+
+    const wrkScript = writeWrkScript(tmp);
+    const load = (url: string, body: string, seconds: number): Promise<LoadResult> =>
+      opts.loadgen === 'wrk'
+        ? runWrk(url, body, opts.concurrency, seconds, 1, body.includes(BODY_COUNTER) ? templateScript(tmp) : wrkScript)
+        : runAutocannon(url, body, opts.concurrency, seconds);
+
+    for (const promptCase of opts.cases) {
+      const targets: OverheadTarget[] = promptCase === 'short' ? ['direct', 'nginx', 'sluice'] : ['direct', 'nginx', 'sluice-3s'];
+      for (const mode of opts.modes) {
+        for (const target of targets) {
+          const t = urls.get(target);
+          if (t === undefined) continue;
+          const url = `${t.baseUrl}/v1/chat/completions`;
+          const body = overheadBody(mode, promptCase);
+          await load(url, body, opts.warmupSeconds);
+          const before = await backendServed(backends);
+          const cpuBefore = cpuSeconds(t.proc?.child.pid);
+          const result = await load(url, body, opts.seconds);
+          const cpuAfter = cpuSeconds(t.proc?.child.pid);
+          const after = await backendServed(backends);
+          const deltas = after.map((a, i) => a - (before[i] ?? 0));
+          const total = deltas.reduce((s, d) => s + d, 0);
+          const run: OverheadRun = { case: promptCase, mode, target, ...result, backendShare: deltas.map((d) => (total > 0 ? d / total : 0)) };
+          if (target.startsWith('sluice') && Number.isFinite(cpuAfter - cpuBefore) && result.requests > 0) {
+            run.proxyCpuMsPerRequest = ((cpuAfter - cpuBefore) * 1000) / result.requests;
+          }
+          runs.push(run);
+          log(
+            `  ${promptCase.padEnd(5)} ${mode.padEnd(4)} → ${target.padEnd(9)} ${fmtInt(result.rps).padStart(6)} req/s  p50 ${fmt(result.p50Ms)} ms  p99 ${fmt(result.p99Ms)} ms` +
+              (run.proxyCpuMsPerRequest !== undefined ? `  (${fmt(run.proxyCpuMsPerRequest * 1000, 0)} µs CPU/req)` : '') +
+              (result.errors ? `  ${result.errors} ERRORS` : ''),
+          );
+        }
+      }
+    }
+
+    // --- open loop at half of Sluice's max (JSON, short prompt)
+    const sluiceMax = runs.find((r) => r.case === 'short' && r.mode === 'json' && r.target === 'sluice');
+    if (sluiceMax !== undefined && opts.pacedSeconds > 0) {
+      paced.rateRps = Math.round(sluiceMax.rps / 2);
+      const body = overheadBody('json', 'short');
+      const rounds = opts.pacedRounds;
+      log(`  open loop at ${paced.rateRps} req/s (half of Sluice's ${fmtInt(sluiceMax.rps)}), ${rounds} rounds × ${opts.pacedSeconds} s per target, interleaved, JSON short prompt:`);
+      const all: Partial<Record<'direct' | 'nginx' | 'sluice', PacedResult[]>> = {};
+      for (const target of ['direct', 'nginx', 'sluice'] as const) {
+        const t = urls.get(target);
+        if (t !== undefined) await runPaced(t.baseUrl, '/v1/chat/completions', body, paced.rateRps, 1); // warm-up
+      }
+      // Rounds interleave the targets, so a burst of load from elsewhere on the box hits one round of each.
+      for (let round = 0; round < rounds; round++) {
+        for (const target of ['direct', 'nginx', 'sluice'] as const) {
+          const t = urls.get(target);
+          if (t === undefined) continue;
+          (all[target] ??= []).push(await runPaced(t.baseUrl, '/v1/chat/completions', body, paced.rateRps, opts.pacedSeconds));
+        }
+      }
+      for (const target of ['direct', 'nginx', 'sluice'] as const) {
+        const list = all[target];
+        if (!list?.length) continue;
+        // The round with the median p99 stands for the target; every round is kept in the results.
+        const r = [...list].sort((a, b) => a.latencyMs.p99 - b.latencyMs.p99)[Math.floor((list.length - 1) / 2)]!;
+        paced[target] = r;
+        log(
+          `    ${target.padEnd(7)} sent ${r.sent} (${fmtInt(r.achievedRps)} req/s)  p50 ${fmt(r.latencyMs.p50, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms  max ${fmt(r.latencyMs.max, 1)} ms` +
+            `  send lag p99 ${fmt(r.sendLagMs.p99, 2)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}  (p99 of the rounds: ${list.map((x) => fmt(x.latencyMs.p99, 2)).join(', ')})`,
+        );
+      }
+      paced.rounds = all;
+      const low: NonNullable<PacedComparison['low']> = { rateRps: LOW_RATE, seconds: Math.max(3, Math.round(opts.pacedSeconds / 2)) };
+      log(`  open loop at ${LOW_RATE} req/s, ${low.seconds} s each (latency with nothing queued):`);
+      for (const target of ['direct', 'nginx', 'sluice'] as const) {
+        const t = urls.get(target);
+        if (t === undefined) continue;
+        const r = await runPaced(t.baseUrl, '/v1/chat/completions', body, LOW_RATE, low.seconds);
+        low[target] = r;
+        log(`    ${target.padEnd(7)} p50 ${fmt(r.latencyMs.p50, 3)} ms  p90 ${fmt(r.latencyMs.p90, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}`);
+      }
+      paced.low = low;
+      if (paced.sluice && paced.direct) {
+        paced.addedP99Ms = paced.sluice.latencyMs.p99 - paced.direct.latencyMs.p99;
+        paced.addedP50Ms = paced.sluice.latencyMs.p50 - paced.direct.latencyMs.p50;
+        log(`    Sluice adds p50 ${fmt(paced.addedP50Ms, 3)} ms, p99 ${fmt(paced.addedP99Ms, 3)} ms over direct`);
+      }
+    }
+  } finally {
+    // A profiled process writes its profile on a clean exit: give it time.
+    for (const s of started.reverse()) await stopProcess(s.proc, opts.profile ? 15_000 : 3000);
+  }
+  const profiles: Partial<Record<OverheadTarget, ProfileSummary>> = {};
+  if (opts.profile) {
+    for (const target of ['sluice', 'sluice-3s'] as const) {
+      const sum = summarizeDir(join(tmp, `prof-${target}`));
+      if (sum === undefined) continue;
+      profiles[target] = sum;
+      log(`\n  CPU profile of ${target} (self time, share of busy time over the process's life):`);
+      for (const e of sum.topFunctions.slice(0, 12)) log(`    ${(e.share * 100).toFixed(1).padStart(5)}%  ${e.name}`);
+    }
+  }
+  removeTmp();
+
+  const ratioList = ratios(runs);
+  if (runs.length > 0) {
+    log('');
+    log(
+      textTable(
+        ['prompt', 'mode', 'target', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'backend share'],
+        runs.map((r) => [r.case, r.mode, r.target, fmtInt(r.rps), fmt(r.p50Ms), fmt(r.p99Ms), String(r.errors), r.backendShare.map((s) => `${Math.round(s * 100)}%`).join('/')]),
+        3,
+      ),
+    );
+  }
+  const { log: _l, keepTmp: _k, ...options } = opts;
+  return {
+    options,
+    backend: { sseChunks: 4, sseChunkGapMs: 2 },
+    sluice3sProfile: 'prefix-cache-scorer ×3, queue-scorer ×2, active-request-scorer ×2, max-score-picker (+ utilization-detector filter, flow control on)',
+    runs,
+    ratios: ratioList,
+    paced,
+    skipped,
+    ...(opts.profile ? { profiles } : {}),
+  };
+}
