@@ -23,6 +23,7 @@ import {
   type CounterConfiguration,
   type GaugeConfiguration,
   type HistogramConfiguration,
+  type Metric,
 } from 'prom-client';
 import type { Endpoint, Stage } from '../datalayer/endpoint.js';
 import type { PoolView } from '../plugins/registry.js';
@@ -83,6 +84,234 @@ const MICRO_BUCKETS_SECONDS = [
 const QUEUE_BUCKETS_SECONDS = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 // ---------------------------------------------------------------------------------------------
+// Hot-path metric types
+//
+// prom-client's labelled children build a label-hash string on every inc/observe (and check every
+// label name). The per-request series below are plain objects updated with a few arithmetic
+// operations; the metric registers itself in the prom-client registry and renders the same
+// exposition as prom-client's Counter/Gauge/Histogram (a series appears once first updated).
+
+type Labels = Record<string, string>;
+
+/** A value a registry renders (the shape prom-client's Counter/Gauge `get()` produce). */
+interface ValueSample {
+  value: number;
+  labels: Labels;
+}
+
+/** One labelled series of a FastCounter or FastGauge. */
+export class ValueSeries {
+  private active = false;
+  private sample: ValueSample;
+
+  /** @internal constructed by the metric */
+  constructor(
+    private readonly onFirstUse: (s: ValueSample) => void,
+    labels: Labels,
+    private readonly monotonic: boolean,
+  ) {
+    this.sample = { value: 0, labels };
+  }
+
+  inc(value = 1): void {
+    if (!Number.isFinite(value)) throw new TypeError(`Value is not a valid number: ${value}`);
+    if (this.monotonic && value < 0) throw new Error('It is not possible to decrease a counter');
+    if (!this.active) this.activate();
+    this.sample.value += value;
+  }
+
+  dec(value = 1): void {
+    if (!Number.isFinite(value)) throw new TypeError(`Value is not a valid number: ${value}`);
+    if (!this.active) this.activate();
+    this.sample.value -= value;
+  }
+
+  private activate(): void {
+    this.active = true;
+    this.onFirstUse(this.sample);
+  }
+
+  /** @internal the metric was reset: the series is gone until updated again */
+  clear(): void {
+    this.active = false;
+    this.sample = { value: 0, labels: this.sample.labels };
+  }
+}
+
+/** A labelled counter (or up/down gauge) with cached series objects; renders like prom-client's. */
+class FastValueMetric<L extends string> {
+  readonly aggregator = 'sum';
+  private samples: ValueSample[] = [];
+  private readonly series = new Map<string, ValueSeries>();
+  private readonly addSample = (s: ValueSample): void => {
+    this.samples.push(s);
+  };
+
+  constructor(
+    readonly type: 'counter' | 'gauge',
+    readonly name: string,
+    readonly help: string,
+    readonly labelNames: readonly L[],
+    registry: Registry,
+  ) {
+    registry.registerMetric(this as unknown as Metric<string>);
+  }
+
+  /** The series of these label values (in `labelNames` order); create once and keep it. */
+  labels(...values: string[]): ValueSeries {
+    const key = values.join('\u0000');
+    let s = this.series.get(key);
+    if (s === undefined) {
+      const labels: Labels = {};
+      this.labelNames.forEach((n, i) => (labels[n] = values[i]!));
+      s = new ValueSeries(this.addSample, labels, this.type === 'counter');
+      this.series.set(key, s);
+    }
+    return s;
+  }
+
+  reset(): void {
+    this.samples = [];
+    for (const s of this.series.values()) s.clear();
+  }
+
+  async get(): Promise<{ help: string; name: string; type: string; values: ValueSample[]; aggregator: string }> {
+    return { help: this.help, name: this.name, type: this.type, values: this.samples.slice(), aggregator: this.aggregator };
+  }
+}
+
+/** One labelled series of a FastHistogram. */
+export class HistogramSeries {
+  /** @internal */ active = false;
+  /** @internal */ sum = 0;
+  /** @internal */ count = 0;
+  /** @internal observations per finite bucket, not cumulative */ readonly counts: Float64Array;
+
+  /** @internal constructed by the metric */
+  constructor(
+    private readonly owner: FastHistogram<string>,
+    readonly labels: Labels,
+  ) {
+    this.counts = new Float64Array(owner.upperBounds.length);
+  }
+
+  observe(value: number): void {
+    if (!Number.isFinite(value)) throw new TypeError(`Value is not a valid number: ${value}`);
+    if (!this.active) {
+      this.active = true;
+      this.owner.activate(this);
+    }
+    this.sum += value;
+    this.count++;
+    const bounds = this.owner.upperBounds;
+    for (let i = 0; i < bounds.length; i++) {
+      if (value <= bounds[i]!) {
+        this.counts[i]++;
+        return;
+      }
+    }
+  }
+
+  /** @internal */
+  clear(): void {
+    this.active = false;
+    this.sum = 0;
+    this.count = 0;
+    this.counts.fill(0);
+  }
+}
+
+interface HistogramSample {
+  labels: Record<string, string | number>;
+  sharedLabels: Labels;
+  value: number;
+  metricName: string;
+  exemplar: null | undefined;
+}
+
+/** A histogram with cached series objects; renders like prom-client's Histogram. */
+class FastHistogram<L extends string> {
+  readonly type = 'histogram';
+  readonly aggregator = 'sum';
+  private active: HistogramSeries[] = [];
+  private readonly series = new Map<string, HistogramSeries>();
+  private readonly unlabelled: HistogramSeries | undefined;
+
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly labelNames: readonly L[],
+    readonly upperBounds: readonly number[],
+    registry: Registry,
+  ) {
+    registry.registerMetric(this as unknown as Metric<string>);
+    // Like prom-client, a histogram without labels always has its (zero) series.
+    if (labelNames.length === 0) {
+      this.unlabelled = new HistogramSeries(this as FastHistogram<string>, {});
+      this.activate(this.unlabelled);
+      this.unlabelled.active = true;
+    }
+  }
+
+  /** The series of these label values (in `labelNames` order); create once and keep it. */
+  labels(...values: string[]): HistogramSeries {
+    const key = values.join('\u0000');
+    let s = this.series.get(key);
+    if (s === undefined) {
+      const labels: Labels = {};
+      this.labelNames.forEach((n, i) => (labels[n] = values[i]!));
+      s = new HistogramSeries(this as FastHistogram<string>, labels);
+      this.series.set(key, s);
+    }
+    return s;
+  }
+
+  /** Observation on the histogram without labels. */
+  observe(value: number): void {
+    this.unlabelled!.observe(value);
+  }
+
+  /** @internal a series got its first observation */
+  activate(s: HistogramSeries): void {
+    this.active.push(s);
+  }
+
+  reset(): void {
+    this.active = [];
+    for (const s of this.series.values()) s.clear();
+    if (this.unlabelled !== undefined) {
+      this.unlabelled.clear();
+      this.unlabelled.active = true;
+      this.active.push(this.unlabelled);
+    }
+  }
+
+  async getForPromString(): Promise<{ name: string; help: string; type: string; values: HistogramSample[]; aggregator: string }> {
+    const values: HistogramSample[] = [];
+    const bucket = `${this.name}_bucket`;
+    for (const s of this.active) {
+      let acc = 0;
+      for (let i = 0; i < this.upperBounds.length; i++) {
+        acc += s.counts[i]!;
+        values.push({ labels: { le: this.upperBounds[i]! }, sharedLabels: s.labels, value: acc, metricName: bucket, exemplar: null });
+      }
+      values.push({ labels: { le: '+Inf' }, sharedLabels: s.labels, value: s.count, metricName: bucket, exemplar: null });
+      values.push({ labels: {}, sharedLabels: s.labels, value: s.sum, metricName: `${this.name}_sum`, exemplar: undefined });
+      values.push({ labels: {}, sharedLabels: s.labels, value: s.count, metricName: `${this.name}_count`, exemplar: undefined });
+    }
+    return { name: this.name, help: this.help, type: this.type, values, aggregator: this.aggregator };
+  }
+
+  async get(): Promise<{ name: string; help: string; type: string; values: Omit<HistogramSample, 'sharedLabels'>[]; aggregator: string }> {
+    const data = await this.getForPromString();
+    return {
+      ...data,
+      values: data.values.map(({ sharedLabels, labels, ...rest }) => ({ ...rest, labels: { ...labels, ...sharedLabels } })),
+    };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Public types
 
 export type SaturationStage = Stage;
@@ -140,13 +369,13 @@ export class ModelRequestMetrics {
   constructor(
     readonly modelName: string,
     readonly targetModelName: string,
-    private readonly totalChild: CounterChild,
-    private readonly runningChild: GaugeChild,
-    private readonly durationChild: HistogramChild,
-    private readonly ttftStreamingChild: HistogramChild,
-    private readonly ttftUnaryChild: HistogramChild,
-    private readonly inputTokensChild: HistogramChild,
-    private readonly outputTokensChild: HistogramChild,
+    private readonly totalChild: ValueSeries,
+    private readonly runningChild: ValueSeries,
+    private readonly durationChild: HistogramSeries,
+    private readonly ttftStreamingChild: HistogramSeries,
+    private readonly ttftUnaryChild: HistogramSeries,
+    private readonly inputTokensChild: HistogramSeries,
+    private readonly outputTokensChild: HistogramSeries,
     private readonly errorCounter: Counter<'model_name' | 'target_model_name' | 'error_code'>,
   ) {}
 
@@ -207,25 +436,25 @@ export class GatewayMetrics {
   // Caches of labelled children, keyed by already-capped values (nested maps: no key-string building).
   private readonly modelPairs = new Map<string, Map<string, ModelRequestMetrics>>();
   private modelPairCount = 0;
-  private readonly runningByModel = new Map<string, GaugeChild>();
-  private readonly attemptChildren = new Map<SchedulerAttemptStatus, Map<string, CounterChild>>();
+  private readonly runningByModel = new Map<string, ValueSeries>();
+  private readonly attemptChildren = new Map<SchedulerAttemptStatus, Map<string, ValueSeries>>();
   private readonly pollErrorChildren = new Map<string, CounterChild>();
   private readonly retryChildren = new Map<string, CounterChild>();
-  private readonly fcRequestChildren = new Map<string, Map<number, CounterChild>>();
-  private readonly fcQueueDurationChildren = new Map<string, Map<number, Map<string, HistogramChild>>>();
+  private readonly fcRequestChildren = new Map<string, Map<number, ValueSeries>>();
+  private readonly fcQueueDurationChildren = new Map<string, Map<number, Map<string, HistogramSeries>>>();
   private readonly disaggChildren = new Map<string, Map<string, CounterChild>>();
 
   // --- request
-  readonly requestTotal: Counter<'model_name' | 'target_model_name'>;
+  readonly requestTotal: FastValueMetric<'model_name' | 'target_model_name'>;
   readonly requestErrorTotal: Counter<'model_name' | 'target_model_name' | 'error_code'>;
-  readonly requestDuration: Histogram<'model_name' | 'target_model_name'>;
-  readonly requestTtft: Histogram<'model_name' | 'target_model_name' | 'streaming'>;
-  readonly requestInputTokens: Histogram<'model_name' | 'target_model_name'>;
-  readonly requestOutputTokens: Histogram<'model_name' | 'target_model_name'>;
-  readonly requestRunning: Gauge<'model_name'>;
+  readonly requestDuration: FastHistogram<'model_name' | 'target_model_name'>;
+  readonly requestTtft: FastHistogram<'model_name' | 'target_model_name' | 'streaming'>;
+  readonly requestInputTokens: FastHistogram<'model_name' | 'target_model_name'>;
+  readonly requestOutputTokens: FastHistogram<'model_name' | 'target_model_name'>;
+  readonly requestRunning: FastValueMetric<'model_name'>;
   // --- scheduler
-  readonly schedulerE2eDuration: Histogram<string>;
-  readonly schedulerAttemptsTotal: Counter<'status' | 'endpoint_name'>;
+  readonly schedulerE2eDuration: FastHistogram<never>;
+  readonly schedulerAttemptsTotal: FastValueMetric<'status' | 'endpoint_name'>;
   // --- endpoints (scrape-time)
   readonly endpointMetricsAge: Gauge<'endpoint_name' | 'role'>;
   readonly perEndpointQueueSize: Gauge<'endpoint_name' | 'role'>;
@@ -240,9 +469,9 @@ export class GatewayMetrics {
   readonly staleEndpoints: Gauge<'detector'>;
   readonly queueSize: Gauge<'fairness_id' | 'priority' | 'inference_pool'>;
   readonly queueBytes: Gauge<'fairness_id' | 'priority' | 'inference_pool'>;
-  readonly flowControlRequestsTotal: Counter<'outcome' | 'priority' | 'inference_pool'>;
-  readonly requestQueueDuration: Histogram<'fairness_id' | 'priority' | 'outcome' | 'inference_pool'>;
-  readonly dispatchCycleDuration: Histogram<string>;
+  readonly flowControlRequestsTotal: FastValueMetric<'outcome' | 'priority' | 'inference_pool'>;
+  readonly requestQueueDuration: FastHistogram<'fairness_id' | 'priority' | 'outcome' | 'inference_pool'>;
+  readonly dispatchCycleDuration: FastHistogram<never>;
   readonly capacityUtilizationRequests: Gauge<'priority' | 'inference_pool'>;
   readonly capacityUtilizationBytes: Gauge<'priority' | 'inference_pool'>;
   readonly disaggDecisionTotal: Counter<'model_name' | 'decision_type'>;
@@ -263,8 +492,13 @@ export class GatewayMetrics {
     const histogram = <L extends string>(c: HistogramConfiguration<L>): Histogram<L> =>
       new Histogram<L>({ ...c, registers });
     const modelLabels = ['model_name', 'target_model_name'] as const;
+    // The per-request series (see FastValueMetric / FastHistogram).
+    const fastCounter = <L extends string>(c: { name: string; help: string; labelNames: readonly L[] }): FastValueMetric<L> =>
+      new FastValueMetric<L>('counter', c.name, c.help, c.labelNames, this.registry);
+    const fastHistogram = <L extends string>(c: { name: string; help: string; labelNames?: readonly L[]; buckets: readonly number[] }): FastHistogram<L> =>
+      new FastHistogram<L>(c.name, c.help, c.labelNames ?? [], c.buckets, this.registry);
 
-    this.requestTotal = counter({
+    this.requestTotal = fastCounter({
       name: 'llm_d_epp_request_total',
       help: 'Inference requests received, by requested model (model_name) and model sent upstream (target_model_name).',
       labelNames: modelLabels,
@@ -274,42 +508,44 @@ export class GatewayMetrics {
       help: 'Inference requests that ended in an error, by model and error_code (HTTP status or llm-d error code).',
       labelNames: [...modelLabels, 'error_code'],
     });
-    this.requestDuration = histogram({
+    this.requestDuration = fastHistogram({
       name: 'llm_d_epp_request_duration_seconds',
       help: 'End-to-end request latency in seconds, from arrival at the gateway to the last byte of the answer (includes queueing).',
       labelNames: modelLabels,
       buckets: LATENCY_BUCKETS_SECONDS,
     });
-    this.requestTtft = histogram({
+    this.requestTtft = fastHistogram({
       name: 'llm_d_epp_request_ttft_seconds',
       help: 'Time to first token in seconds, from arrival at the gateway to the first answer byte relayed (streaming="true": first SSE event).',
       labelNames: [...modelLabels, 'streaming'],
       buckets: LATENCY_BUCKETS_SECONDS,
     });
-    this.requestInputTokens = histogram({
+    this.requestInputTokens = fastHistogram({
       name: 'llm_d_epp_request_input_tokens',
       help: 'Prompt tokens per request (usage.prompt_tokens of the answer), in tokens.',
       labelNames: modelLabels,
       buckets: TOKEN_BUCKETS,
     });
-    this.requestOutputTokens = histogram({
+    this.requestOutputTokens = fastHistogram({
       name: 'llm_d_epp_request_output_tokens',
       help: 'Generated tokens per request (usage.completion_tokens of the answer), in tokens.',
       labelNames: modelLabels,
       buckets: TOKEN_BUCKETS,
     });
-    this.requestRunning = gauge({
-      name: 'llm_d_epp_request_running',
-      help: 'Requests currently being handled by the gateway (queued or in flight upstream), by requested model.',
-      labelNames: ['model_name'],
-    });
+    this.requestRunning = new FastValueMetric(
+      'gauge',
+      'llm_d_epp_request_running',
+      'Requests currently being handled by the gateway (queued or in flight upstream), by requested model.',
+      ['model_name'],
+      this.registry,
+    );
 
-    this.schedulerE2eDuration = histogram({
+    this.schedulerE2eDuration = fastHistogram({
       name: 'llm_d_epp_scheduler_e2e_duration_seconds',
       help: 'Time in seconds to run the scheduler for one request (profiles: filters, scorers, picker).',
       buckets: MICRO_BUCKETS_SECONDS,
     });
-    this.schedulerAttemptsTotal = counter({
+    this.schedulerAttemptsTotal = fastCounter({
       name: 'llm_d_epp_scheduler_attempts_total',
       help: 'Scheduling attempts by status (success|failure) and the endpoint picked (empty on failure).',
       labelNames: ['status', 'endpoint_name'],
@@ -387,18 +623,18 @@ export class GatewayMetrics {
       labelNames: flowLabels,
       collect: () => this.collectFlowGauge(this.queueBytes, 'bytes'),
     });
-    this.flowControlRequestsTotal = counter({
+    this.flowControlRequestsTotal = fastCounter({
       name: 'llm_d_epp_flow_control_requests_total',
       help: 'Requests that left flow control, by outcome (Dispatched, Rejected*, Evicted*) and priority.',
       labelNames: ['outcome', 'priority', 'inference_pool'],
     });
-    this.requestQueueDuration = histogram({
+    this.requestQueueDuration = fastHistogram({
       name: 'llm_d_epp_flow_control_request_queue_duration_seconds',
       help: 'Time in seconds a request spent in flow control before its outcome, by flow and outcome.',
       labelNames: ['fairness_id', 'priority', 'outcome', 'inference_pool'],
       buckets: QUEUE_BUCKETS_SECONDS,
     });
-    this.dispatchCycleDuration = histogram({
+    this.dispatchCycleDuration = fastHistogram({
       name: 'llm_d_epp_flow_control_dispatch_cycle_duration_seconds',
       help: 'Time in seconds of one flow-control dispatch cycle (saturation, ceilings, dispatching heads of bands).',
       buckets: MICRO_BUCKETS_SECONDS,
@@ -489,7 +725,7 @@ export class GatewayMetrics {
     return series;
   }
 
-  private runningFor(cappedModel: string): GaugeChild {
+  private runningFor(cappedModel: string): ValueSeries {
     let child = this.runningByModel.get(cappedModel);
     if (child === undefined) {
       child = this.requestRunning.labels(cappedModel);

@@ -7,43 +7,68 @@ export class BodyTooLargeError extends Error {
   }
 }
 
+/**
+ * The state of one body being read, kept on the request itself so the listeners are shared
+ * module-level functions (called with `this` = the request): no closures per request.
+ */
+interface BodyState {
+  chunks: Buffer[];
+  size: number;
+  limit: number;
+  resolve: (body: Buffer) => void;
+  reject: (err: Error) => void;
+}
+
+const kBody = Symbol('sluice.body');
+type Reading = IncomingMessage & { [kBody]?: BodyState | undefined };
+
 export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = req.headers['content-length'];
   if (declared !== undefined && Number(declared) > limit) return Promise.reject(new BodyTooLargeError(limit));
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (c: Buffer) => {
-      size += c.length;
-      if (size > limit) {
-        cleanup();
-        req.pause();
-        reject(new BodyTooLargeError(limit));
-        return;
-      }
-      chunks.push(c);
-    };
-    const onEnd = () => {
-      cleanup();
-      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-    };
-    const onError = (err: Error) => {
-      cleanup();
-      reject(err);
-    };
-    const onClose = () => {
-      cleanup();
-      reject(new Error('client closed the connection while sending the body'));
-    };
-    const cleanup = () => {
-      req.off('data', onData);
-      req.off('end', onEnd);
-      req.off('error', onError);
-      req.off('close', onClose);
-    };
+    (req as Reading)[kBody] = { chunks: [], size: 0, limit, resolve, reject };
     req.on('data', onData);
     req.on('end', onEnd);
     req.on('error', onError);
     req.on('close', onClose);
   });
+}
+
+/** Stops listening and hands back the state (undefined once already settled). */
+function detach(req: Reading): BodyState | undefined {
+  const state = req[kBody];
+  if (state === undefined) return undefined;
+  req[kBody] = undefined;
+  req.off('data', onData);
+  req.off('end', onEnd);
+  req.off('error', onError);
+  req.off('close', onClose);
+  return state;
+}
+
+function onData(this: Reading, c: Buffer): void {
+  const state = this[kBody];
+  if (state === undefined) return;
+  state.size += c.length;
+  if (state.size > state.limit) {
+    detach(this);
+    this.pause();
+    state.reject(new BodyTooLargeError(state.limit));
+    return;
+  }
+  state.chunks.push(c);
+}
+
+function onEnd(this: Reading): void {
+  const state = detach(this);
+  if (state === undefined) return;
+  state.resolve(state.chunks.length === 1 ? state.chunks[0]! : Buffer.concat(state.chunks, state.size));
+}
+
+function onError(this: Reading, err: Error): void {
+  detach(this)?.reject(err);
+}
+
+function onClose(this: Reading): void {
+  detach(this)?.reject(new Error('client closed the connection while sending the body'));
 }

@@ -1,8 +1,12 @@
 /**
  * Scheduling + forwarding of one admitted request, with retries on connection failures that
  * happen before any byte reached the client (SPEC §2). The answer streams back chunk by chunk
- * with backpressure; a client disconnect aborts the upstream request at once; the endpoint's
- * in-flight count is released exactly once whatever happens.
+ * with backpressure (SSE event by event, never held); a small non-streamed answer of known length
+ * is collected and written in one go with its headers. A client disconnect aborts the upstream
+ * request at once; the endpoint's in-flight count is released exactly once whatever happens.
+ *
+ * The upstream request runs on undici's dispatch API with one handler object per attempt
+ * (`Exchange`): no response stream, no promise per chunk, no AbortController.
  *
  * Prefill/decode (SPEC §7.4): when the profile handler decided `prefill-decode`, the connector of
  * the decision shapes the decode request (sidecar header) or first runs a prefill leg through
@@ -11,9 +15,9 @@
  * leg starts. A decode leg prepared by a prefill leg is reused when the decode endpoint is retried.
  * The decision is counted once per request.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import { errors as undiciErrors } from 'undici';
+import { errors as undiciErrors, type Dispatcher } from 'undici';
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
 import type { Disaggregation, SchedulingRequest } from '../scheduling/framework.js';
@@ -27,6 +31,7 @@ import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import type { DecodeLeg, PdStep, PrefillLegResult, SendPrefill } from './connectors/types.js';
+import { unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
 
 export interface ForwardContext {
   req: IncomingMessage;
@@ -129,24 +134,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
 }
 
 async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): Promise<AttemptResult> {
-  const { req, res, pool, clock, modelMetrics } = ctx;
-  const ac = new AbortController();
-  let clientGone = false;
-  const onClose = () => {
-    if (!res.writableFinished) {
-      clientGone = true;
-      ac.abort();
-    }
-  };
-  res.once('close', onClose);
-  pool.acquire(ep);
-  let released = false;
-  const release = () => {
-    if (!released) {
-      released = true;
-      pool.release(ep);
-    }
-  };
+  const x = new Exchange(ctx, ep);
   try {
     let leg: DecodeLeg | undefined;
     let prepared: DecodeLeg | undefined;
@@ -154,9 +142,12 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): 
     else if (plan?.prefill !== undefined) {
       const connector = connectorFor(plan.connector);
       const input = { raw: ctx.raw, body: ctx.sreq.body, api: ctx.sreq.api, prefill: plan.prefill };
+      // Only a prefill leg needs a signal (the decode leg is aborted through undici's controller).
+      const ac = (x.prefillAbort = new AbortController());
       const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, ac.signal));
       const step: PdStep = pending instanceof Promise ? await pending : pending;
-      if (step.kind === 'aborted' || clientGone || res.destroyed) return { kind: 'done', status: 0 };
+      x.prefillAbort = undefined;
+      if (step.kind === 'aborted' || x.clientGone || ctx.res.destroyed) return DONE_GONE;
       if (step.kind === 'reply') return { kind: 'done', status: relayPrefillReply(ctx, step) };
       if (step.warning !== undefined) {
         ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep.name, connector: connector.name, reason: step.warning }, 'P/D degraded');
@@ -164,122 +155,259 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): 
       leg = step.leg;
       if (connector.runsPrefill) prepared = leg;
     }
+    return await x.relay(leg, prepared);
+  } finally {
+    x.finish();
+  }
+}
 
-    const upstreamHeaders = upstreamRequestHeaders(req.headers, ctx.requestId);
-    if (leg?.headers !== undefined) Object.assign(upstreamHeaders, leg.headers);
-    const cachedTokens = leg?.cachedTokens;
+const DONE_GONE: AttemptResult = Object.freeze({ kind: 'done', status: 0 });
+
+/** Non-streamed answers up to this size are relayed in one write (status line, headers and body). */
+const MAX_BUFFERED = 256 << 10;
+
+const enum Mode {
+  /** Relayed chunk by chunk as it arrives (SSE, unknown or large length). */
+  Stream,
+  /** Collected, then written once with the headers (a small answer with a known length). */
+  Buffer,
+  /** Collected so its cached_tokens can be rewritten, then written once with its new length. */
+  HoldJson,
+}
+
+/**
+ * One attempt on one endpoint: the undici dispatch handler of the upstream request (no response
+ * stream, no promise per chunk, no AbortSignal), the client-close watcher and the endpoint's
+ * in-flight slot, released exactly once: when the answer is relayed, on an error, or at once when
+ * the client goes away.
+ */
+class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
+  clientGone = false;
+  /** Set while a prefill leg runs: aborted when the client goes away. */
+  prefillAbort: AbortController | undefined = undefined;
+  private released = false;
+  private settled = true;
+  private resolve: ((r: AttemptResult) => void) | undefined = undefined;
+  private controller: Dispatcher.DispatchController | undefined = undefined;
+  private prepared: DecodeLeg | undefined = undefined;
+  private cachedTokens: number | undefined = undefined;
+  // --- the answer
+  private status = 0;
+  private headers: Record<string, string | string[]> | undefined = undefined;
+  private mode = Mode.Stream;
+  private sse = false;
+  private scanner: SseUsageScanner | undefined = undefined;
+  private sseRewriter: SseCachedTokensRewriter | undefined = undefined;
+  /** Chunks kept: the whole answer (Buffer, HoldJson) or its first MiB for usage (Stream, status 200). */
+  private captured: Buffer[] | undefined = undefined;
+  private capturedBytes = 0;
+  private first = true;
+  private waitingDrain = false;
+  /** Resumes the upstream once the client caught up (made on first backpressure). */
+  private onDrain: (() => void) | undefined = undefined;
+
+  constructor(
+    private readonly ctx: ForwardContext,
+    private readonly ep: Endpoint,
+  ) {
+    watchClient(ctx.res, this);
+    ctx.pool.acquire(ep);
+  }
+
+  /** Sends the decode leg (or the client's request) and relays the answer. */
+  relay(leg: DecodeLeg | undefined, prepared: DecodeLeg | undefined): Promise<AttemptResult> {
+    const { ctx } = this;
+    if (this.clientGone || ctx.res.destroyed) return Promise.resolve(DONE_GONE);
+    this.prepared = prepared;
+    const headers = upstreamRequestHeaders(ctx.req.headers, ctx.requestId);
+    if (leg?.headers !== undefined) Object.assign(headers, leg.headers);
+    this.cachedTokens = leg?.cachedTokens;
     // The answer is rewritten, so it must come back uncompressed.
-    if (cachedTokens !== undefined) upstreamHeaders['accept-encoding'] = 'identity';
-    let up;
-    try {
-      up = await ctx.upstreams.get(ep).request({
-        method: 'POST',
-        path: req.url ?? '/',
-        headers: upstreamHeaders,
-        body: leg?.body ?? ctx.raw,
-        signal: ac.signal,
-      });
-    } catch (err) {
-      if (clientGone || res.destroyed) return { kind: 'done', status: 0 };
-      if (isConnectError(err)) {
-        return prepared !== undefined
-          ? { kind: 'retry', error: (err as Error).message, prepared }
-          : { kind: 'retry', error: (err as Error).message };
-      }
-      if (err instanceof undiciErrors.HeadersTimeoutError) {
-        sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId: ctx.requestId });
-        return { kind: 'done', status: 504 };
-      }
-      sendError(res, 502, `upstream ${ep.name} failed: ${(err as Error).message}`, { requestId: ctx.requestId });
-      return { kind: 'done', status: 502 };
-    }
+    if (this.cachedTokens !== undefined) headers['accept-encoding'] = 'identity';
+    return new Promise<AttemptResult>((resolve) => {
+      this.resolve = resolve;
+      this.settled = false;
+      ctx.upstreams.get(this.ep).dispatch({ method: 'POST', path: ctx.req.url ?? '/', headers, body: leg?.body ?? ctx.raw }, this);
+    });
+  }
 
-    const status = up.statusCode;
-    const headers = clientResponseHeaders(up.headers);
+  /** Releases the endpoint and stops watching the client (idempotent). */
+  finish(): void {
+    if (!this.released) {
+      this.released = true;
+      this.ctx.pool.release(this.ep);
+    }
+    unwatchClient(this.ctx.res, this);
+    if (this.waitingDrain) {
+      this.waitingDrain = false;
+      this.ctx.res.off('drain', this.onDrain!);
+    }
+  }
+
+  private done(r: AttemptResult): void {
+    if (this.settled) return;
+    this.settled = true;
+    this.finish();
+    this.resolve!(r);
+  }
+
+  clientClosed(): void {
+    if (this.ctx.res.writableFinished) return;
+    this.clientGone = true;
+    this.prefillAbort?.abort();
+    if (!this.settled) {
+      // undici drops the request at once when connected, or as soon as it would be sent when queued.
+      this.controller?.abort(new Error('client disconnected'));
+      this.done(DONE_GONE);
+    }
+  }
+
+  // --- undici handler
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.settled) controller.abort(new Error('client disconnected'));
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, status: number, upHeaders: IncomingHttpHeaders): void {
+    if (status < 200 || this.settled) return;
+    const { ctx, ep, cachedTokens } = this;
+    this.status = status;
+    const headers = clientResponseHeaders(upHeaders);
     headers['x-request-id'] = ctx.requestId;
     for (const hook of ctx.rt.responseHooks) {
       hook.onResponseHeaders(ctx.sreq, ep, (name, value) => (headers[name.toLowerCase()] = value));
     }
-    const contentType = up.headers['content-type'];
-    const sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream');
-    const encoding = up.headers['content-encoding'];
-    const rewrite =
-      cachedTokens !== undefined && status >= 200 && status <= 299 && (encoding === undefined || encoding === 'identity');
+    this.headers = headers;
+    const contentType = upHeaders['content-type'];
+    const sse = (this.sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream'));
+    const encoding = upHeaders['content-encoding'];
+    const rewrite = cachedTokens !== undefined && status >= 200 && status <= 299 && (encoding === undefined || encoding === 'identity');
     if (rewrite) delete headers['content-length'];
-    const sseRewriter = rewrite && sse ? new SseCachedTokensRewriter(cachedTokens) : undefined;
-    // A JSON answer whose usage is rewritten goes out whole, with its new length, once complete.
-    let holdJson = rewrite && !sse;
-    if (!holdJson) res.writeHead(status, headers);
-
-    const scanner = sse ? new SseUsageScanner() : undefined;
-    let captured: Buffer[] | undefined = !sse && (status === 200 || holdJson) ? [] : undefined;
-    let capturedBytes = 0;
-    let first = true;
-    try {
-      for await (const chunk of up.body as AsyncIterable<Buffer>) {
-        if (first) {
-          first = false;
-          modelMetrics.ttft((clock.now() - ctx.started) / 1000, ctx.stream);
-        }
-        if (holdJson) {
-          if (capturedBytes + chunk.length <= MAX_JSON_REWRITE) {
-            captured!.push(chunk);
-            capturedBytes += chunk.length;
-            continue;
-          }
-          // Too large to hold: relay it unchanged from here on.
-          holdJson = false;
-          res.writeHead(status, headers);
-          for (const c of captured!) res.write(c);
-          captured = undefined;
-        }
-        if (scanner) scanner.feed(chunk);
-        else if (captured && capturedBytes + chunk.length <= MAX_JSON_CAPTURE) {
-          captured.push(chunk);
-          capturedBytes += chunk.length;
-        }
-        const out = sseRewriter ? sseRewriter.push(chunk) : chunk;
-        if (out.length === 0) continue;
-        if (!res.write(out)) {
-          if (res.destroyed) break;
-          await drainOrClose(res);
-        }
-      }
-    } catch (err) {
-      if (clientGone || res.destroyed) return { kind: 'done', status: 0 };
-      // The upstream failed mid-answer: the status line is gone, so end the stream visibly.
-      ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep.name, err: (err as Error).message }, 'upstream failed mid-response');
-      if (!res.headersSent) {
-        sendError(res, 502, `upstream ${ep.name} failed mid-response: ${(err as Error).message}`, { requestId: ctx.requestId });
-      } else if (sse) {
-        res.end(`data: ${errorBody(502, `upstream ${ep.name} failed mid-stream: ${(err as Error).message}`)}\n\n`);
-      } else res.destroy();
-      return { kind: 'done', status: 502 };
-    }
-    if (clientGone || res.destroyed) return { kind: 'done', status: 0 };
-    let whole: Buffer | undefined;
-    if (holdJson) {
-      whole = rewriteJsonCachedTokens(Buffer.concat(captured!, capturedBytes), cachedTokens!);
-      headers['content-length'] = String(whole.length);
-      res.writeHead(status, headers);
-      res.end(whole);
+    if (sse) {
+      this.scanner = new SseUsageScanner();
+      if (rewrite) this.sseRewriter = new SseCachedTokensRewriter(cachedTokens);
+    } else if (rewrite) {
+      // A JSON answer whose usage is rewritten goes out whole, with its new length, once complete.
+      this.mode = Mode.HoldJson;
+      this.captured = [];
+      return;
     } else {
-      const rest = sseRewriter?.end();
+      const length = upHeaders['content-length'];
+      if (typeof length === 'string' && length.length > 0 && Number(length) <= MAX_BUFFERED) {
+        this.mode = Mode.Buffer;
+        this.captured = [];
+        return;
+      }
+      if (status === 200) this.captured = [];
+    }
+    ctx.res.writeHead(status, headers);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.settled) return;
+    const { ctx } = this;
+    if (this.first) {
+      this.first = false;
+      ctx.modelMetrics.ttft((ctx.clock.now() - ctx.started) / 1000, ctx.stream);
+    }
+    if (this.mode === Mode.Buffer) {
+      this.captured!.push(chunk);
+      this.capturedBytes += chunk.length;
+      return;
+    }
+    if (this.mode === Mode.HoldJson) {
+      if (this.capturedBytes + chunk.length <= MAX_JSON_REWRITE) {
+        this.captured!.push(chunk);
+        this.capturedBytes += chunk.length;
+        return;
+      }
+      // Too large to hold: relay it unchanged from here on.
+      this.mode = Mode.Stream;
+      ctx.res.writeHead(this.status, this.headers);
+      for (const c of this.captured!) ctx.res.write(c);
+      this.captured = undefined;
+    }
+    if (this.scanner !== undefined) this.scanner.feed(chunk);
+    else if (this.captured !== undefined) {
+      // Usage is read from a complete answer only: past the cap, stop keeping it.
+      if (this.capturedBytes + chunk.length <= MAX_JSON_CAPTURE) {
+        this.captured.push(chunk);
+        this.capturedBytes += chunk.length;
+      } else this.captured = undefined;
+    }
+    const out = this.sseRewriter !== undefined ? this.sseRewriter.push(chunk) : chunk;
+    if (out.length === 0) return;
+    if (!ctx.res.write(out) && !ctx.res.destroyed && !this.waitingDrain) {
+      this.waitingDrain = true;
+      controller.pause();
+      this.onDrain ??= () => {
+        this.waitingDrain = false;
+        this.controller?.resume();
+      };
+      ctx.res.once('drain', this.onDrain);
+    }
+  }
+
+  onResponseEnd(): void {
+    if (this.settled) return;
+    const { ctx } = this;
+    const { res } = ctx;
+    if (res.destroyed) return this.done(DONE_GONE);
+    let whole: Buffer | undefined;
+    if (this.mode === Mode.Stream) {
+      const rest = this.sseRewriter?.end();
       if (rest !== undefined && rest.length > 0) res.write(rest);
       res.end();
+    } else {
+      const captured = this.captured!;
+      let body = captured.length === 1 ? captured[0]! : Buffer.concat(captured, this.capturedBytes);
+      if (this.mode === Mode.HoldJson) {
+        body = rewriteJsonCachedTokens(body, this.cachedTokens!);
+        this.headers!['content-length'] = String(body.length);
+        whole = body;
+      } else if (this.status === 200) whole = body;
+      // Status line, headers and body leave in one write.
+      res.writeHead(this.status, this.headers);
+      res.end(body);
     }
-    const usage: Usage | undefined = scanner
-      ? scanner.usage
-      : whole
-        ? usageFromJson(whole)
-        : captured
-          ? usageFromJson(Buffer.concat(captured, capturedBytes))
-          : undefined;
-    if (usage) modelMetrics.tokens(usage.promptTokens, usage.completionTokens);
-    return { kind: 'done', status };
-  } finally {
-    release();
-    res.off('close', onClose);
+    const usage: Usage | undefined =
+      this.scanner !== undefined
+        ? this.scanner.usage
+        : whole !== undefined
+          ? usageFromJson(whole)
+          : this.captured !== undefined && this.mode === Mode.Stream
+            ? usageFromJson(Buffer.concat(this.captured, this.capturedBytes))
+            : undefined;
+    if (usage) ctx.modelMetrics.tokens(usage.promptTokens, usage.completionTokens);
+    this.done({ kind: 'done', status: this.status });
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    if (this.settled) return;
+    const { ctx, ep } = this;
+    const { res, requestId } = ctx;
+    if (this.clientGone || res.destroyed) return this.done(DONE_GONE);
+    if (this.headers === undefined) {
+      // No answer yet.
+      if (isConnectError(err)) {
+        return this.done(this.prepared !== undefined ? { kind: 'retry', error: err.message, prepared: this.prepared } : { kind: 'retry', error: err.message });
+      }
+      if (err instanceof undiciErrors.HeadersTimeoutError) {
+        sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId });
+        return this.done({ kind: 'done', status: 504 });
+      }
+      sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId });
+      return this.done({ kind: 'done', status: 502 });
+    }
+    // The upstream failed mid-answer: when the status line is gone, end the stream visibly.
+    ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message }, 'upstream failed mid-response');
+    if (!res.headersSent) {
+      sendError(res, 502, `upstream ${ep.name} failed mid-response: ${err.message}`, { requestId });
+    } else if (this.sse) {
+      res.end(`data: ${errorBody(502, `upstream ${ep.name} failed mid-stream: ${err.message}`)}\n\n`);
+    } else res.destroy();
+    this.done({ kind: 'done', status: 502 });
   }
 }
 
@@ -323,16 +451,4 @@ function relayPrefillReply(ctx: ForwardContext, step: Extract<PdStep, { kind: 'r
   ctx.res.writeHead(step.status, headers);
   ctx.res.end(step.body);
   return step.status;
-}
-
-function drainOrClose(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
 }

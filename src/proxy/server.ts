@@ -20,7 +20,8 @@ import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { Upstreams } from './upstreams.js';
 import type { ModelsCache } from './models.js';
 import type { FlowController } from '../flowcontrol/controller.js';
-import type { FlowTicket } from '../flowcontrol/types.js';
+import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from '../flowcontrol/types.js';
+import { trackResponse, unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
 import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
 
@@ -81,26 +82,25 @@ export class ApiServer {
     return new Promise((r) => this.idleWaiters.push(r));
   }
 
+  /** Called once per request when its response closes (bound once: no closure per request). */
+  private readonly requestEnded = (): void => {
+    if (--this.active === 0 && this.idleWaiters.length > 0) {
+      const w = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const f of w) f();
+    }
+  };
+
   private handle(req: IncomingMessage, res: ServerResponse): void {
     this.active++;
-    res.once('close', () => {
-      if (--this.active === 0 && this.idleWaiters.length > 0) {
-        const w = this.idleWaiters;
-        this.idleWaiters = [];
-        for (const f of w) f();
-      }
-    });
+    trackResponse(res, this.requestEnded);
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
     if (req.method === 'POST') {
       const api = API_ROUTES[path];
       if (api !== undefined) {
-        this.handleApi(req, res, api).catch((err: unknown) => {
-          // Last line of defence: a bug must cost one request a 500, never the process.
-          this.deps.logger.error({ err }, 'unexpected error handling request');
-          sendError(res, 500, 'internal error in the gateway');
-        });
+        void this.handleApi(req, res, api);
         return;
       }
     } else if (req.method === 'GET' || req.method === 'HEAD') {
@@ -120,84 +120,90 @@ export class ApiServer {
     sendError(res, 404, `no route for ${req.method} ${path}`);
   }
 
+  /** Never rejects: a bug must cost one request a 500, never the process. */
   private async handleApi(req: IncomingMessage, res: ServerResponse, api: ApiKind): Promise<void> {
-    const { deps } = this;
-    const idHeader = req.headers['x-request-id'];
-    const requestId = typeof idHeader === 'string' && idHeader.length > 0 && idHeader.length <= 256 ? idHeader : randomUUID();
-    if (this.draining) {
-      req.resume();
-      return sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
-    }
-    const rt = deps.runtime();
-    let raw: Buffer;
     try {
-      raw = await readBody(req, rt.config.server.bodyLimit);
-    } catch (err) {
-      if (err instanceof BodyTooLargeError) {
-        res.once('finish', () => req.destroy());
-        return sendError(res, 413, err.message, { requestId, close: true });
+      const { deps } = this;
+      const idHeader = req.headers['x-request-id'];
+      const requestId = typeof idHeader === 'string' && idHeader.length > 0 && idHeader.length <= 256 ? idHeader : randomUUID();
+      if (this.draining) {
+        req.resume();
+        return sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
       }
-      return; // client went away mid-body: nothing to answer
-    }
-    let body: unknown;
-    try {
-      body = JSON.parse(raw.toString('utf8'));
-    } catch (err) {
-      return sendError(res, 400, `invalid JSON body: ${(err as Error).message}`, { requestId });
-    }
-    const valid = validateOpenAIRequest(api, body);
-    if (isInvalid(valid)) return sendError(res, 400, valid.message, { param: valid.param, requestId });
-
-    const objective = firstHeader(req.headers, OBJECTIVE_HEADERS);
-    const priority = objective !== undefined ? (rt.objectives.get(objective) ?? 0) : 0;
-    const fairnessId = firstHeader(req.headers, FAIRNESS_HEADERS) ?? 'default-flow';
-
-    const started = deps.clock.now();
-    const modelMetrics = deps.metrics.forModel(valid.model);
-    modelMetrics.started();
-    let status = 0;
-    try {
-      const sreq: SchedulingRequest = {
-        requestId,
-        model: valid.model,
-        api,
-        body: body as Record<string, unknown>,
-        promptText: valid.promptText,
-        headers: req.headers,
-        state: new Map(),
-      };
-      const ctx: ForwardContext = {
-        req,
-        res,
-        raw,
-        sreq,
-        stream: valid.stream,
-        requestId,
-        started,
-        rt,
-        pool: deps.pool,
-        upstreams: deps.upstreams,
-        metrics: deps.metrics,
-        modelMetrics,
-        logger: deps.logger,
-        clock: deps.clock,
-      };
-      if (rt.flowControl) {
-        const slo = req.headers['x-llm-d-slo-ttft-ms'];
-        const sloTtftMs = parseSloTtftHeader(typeof slo === 'string' ? slo : undefined);
-        status = await throughFlowControl(rt.flowControl, ctx, deps.runtime, priority, fairnessId, sloTtftMs);
-      } else {
-        const refusal = rt.admitWithoutQueue(priority);
-        if (refusal) {
-          status = refusal.status;
-          return sendGatewayError(res, refusal, requestId);
+      const rt = deps.runtime();
+      let raw: Buffer;
+      try {
+        raw = await readBody(req, rt.config.server.bodyLimit);
+      } catch (err) {
+        if (err instanceof BodyTooLargeError) {
+          res.once('finish', () => req.destroy());
+          return sendError(res, 413, err.message, { requestId, close: true });
         }
-        status = await forward(ctx);
+        return; // client went away mid-body: nothing to answer
       }
-    } finally {
-      modelMetrics.ended();
-      modelMetrics.duration((deps.clock.now() - started) / 1000);
-      if (status >= 400) modelMetrics.error(status);
+      let body: unknown;
+      try {
+        body = JSON.parse(raw.toString('utf8'));
+      } catch (err) {
+        return sendError(res, 400, `invalid JSON body: ${(err as Error).message}`, { requestId });
+      }
+      const valid = validateOpenAIRequest(api, body);
+      if (isInvalid(valid)) return sendError(res, 400, valid.message, { param: valid.param, requestId });
+
+      const objective = firstHeader(req.headers, OBJECTIVE_HEADERS);
+      const priority = objective !== undefined ? (rt.objectives.get(objective) ?? 0) : 0;
+      const fairnessId = firstHeader(req.headers, FAIRNESS_HEADERS) ?? 'default-flow';
+
+      const started = deps.clock.now();
+      const modelMetrics = deps.metrics.forModel(valid.model);
+      modelMetrics.started();
+      let status = 0;
+      try {
+        const sreq: SchedulingRequest = {
+          requestId,
+          model: valid.model,
+          api,
+          body: body as Record<string, unknown>,
+          promptText: valid.promptText,
+          headers: req.headers,
+          state: new Map(),
+        };
+        const ctx: ForwardContext = {
+          req,
+          res,
+          raw,
+          sreq,
+          stream: valid.stream,
+          requestId,
+          started,
+          rt,
+          pool: deps.pool,
+          upstreams: deps.upstreams,
+          metrics: deps.metrics,
+          modelMetrics,
+          logger: deps.logger,
+          clock: deps.clock,
+        };
+        if (rt.flowControl) {
+          const slo = req.headers['x-llm-d-slo-ttft-ms'];
+          const sloTtftMs = parseSloTtftHeader(typeof slo === 'string' ? slo : undefined);
+          status = await throughFlowControl(rt.flowControl, ctx, deps.runtime, priority, fairnessId, sloTtftMs);
+        } else {
+          const refusal = rt.admitWithoutQueue(priority);
+          if (refusal) {
+            status = refusal.status;
+            return sendGatewayError(res, refusal, requestId);
+          }
+          status = await forward(ctx);
+        }
+      } finally {
+        modelMetrics.ended();
+        modelMetrics.duration((deps.clock.now() - started) / 1000);
+        if (status >= 400) modelMetrics.error(status);
+      }
+    } catch (err) {
+      this.deps.logger.error({ err }, 'unexpected error handling request');
+      sendError(res, 500, 'internal error in the gateway');
     }
   }
 }
@@ -215,31 +221,49 @@ function throughFlowControl(
   fairnessId: string,
   sloTtftMs: number | undefined,
 ): Promise<number> {
-  const { res, requestId, pool, metrics } = ctx;
   return new Promise<number>((resolve) => {
-    let ticket: FlowTicket | undefined;
-    const onClose = () => ticket?.cancel();
-    res.once('close', onClose);
-    ticket = fc.enqueue({
-      fairnessId,
-      priority,
-      byteSize: ctx.raw.length,
-      receivedAt: ctx.started,
-      sloTtftMs,
-      onOutcome(outcome, queuedMs, cause) {
-        res.off('close', onClose);
-        metrics.flowControlOutcome(outcome, priority, fairnessId, queuedMs / 1000);
-        if (outcome === 'Dispatched') {
-          ctx.rt = runtime(); // a reload while it waited: schedule with the profiles now in force
-          return resolve(forward(ctx));
-        }
-        const http = outcomeToHttp(outcome, cause, pool.endpoints.length === 0);
-        if (outcome === 'EvictedContextCancelled' || http === undefined) return resolve(0);
-        sendError(res, http.status, http.message, { droppedReason: http.droppedReason, requestId });
-        resolve(http.status);
-      },
-    });
+    const q = new Queued(ctx, runtime, priority, fairnessId, sloTtftMs, resolve);
+    watchClient(ctx.res, q);
+    q.ticket = fc.enqueue(q);
   });
+}
+
+/** A request in the flow-control queue: the queue's request, its outcome handler and its client watcher in one object. */
+class Queued implements FlowRequest, ClientWatcher {
+  ticket: FlowTicket | undefined = undefined;
+  readonly byteSize: number;
+  readonly receivedAt: number;
+
+  constructor(
+    private readonly ctx: ForwardContext,
+    private readonly runtime: () => ProxyRuntime,
+    readonly priority: number,
+    readonly fairnessId: string,
+    readonly sloTtftMs: number | undefined,
+    private readonly resolve: (status: number | Promise<number>) => void,
+  ) {
+    this.byteSize = ctx.raw.length;
+    this.receivedAt = ctx.started;
+  }
+
+  clientClosed(): void {
+    this.ticket?.cancel();
+  }
+
+  onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
+    const { ctx } = this;
+    const { res, requestId } = ctx;
+    unwatchClient(res, this);
+    ctx.metrics.flowControlOutcome(outcome, this.priority, this.fairnessId, queuedMs / 1000);
+    if (outcome === 'Dispatched') {
+      ctx.rt = this.runtime(); // a reload while it waited: schedule with the profiles now in force
+      return this.resolve(forward(ctx));
+    }
+    const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);
+    if (outcome === 'EvictedContextCancelled' || http === undefined) return this.resolve(0);
+    sendError(res, http.status, http.message, { droppedReason: http.droppedReason, requestId });
+    this.resolve(http.status);
+  }
 }
 
 function json(res: ServerResponse, status: number, body: string): void {

@@ -3,7 +3,6 @@
  * usage chunk of an SSE stream (`stream_options.include_usage`). The SSE scanner is chunk-boundary
  * safe: a line split across reads (even inside a multi-byte character) is reassembled.
  */
-import { StringDecoder } from 'node:string_decoder';
 
 export interface Usage {
   promptTokens: number;
@@ -26,45 +25,122 @@ function usageFrom(obj: unknown): Usage | undefined {
   return usage;
 }
 
-/** Usage of a complete JSON answer; undefined when absent or not JSON. */
+/**
+ * Usage of a complete JSON answer; undefined when absent or not JSON. Only the `usage` object is
+ * parsed: the last `"usage"` key, when the bytes after its object close the top-level object
+ * (usage sits near the end of OpenAI/vLLM answers); anything less certain parses the whole answer.
+ */
 export function usageFromJson(body: Buffer | string): Usage | undefined {
+  const buf = typeof body === 'string' ? Buffer.from(body, 'utf8') : body;
+  const tail = usageFromTail(buf);
+  if (tail !== UNSURE) return tail;
   try {
-    return usageFrom(JSON.parse(typeof body === 'string' ? body : body.toString('utf8')));
+    return usageFrom(JSON.parse(buf.toString('utf8')));
   } catch {
     return undefined;
   }
 }
 
-/** Feeds SSE bytes as they stream; remembers the last usage seen. */
+const USAGE_KEY = Buffer.from('"usage"', 'latin1');
+const UNSURE = Symbol('unsure');
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+
+function isSpace(b: number): boolean {
+  return b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
+}
+
+/** Index after the string whose opening quote is at `i` (-1 when unterminated). */
+function skipString(buf: Buffer, i: number): number {
+  for (let k = i + 1; k < buf.length; k++) {
+    const b = buf[k]!;
+    if (b === BACKSLASH) k++;
+    else if (b === QUOTE) return k + 1;
+  }
+  return -1;
+}
+
+/** The top-level usage from the tail of `buf`, undefined when there is none, UNSURE when a full parse must decide. */
+function usageFromTail(buf: Buffer): Usage | undefined | typeof UNSURE {
+  const at = buf.lastIndexOf(USAGE_KEY);
+  if (at < 0) return undefined;
+  // An odd run of backslashes before the quote: the match is inside a string.
+  let slashes = 0;
+  for (let k = at - 1; k >= 0 && buf[k] === BACKSLASH; k--) slashes++;
+  if (slashes % 2 === 1) return UNSURE;
+  let i = at + USAGE_KEY.length;
+  while (i < buf.length && isSpace(buf[i]!)) i++;
+  if (buf[i] !== 0x3a /* : */) return UNSURE;
+  i++;
+  while (i < buf.length && isSpace(buf[i]!)) i++;
+  if (buf[i] !== 0x7b /* { */) return UNSURE;
+  const start = i;
+  // The end of the usage object, then of the enclosing object: only whitespace may follow that.
+  let depth = 0;
+  let end = -1;
+  for (; i < buf.length; i++) {
+    const b = buf[i]!;
+    if (b === QUOTE) {
+      i = skipString(buf, i) - 1;
+      if (i < 0) return UNSURE;
+    } else if (b === 0x7b || b === 0x5b) depth++;
+    else if (b === 0x7d || b === 0x5d) {
+      depth--;
+      if (depth === 0 && end < 0) end = i + 1;
+      else if (depth < 0) break;
+    }
+  }
+  if (end < 0 || depth !== -1 || buf[i] !== 0x7d) return UNSURE;
+  for (i++; i < buf.length; i++) if (!isSpace(buf[i]!)) return UNSURE;
+  try {
+    return usageFrom({ usage: JSON.parse(buf.toString('utf8', start, end)) });
+  } catch {
+    return UNSURE;
+  }
+}
+
+const NL = 0x0a;
+const EMPTY = Buffer.alloc(0);
+/** An unfinished line longer than this is dropped, so a stream without newlines cannot grow memory. */
+const MAX_HELD_BYTES = 1 << 20;
+
+/**
+ * Feeds SSE bytes as they stream; remembers the last usage seen. Works on the bytes: only complete
+ * lines that mention `"usage"` are decoded and parsed (newlines never occur inside a UTF-8
+ * sequence, so splitting at 0x0a is safe); an unfinished line is held until its newline arrives.
+ */
 export class SseUsageScanner {
-  private readonly decoder = new StringDecoder('utf8');
-  private partial = '';
+  private held: Buffer = EMPTY;
   usage: Usage | undefined = undefined;
-  /** Number of `data:` events seen (excluding [DONE]). */
-  events = 0;
 
   feed(chunk: Buffer): void {
-    const text = this.partial + this.decoder.write(chunk);
-    let start = 0;
-    for (;;) {
-      const nl = text.indexOf('\n', start);
-      if (nl < 0) break;
-      this.line(text, start, nl);
-      start = nl + 1;
+    const buf = this.held.length === 0 ? chunk : Buffer.concat([this.held, chunk]);
+    const lastNl = buf.lastIndexOf(NL);
+    if (lastNl < 0) {
+      this.held = buf.length > MAX_HELD_BYTES ? EMPTY : buf === chunk ? Buffer.from(chunk) : buf;
+      return;
     }
-    // Keep only the unfinished line; bound it so a stream without newlines cannot grow memory.
-    this.partial = start < text.length ? text.slice(start) : '';
-    if (this.partial.length > 1 << 20) this.partial = '';
+    // Copy the remainder: `chunk` belongs to the HTTP client.
+    this.held = lastNl + 1 < buf.length && buf.length - lastNl - 1 <= MAX_HELD_BYTES ? Buffer.from(buf.subarray(lastNl + 1)) : EMPTY;
+    let at = buf.indexOf(USAGE_KEY);
+    while (at >= 0 && at < lastNl) {
+      const end = buf.indexOf(NL, at);
+      this.line(buf.toString('utf8', buf.lastIndexOf(NL, at) + 1, end));
+      at = buf.indexOf(USAGE_KEY, end);
+    }
   }
 
-  private line(text: string, start: number, end: number): void {
-    if (!text.startsWith('data:', start)) return;
-    let s = start + 5;
+  /** A complete line (without its newline) that mentions "usage": a `data:` event's usage, if any. */
+  private line(text: string): void {
+    if (!text.startsWith('data:')) return;
+    let s = 5;
     if (text.charCodeAt(s) === 32) s++;
     if (text.startsWith('[DONE]', s)) return;
-    this.events++;
+    const end = text.length;
     const usageAt = text.indexOf('"usage"', s);
-    if (usageAt < 0 || usageAt >= end) return;
+    if (usageAt < 0) return;
+    // `"usage":null` on every event (OpenAI-style include_usage): nothing to parse, unless another key follows.
+    if (isNullValue(text, usageAt + 7, end) && text.indexOf('"usage"', usageAt + 7) < 0) return;
     let e = end;
     if (text.charCodeAt(e - 1) === 13) e--; // CRLF
     try {
@@ -74,4 +150,13 @@ export class SseUsageScanner {
       // not JSON: ignore, usage is best effort
     }
   }
+}
+
+/** Whether `text` at `i` (after a key) reads `: null` (spaces or tabs allowed). */
+function isNullValue(text: string, i: number, end: number): boolean {
+  while (i < end && (text.charCodeAt(i) === 32 || text.charCodeAt(i) === 9)) i++;
+  if (text.charCodeAt(i) !== 58 /* : */) return false;
+  i++;
+  while (i < end && (text.charCodeAt(i) === 32 || text.charCodeAt(i) === 9)) i++;
+  return text.startsWith('null', i);
 }

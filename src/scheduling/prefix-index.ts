@@ -7,10 +7,13 @@
  * new request, an endpoint's match is the number of leading blocks it has learned. This estimates
  * what vLLM's prefix cache holds without asking it.
  *
- * Storage: per endpoint an LRU set of hashes (insertion order of a JS Set = recency), plus a reverse
- * map hash → owner(s) so a block nobody has ends the walk at once. An owner entry is a bare name
- * when one endpoint has the block (the common case) and a Set only when several do, to keep memory
- * per hash small.
+ * Storage (PrefixIndex): flat typed arrays, no JS Map per block. A block table (open addressing,
+ * linear probing, keyed by the 53-bit hash) gives a block record; a membership record ties one
+ * endpoint to one block and sits on two linked lists: the endpoint's LRU list (oldest first) and the
+ * block's owner list (so a block nobody has ends the walk at once, and eviction drops a block the
+ * moment its last owner forgets it). With prompts that are all distinct every request learns and
+ * evicts a block per 64 characters, so these are the operations that must be cheap: a few array
+ * reads and writes each, no allocation, nothing for the garbage collector to trace.
  */
 import type { Endpoint } from '../datalayer/endpoint.js';
 
@@ -131,18 +134,15 @@ export function blockHashes(text: string, seed: number, opts: PrefixHashOptions)
   return hashes;
 }
 
-type Owners = string | Set<string>;
-
-function ownedBy(owners: Owners, name: string): boolean {
-  return typeof owners === 'string' ? owners === name : owners.has(name);
-}
-
 /**
  * An LRU set of block hashes. Not a JS Set used as a queue: V8 leaves a tombstone per deleted entry
  * and `values().next()` walks over them, so evicting from the front of a churning Set costs
  * O(capacity) per eviction (≈ 1 ms per request at the default 31 250 blocks). Instead: a map
  * hash → last-use number plus an append-only log of (hash, use); an eviction pops log entries
  * until one is still current. The log is compacted when stale entries outnumber live ones.
+ *
+ * No longer used by PrefixIndex (its Maps of 53-bit keys cost ≈ 1 µs per learned block under churn;
+ * PrefixIndex keeps its LRU lists in typed arrays); kept as a general-purpose LRU with its own test.
  */
 export class BlockLru {
   private readonly lastUse = new Map<number, number>();
@@ -208,11 +208,50 @@ export class BlockLru {
   }
 }
 
+const NONE = -1;
+
+/** Table slot of a hash (the low 32 bits are well mixed by `finish`). */
+function home(hash: number, mask: number): number {
+  return (hash >>> 0) & mask;
+}
+
+function grownInt32(a: Int32Array<ArrayBuffer>, length: number): Int32Array<ArrayBuffer> {
+  const b = new Int32Array(length);
+  b.set(a);
+  return b;
+}
+
 export class PrefixIndex {
-  /** endpoint name → its learned hashes, least recently used first. */
-  private readonly lrus = new Map<string, BlockLru>();
-  /** hash → endpoint name(s) holding it. */
-  private readonly owners = new Map<number, Owners>();
+  // --- endpoints: id ↔ name, each with its LRU list of memberships (head = least recently used)
+  private readonly idByName = new Map<string, number>();
+  private readonly freeIds: number[] = [];
+  private lruHead = new Int32Array(8).fill(NONE);
+  private lruTail = new Int32Array(8).fill(NONE);
+  private lruSize = new Int32Array(8);
+  private endpointTop = 0;
+
+  // --- blocks: hash and the head of the owner list; free records chain through `blockOwners`
+  private blockHash = new Float64Array(1024);
+  private blockOwners = new Int32Array(1024);
+  private blockTop = 0;
+  private blockFree = NONE;
+  private blockCount = 0;
+
+  // --- block table: open addressing over block records, at most half full
+  private slots = new Int32Array(2048).fill(NONE);
+  private mask = 2047;
+
+  // --- memberships (endpoint holds block): LRU links, owner-list link; free records chain through `memNext`
+  private memBlock = new Int32Array(1024);
+  private memEndpoint = new Int32Array(1024);
+  private memPrev = new Int32Array(1024);
+  private memNext = new Int32Array(1024);
+  private memOwnerNext = new Int32Array(1024);
+  private memTop = 0;
+  private memFree = NONE;
+
+  /** Scratch: candidate endpoint ids of one match() call. */
+  private candidateIds = new Int32Array(16);
 
   /**
    * Matched leading blocks per candidate: `out[i]` is how many of `hashes`, from the first on,
@@ -222,15 +261,33 @@ export class PrefixIndex {
     const n = candidates.length;
     const matched = out ?? new Float64Array(n);
     matched.fill(0, 0, n);
-    let alive = n;
+    if (n === 0 || hashes.length === 0) return matched;
+    const first = this.find(hashes[0]!);
+    if (first === NONE) return matched; // the common case for a new prompt: nobody has its first block
+    if (this.candidateIds.length < n) this.candidateIds = new Int32Array(Math.max(n, this.candidateIds.length * 2));
+    const ids = this.candidateIds;
+    let alive = 0;
+    for (let i = 0; i < n; i++) {
+      const id = this.idByName.get(candidates[i]!.name);
+      ids[i] = id ?? NONE;
+      if (id !== undefined) alive++;
+    }
+    const owners = this.blockOwners;
+    const memEndpoint = this.memEndpoint;
+    const memOwnerNext = this.memOwnerNext;
     for (let b = 0; b < hashes.length && alive > 0; b++) {
-      const owners = this.owners.get(hashes[b]!);
-      if (owners === undefined) break;
+      const block = b === 0 ? first : this.find(hashes[b]!);
+      if (block === NONE) break;
       alive = 0;
       for (let i = 0; i < n; i++) {
-        if (matched[i] === b && ownedBy(owners, candidates[i]!.name)) {
-          matched[i] = b + 1;
-          alive++;
+        if (matched[i] !== b) continue;
+        const id = ids[i]!;
+        for (let m = owners[block]!; m !== NONE; m = memOwnerNext[m]!) {
+          if (memEndpoint[m] === id) {
+            matched[i] = b + 1;
+            alive++;
+            break;
+          }
         }
       }
     }
@@ -239,62 +296,217 @@ export class PrefixIndex {
 
   /** Records that `endpointName` now caches these blocks (most recent), evicting down to `capacity`. */
   learn(endpointName: string, hashes: readonly number[], capacity: number): void {
-    let lru = this.lrus.get(endpointName);
-    if (lru === undefined) {
-      lru = new BlockLru();
-      this.lrus.set(endpointName, lru);
+    let e = this.idByName.get(endpointName);
+    if (e === undefined) e = this.addEndpoint(endpointName);
+    for (let k = 0; k < hashes.length; k++) {
+      const hash = hashes[k]!;
+      let block = this.find(hash);
+      if (block === NONE) block = this.addBlock(hash);
+      else {
+        const held = this.membership(block, e);
+        if (held !== NONE) {
+          this.touch(e, held);
+          continue;
+        }
+      }
+      this.addMembership(block, e);
     }
-    for (const hash of hashes) {
-      if (lru.touch(hash)) this.addOwner(hash, endpointName);
-    }
-    while (lru.size > capacity) {
-      const oldest = lru.evictOldest();
-      if (oldest === undefined) break;
-      this.removeOwner(oldest, endpointName);
-    }
+    while (this.lruSize[e]! > capacity) this.evictOldest(e);
   }
 
   /** Forgets every endpoint not in `liveNames`. */
   purge(liveNames: ReadonlySet<string>): void {
-    for (const [name, lru] of this.lrus) {
+    for (const [name, e] of this.idByName) {
       if (liveNames.has(name)) continue;
-      for (const hash of lru.keys()) this.removeOwner(hash, name);
-      this.lrus.delete(name);
+      while (this.lruSize[e]! > 0) this.evictOldest(e);
+      this.idByName.delete(name);
+      this.freeIds.push(e);
     }
   }
 
   /** Blocks learned by one endpoint (tests, debug). */
   size(endpointName: string): number {
-    return this.lrus.get(endpointName)?.size ?? 0;
+    const e = this.idByName.get(endpointName);
+    return e === undefined ? 0 : this.lruSize[e]!;
   }
 
   /** Endpoints the index knows. */
   endpointNames(): string[] {
-    return [...this.lrus.keys()];
+    return [...this.idByName.keys()];
   }
 
   /** Distinct hashes held by any endpoint. */
   get distinctBlocks(): number {
-    return this.owners.size;
+    return this.blockCount;
   }
 
-  private addOwner(hash: number, name: string): void {
-    const owners = this.owners.get(hash);
-    if (owners === undefined) this.owners.set(hash, name);
-    else if (typeof owners === 'string') {
-      if (owners !== name) this.owners.set(hash, new Set([owners, name]));
-    } else owners.add(name);
-  }
+  // ------------------------------------------------------------------------------ endpoints
 
-  private removeOwner(hash: number, name: string): void {
-    const owners = this.owners.get(hash);
-    if (owners === undefined) return;
-    if (typeof owners === 'string') {
-      if (owners === name) this.owners.delete(hash);
-      return;
+  private addEndpoint(name: string): number {
+    let e = this.freeIds.pop();
+    if (e === undefined) {
+      e = this.endpointTop++;
+      if (e >= this.lruHead.length) {
+        const length = this.lruHead.length * 2;
+        this.lruHead = grownInt32(this.lruHead, length);
+        this.lruTail = grownInt32(this.lruTail, length);
+        this.lruSize = grownInt32(this.lruSize, length);
+      }
     }
-    owners.delete(name);
-    if (owners.size === 1) this.owners.set(hash, owners.values().next().value as string);
-    else if (owners.size === 0) this.owners.delete(hash);
+    this.lruHead[e] = NONE;
+    this.lruTail[e] = NONE;
+    this.lruSize[e] = 0;
+    this.idByName.set(name, e);
+    return e;
+  }
+
+  // ------------------------------------------------------------------------------ block table
+
+  /** The block record of `hash`, or NONE. */
+  private find(hash: number): number {
+    const slots = this.slots;
+    const mask = this.mask;
+    const blockHash = this.blockHash;
+    for (let i = home(hash, mask); ; i = (i + 1) & mask) {
+      const b = slots[i]!;
+      if (b === NONE || blockHash[b] === hash) return b;
+    }
+  }
+
+  private addBlock(hash: number): number {
+    if ((this.blockCount + 1) * 2 > this.slots.length) this.rehash(this.slots.length * 2);
+    let b = this.blockFree;
+    if (b !== NONE) this.blockFree = this.blockOwners[b]!;
+    else {
+      b = this.blockTop++;
+      if (b >= this.blockHash.length) {
+        const length = this.blockHash.length * 2;
+        const hashes = new Float64Array(length);
+        hashes.set(this.blockHash);
+        this.blockHash = hashes;
+        this.blockOwners = grownInt32(this.blockOwners, length);
+      }
+    }
+    this.blockHash[b] = hash;
+    this.blockOwners[b] = NONE;
+    this.blockCount++;
+    const mask = this.mask;
+    let i = home(hash, mask);
+    while (this.slots[i] !== NONE) i = (i + 1) & mask;
+    this.slots[i] = b;
+    return b;
+  }
+
+  /** Drops a block nobody owns any more: out of the table (backward-shift deletion), record freed. */
+  private removeBlock(b: number): void {
+    const slots = this.slots;
+    const mask = this.mask;
+    const blockHash = this.blockHash;
+    let i = home(blockHash[b]!, mask);
+    while (slots[i] !== b) i = (i + 1) & mask;
+    // Pull later entries of the probe run back so lookups never cross an empty slot they need.
+    for (let j = (i + 1) & mask; ; j = (j + 1) & mask) {
+      const c = slots[j]!;
+      if (c === NONE) break;
+      const k = home(blockHash[c]!, mask);
+      // `c` may move to `i` unless its home lies cyclically in (i, j].
+      if (i <= j ? i < k && k <= j : i < k || k <= j) continue;
+      slots[i] = c;
+      i = j;
+    }
+    slots[i] = NONE;
+    this.blockOwners[b] = this.blockFree;
+    this.blockFree = b;
+    this.blockCount--;
+  }
+
+  private rehash(size: number): void {
+    const slots = new Int32Array(size).fill(NONE);
+    const mask = size - 1;
+    const old = this.slots;
+    for (let i = 0; i < old.length; i++) {
+      const b = old[i]!;
+      if (b === NONE) continue;
+      let j = home(this.blockHash[b]!, mask);
+      while (slots[j] !== NONE) j = (j + 1) & mask;
+      slots[j] = b;
+    }
+    this.slots = slots;
+    this.mask = mask;
+  }
+
+  // ------------------------------------------------------------------------------ memberships
+
+  /** The membership of endpoint `e` in `block`, or NONE (owner lists are short: a few endpoints at most). */
+  private membership(block: number, e: number): number {
+    for (let m = this.blockOwners[block]!; m !== NONE; m = this.memOwnerNext[m]!) {
+      if (this.memEndpoint[m] === e) return m;
+    }
+    return NONE;
+  }
+
+  private addMembership(block: number, e: number): void {
+    let m = this.memFree;
+    if (m !== NONE) this.memFree = this.memNext[m]!;
+    else {
+      m = this.memTop++;
+      if (m >= this.memBlock.length) {
+        const length = this.memBlock.length * 2;
+        this.memBlock = grownInt32(this.memBlock, length);
+        this.memEndpoint = grownInt32(this.memEndpoint, length);
+        this.memPrev = grownInt32(this.memPrev, length);
+        this.memNext = grownInt32(this.memNext, length);
+        this.memOwnerNext = grownInt32(this.memOwnerNext, length);
+      }
+    }
+    this.memBlock[m] = block;
+    this.memEndpoint[m] = e;
+    // owner list: push front
+    this.memOwnerNext[m] = this.blockOwners[block]!;
+    this.blockOwners[block] = m;
+    // LRU list: append (most recent)
+    const tail = this.lruTail[e]!;
+    this.memPrev[m] = tail;
+    this.memNext[m] = NONE;
+    if (tail === NONE) this.lruHead[e] = m;
+    else this.memNext[tail] = m;
+    this.lruTail[e] = m;
+    this.lruSize[e]!++;
+  }
+
+  /** Makes `m` the most recently used of endpoint `e`. */
+  private touch(e: number, m: number): void {
+    if (this.lruTail[e] === m) return;
+    const prev = this.memPrev[m]!;
+    const next = this.memNext[m]!; // not NONE: m is not the tail
+    if (prev === NONE) this.lruHead[e] = next;
+    else this.memNext[prev] = next;
+    this.memPrev[next] = prev;
+    const tail = this.lruTail[e]!;
+    this.memPrev[m] = tail;
+    this.memNext[m] = NONE;
+    this.memNext[tail] = m;
+    this.lruTail[e] = m;
+  }
+
+  /** Forgets the least recently used block of endpoint `e` (and the block itself when nobody else has it). */
+  private evictOldest(e: number): void {
+    const m = this.lruHead[e]!;
+    if (m === NONE) return;
+    const next = this.memNext[m]!;
+    this.lruHead[e] = next;
+    if (next === NONE) this.lruTail[e] = NONE;
+    else this.memPrev[next] = NONE;
+    this.lruSize[e]!--;
+    const block = this.memBlock[m]!;
+    let p = this.blockOwners[block]!;
+    if (p === m) this.blockOwners[block] = this.memOwnerNext[m]!;
+    else {
+      while (this.memOwnerNext[p] !== m) p = this.memOwnerNext[p]!;
+      this.memOwnerNext[p] = this.memOwnerNext[m]!;
+    }
+    this.memNext[m] = this.memFree;
+    this.memFree = m;
+    if (this.blockOwners[block] === NONE) this.removeBlock(block);
   }
 }

@@ -1,0 +1,60 @@
+/**
+ * One `close` listener per response (a shared module-level function, installed by the API server)
+ * tells whoever currently handles the request — the flow-control queue, then each upstream attempt
+ * — that the client went away. Stages take and hand back the slot instead of adding and removing
+ * listeners of their own.
+ */
+import type { ServerResponse } from 'node:http';
+
+export interface ClientWatcher {
+  /** The response closed (the client went away, or the answer finished: check `res.writableFinished`). */
+  clientClosed(): void;
+}
+
+const kWatcher = Symbol('sluice.clientWatcher');
+const kOnEnd = Symbol('sluice.onResponseEnd');
+const kTracked = Symbol('sluice.tracked');
+
+type Watched = ServerResponse & {
+  [kWatcher]?: ClientWatcher | undefined;
+  [kOnEnd]?: (() => void) | undefined;
+  [kTracked]?: boolean;
+};
+
+/** Installs the close listener; `onEnd` runs after the watcher, once, when the response closes. */
+export function trackResponse(res: ServerResponse, onEnd: () => void): void {
+  const r = res as Watched;
+  r[kOnEnd] = onEnd;
+  if (r[kTracked] !== true) {
+    r[kTracked] = true;
+    res.on('close', onResponseClose);
+  }
+}
+
+function onResponseClose(this: Watched): void {
+  const w = this[kWatcher];
+  if (w !== undefined) {
+    this[kWatcher] = undefined;
+    w.clientClosed();
+  }
+  const onEnd = this[kOnEnd];
+  if (onEnd !== undefined) {
+    this[kOnEnd] = undefined;
+    onEnd();
+  }
+}
+
+/** `w` hears the close from now on (replacing any earlier watcher). */
+export function watchClient(res: ServerResponse, w: ClientWatcher): void {
+  const r = res as Watched;
+  r[kWatcher] = w;
+  if (r[kTracked] !== true) {
+    r[kTracked] = true;
+    res.on('close', onResponseClose);
+  }
+}
+
+/** `w` no longer hears the close (no-op when another watcher took over). */
+export function unwatchClient(res: ServerResponse, w: ClientWatcher): void {
+  if ((res as Watched)[kWatcher] === w) (res as Watched)[kWatcher] = undefined;
+}
