@@ -28,6 +28,7 @@ import { builtinRegistry } from '../src/plugins/builtin.js';
 import { buildScheduling } from '../src/scheduling/build.js';
 import type { SchedulingRequest } from '../src/scheduling/framework.js';
 import { ManualClock, seededRandom } from '../src/util/clock.js';
+import { CONFIG, text } from './lib/sched-sweep.js';
 
 const QUICK = process.argv.includes('--quick');
 const ENDPOINT_COUNTS = [8, 64, 512];
@@ -42,33 +43,8 @@ const MIN_MS = QUICK ? 300 : 1_500;
 const TARGET_1KB_64_US = 50;
 const TARGET_100KB_US = 300;
 
-const CONFIG = `
-pool:
-  endpoints: []
-plugins:
-- type: decode-filter
-- type: queue-scorer
-- type: kv-cache-utilization-scorer
-- type: prefix-cache-scorer
-- type: max-score-picker
-- type: utilization-detector
-schedulingProfiles:
-- name: default
-  plugins:
-  - pluginRef: decode-filter
-  - { pluginRef: queue-scorer, weight: 2 }
-  - { pluginRef: kv-cache-utilization-scorer, weight: 2 }
-  - { pluginRef: prefix-cache-scorer, weight: 3 }
-  - pluginRef: max-score-picker
-`;
 
-const WORDS = 'the of and to in is you that it he was for on are as with his they at be this have from or one had by'.split(' ');
 
-function text(random: () => number, chars: number): string {
-  let out = '';
-  while (out.length < chars) out += WORDS[Math.floor(random() * WORDS.length)]! + ' ';
-  return out.slice(0, chars);
-}
 
 interface CaseResult {
   endpoints: number;

@@ -31,7 +31,8 @@ export interface SweepPoint {
   meanUs: number;
 }
 
-const CONFIG = `
+/** The default profile (queue ×2, kv ×2, prefix ×3) behind decode-filter, as bench/scheduler.ts uses it too. */
+export const CONFIG = `
 pool:
   endpoints: []
 plugins:
@@ -53,9 +54,10 @@ schedulingProfiles:
 
 const FAMILIES = 32;
 const TAIL_CHARS = 96;
-const WORDS = 'the of and to in is you that it he was for on are as with his they at be this have from or one had by'.split(' ');
+export const WORDS = 'the of and to in is you that it he was for on are as with his they at be this have from or one had by'.split(' ');
 
-function text(random: () => number, chars: number): string {
+/** Prompt-like text of `chars` characters drawn from WORDS. */
+export function text(random: () => number, chars: number): string {
   let out = '';
   while (out.length < chars) out += WORDS[Math.floor(random() * WORDS.length)]! + ' ';
   return out.slice(0, chars);
