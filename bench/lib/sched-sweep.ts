@@ -21,6 +21,7 @@ import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
 import type { SchedulingRequest } from '../../src/scheduling/framework.js';
 import { ManualClock, seededRandom } from '../../src/util/clock.js';
+import { pathToFileURL } from 'node:url';
 
 export interface SweepPoint {
   endpoints: number;
@@ -131,4 +132,5 @@ function main(): void {
   process.stdout.write(`SWEEPJSON ${JSON.stringify(points)}\n`);
 }
 
-main();
+// Run only as a script (bench/scheduler.ts imports the shared pieces above).
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) main();
