@@ -28,7 +28,7 @@ import { builtinRegistry } from '../src/plugins/builtin.js';
 import { buildScheduling } from '../src/scheduling/build.js';
 import type { SchedulingRequest } from '../src/scheduling/framework.js';
 import { ManualClock, seededRandom } from '../src/util/clock.js';
-import { CONFIG, text } from './lib/sched-sweep.js';
+import { benchFleet, text } from './lib/sched-sweep.js';
 
 const QUICK = process.argv.includes('--quick');
 const ENDPOINT_COUNTS = [8, 64, 512];
@@ -58,21 +58,7 @@ interface CaseResult {
 }
 
 function runCase(endpointCount: number, promptChars: number): CaseResult {
-  const registry = builtinRegistry();
-  const loaded = loadConfigText(CONFIG, 'bench.yaml', registry);
-  const clock = new ManualClock();
-  const random = seededRandom(42);
-  const endpoints: Endpoint[] = [];
-  for (let i = 0; i < endpointCount; i++) {
-    const ep = new Endpoint({ name: `vllm-${i}`, address: '10.0.0.1', port: 8000 + i, labels: { [ROLE_LABEL]: 'decode' } });
-    // Below the detector's thresholds (5 waiting, 0.8 KV) for most, over them for a few.
-    ep.metrics = { waiting: Math.floor(random() * 7), running: Math.floor(random() * 16), kvUsage: random() * 0.9 };
-    ep.metricsAt = clock.now();
-    endpoints.push(ep);
-  }
-  const logger = { warn() {}, info() {}, debug() {} };
-  const built = buildScheduling(loaded.config, registry, { clock, random, pool: { endpoints }, logger, plugins: new Map() });
-  const scheduler = built.scheduler;
+  const { clock, random, endpoints, built, scheduler } = benchFleet(endpointCount);
 
   const prefixes = Array.from({ length: FAMILIES }, () => text(random, promptChars - TAIL_CHARS));
   let counter = 0;

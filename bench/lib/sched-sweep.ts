@@ -64,9 +64,13 @@ export function text(random: () => number, chars: number): string {
   return out.slice(0, chars);
 }
 
-function runPoint(endpointCount: number, promptChars: number, quick: boolean): SweepPoint {
+/**
+ * The fleet both scheduling benchmarks decide over: `endpointCount` decode endpoints with fresh,
+ * mostly unsaturated metrics, and the scheduler of CONFIG built on them (seeded, manual clock).
+ */
+export function benchFleet(endpointCount: number) {
   const registry = builtinRegistry();
-  const loaded = loadConfigText(CONFIG, 'sweep.yaml', registry);
+  const loaded = loadConfigText(CONFIG, 'bench.yaml', registry);
   const clock = new ManualClock();
   const random = seededRandom(42);
   const endpoints: Endpoint[] = [];
@@ -78,7 +82,12 @@ function runPoint(endpointCount: number, promptChars: number, quick: boolean): S
     endpoints.push(ep);
   }
   const logger = { warn() {}, info() {}, debug() {} };
-  const scheduler = buildScheduling(loaded.config, registry, { clock, random, pool: { endpoints }, logger, plugins: new Map() }).scheduler;
+  const built = buildScheduling(loaded.config, registry, { clock, random, pool: { endpoints }, logger, plugins: new Map() });
+  return { clock, random, endpoints, built, scheduler: built.scheduler };
+}
+
+function runPoint(endpointCount: number, promptChars: number, quick: boolean): SweepPoint {
+  const { random, endpoints, scheduler } = benchFleet(endpointCount);
   const prefixes = Array.from({ length: FAMILIES }, () => text(random, promptChars - TAIL_CHARS));
   let counter = 0;
   const nextRequest = (): SchedulingRequest => {
