@@ -18,7 +18,7 @@ import type { ProxyRuntime } from './proxy/runtime.js';
 import { ApiServer } from './proxy/server.js';
 import { Upstreams } from './proxy/upstreams.js';
 import type { SaturationDetector } from './saturation/detector.js';
-import { stageSaturation } from './saturation/stages.js';
+import { globalSaturation, stageSaturation } from './saturation/stages.js';
 import { featureEnabled } from './config/defaults.js';
 import { FlowController } from './flowcontrol/controller.js';
 import type { FairnessPolicy, OrderingPolicy, UsageLimitPolicy } from './flowcontrol/policies/types.js';
@@ -76,7 +76,7 @@ function buildRuntime(
 ): { runtime: ProxyRuntime; detector: SaturationDetector } {
   const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map() });
   const detector = built.detector;
-  const saturationNow = () => stageSaturation(detector, clock.now(), pool.endpoints).global;
+  const saturationNow = () => globalSaturation(detector, clock.now(), pool.endpoints);
   const plugin = <T>(name: string) => {
     const p = built.plugins.get(name);
     if (!p) throw new Error(`flow control references plugin '${name}', which is not instantiated`);

@@ -204,6 +204,26 @@ class Flow implements FlowView {
   }
 }
 
+/**
+ * What the fairness policy sees of a request that arrives at an empty controller: a band with one
+ * flow holding it alone. One reusable instance, filled per use (the idle fast path allocates nothing).
+ */
+class SoloFlow implements FlowView, QueuedItemView {
+  id = '';
+  priority = 0;
+  readonly length = 1;
+  enqueuedAt = 0;
+  receivedAt = 0;
+  ttlDeadline = Infinity;
+  sloDeadline = Infinity;
+  byteSize = 0;
+  readonly asList: readonly FlowView[] = [this];
+
+  head(): QueuedItemView {
+    return this;
+  }
+}
+
 class Band {
   readonly priority: number;
   /** Limits; Infinity when unlimited. */
@@ -217,6 +237,8 @@ class Band {
   readonly compareItems: (a: QueuedRequest, b: QueuedRequest) => number;
 
   constructor(
+    /** Position among the bands, highest priority first. */
+    readonly index: number,
     readonly config: PriorityBandConfig,
     readonly ordering: OrderingPolicy,
     readonly selector: FlowSelector,
@@ -291,6 +313,7 @@ export class FlowController {
   private saturationTimerAt = Infinity;
 
   private readonly owner: TicketOwner = { cancel: (item) => this.evictCancelled(item) };
+  private readonly solo = new SoloFlow();
 
   constructor(opts: FlowControllerOptions) {
     this.config = opts.config;
@@ -303,8 +326,8 @@ export class FlowController {
     this.onDispatchCycle = opts.onDispatchCycle;
 
     this.bands = provisionBands(opts.config, opts.objectivePriorities).map(
-      (band) =>
-        new Band(band, opts.ordering(band.orderingPolicyRef), opts.fairness(band.fairnessPolicyRef).newBandSelector()),
+      (band, index) =>
+        new Band(index, band, opts.ordering(band.orderingPolicyRef), opts.fairness(band.fairnessPolicyRef).newBandSelector()),
     );
     for (const band of this.bands) this.bandByPriority.set(band.priority, band);
     this.defaultBand = this.bandByPriority.get(0)!;
@@ -341,10 +364,65 @@ export class FlowController {
       return NO_OP_TICKET;
     }
 
+    if (this.totalRequests === 0 && !this.dispatching) return this.enqueueIdle(req, band, now);
     const item = this.insert(req, band, now);
     // Inside a running dispatch loop (an onOutcome enqueuing) the loop picks it up; it arms timers.
     if (!this.dispatching) this.runDispatch();
     return item;
+  }
+
+  /**
+   * Nothing is queued: one dispatch cycle decides this request alone, before any flow or queue
+   * entry exists for it — the common case of a gateway with room must cost next to nothing. The
+   * answer and the policy calls are those of queueing it and running the cycle: one ceiling
+   * computation, the gate of every band down to its own, and its band's fairness selector over a
+   * band holding just its flow (so e.g. a round-robin cursor moves as it would).
+   */
+  private enqueueIdle(req: FlowRequest, band: Band, now: number): FlowTicket {
+    const startedAt = this.onDispatchCycle !== undefined ? performance.now() : 0;
+    let dispatched = false;
+    this.dispatching = true;
+    try {
+      const saturation = this.sampleGate(now);
+      dispatched = saturation !== undefined && this.passesGate(saturation, band.index) && this.selectsAlone(req, band, now);
+      if (dispatched) {
+        this.notify(req, 'Dispatched', 0);
+        // Requests its outcome callback enqueued joined the queue: the run goes on, as runDispatch's.
+        while (this.totalRequests > 0 && !this.shuttingDown && this.dispatchCycle());
+      }
+    } finally {
+      this.dispatching = false;
+    }
+    const ticket = dispatched ? NO_OP_TICKET : this.insert(req, band, now);
+    this.reportDispatchRun(startedAt);
+    this.armTimers();
+    return ticket;
+  }
+
+  /** No band down to `bandIndex` is at its ceiling (a lower band never passes a waiting higher one). */
+  private passesGate(saturation: number, bandIndex: number): boolean {
+    for (let i = 0; i <= bandIndex; i++) if (saturation >= this.ceilings[i]!) return false;
+    return true;
+  }
+
+  /** The band's fairness selector, asked to choose among the request's flow alone, chooses it. */
+  private selectsAlone(req: FlowRequest, band: Band, now: number): boolean {
+    const solo = this.solo;
+    solo.id = req.fairnessId;
+    solo.priority = band.priority;
+    solo.enqueuedAt = now;
+    solo.receivedAt = req.receivedAt;
+    const ttl = this.saturatedBudgetMs;
+    solo.ttlDeadline = ttl > 0 ? now + ttl : Infinity;
+    const slo = req.sloTtftMs;
+    solo.sloDeadline = slo !== undefined && slo >= 0 ? req.receivedAt + slo : Infinity;
+    solo.byteSize = req.byteSize;
+    try {
+      return band.selector.select(solo.asList, band.ordering) === 0;
+    } catch {
+      this.policyErrors++;
+      return false;
+    }
   }
 
   /** Puts an admitted request into its flow's heap and, when it can expire, the expiry heap. */
@@ -455,15 +533,18 @@ export class FlowController {
     } finally {
       this.dispatching = false;
     }
-    if (this.onDispatchCycle !== undefined) {
-      try {
-        this.onDispatchCycle((performance.now() - startedAt) / 1000);
-      } catch {
-        this.callbackErrors++;
-      }
-    }
+    this.reportDispatchRun(startedAt);
     this.armTimers();
     return dispatched;
+  }
+
+  private reportDispatchRun(startedAt: number): void {
+    if (this.onDispatchCycle === undefined) return;
+    try {
+      this.onDispatchCycle((performance.now() - startedAt) / 1000);
+    } catch {
+      this.callbackErrors++;
+    }
   }
 
   /** Every queued request leaves as EvictedOther (shutting-down); later enqueues are rejected likewise. */
@@ -542,19 +623,8 @@ export class FlowController {
   /** One cycle (reference §2.6): true when it dispatched a request. */
   private dispatchCycle(): boolean {
     const now = this.clock.now();
-    let saturation: number;
-    try {
-      this.observeRegime(now);
-      saturation = this.sampleSaturation();
-      this.ceilings.fill(1);
-      this.usageLimit.computeCeilings(saturation, this.priorities, this.ceilings);
-    } catch {
-      this.policyErrors++;
-      return false; // fail closed: no trustworthy gate this cycle
-    }
-    if (Number.isNaN(saturation)) saturation = Infinity; // fail closed
-    this.lastSaturation = saturation;
-    this.ceilingsSampled = true;
+    const saturation = this.sampleGate(now);
+    if (saturation === undefined) return false; // fail closed: no trustworthy gate this cycle
 
     const bands = this.bands;
     const ceilings = this.ceilings;
@@ -578,6 +648,27 @@ export class FlowController {
       return true;
     }
     return false;
+  }
+
+  /**
+   * The start of a dispatch cycle: pool regime, saturation, and every band's ceiling (exactly one
+   * usage-limit call). undefined when a policy threw; NaN saturation reads as Infinity (fail closed).
+   */
+  private sampleGate(now: number): number | undefined {
+    let saturation: number;
+    try {
+      this.observeRegime(now);
+      saturation = this.sampleSaturation();
+      this.ceilings.fill(1);
+      this.usageLimit.computeCeilings(saturation, this.priorities, this.ceilings);
+    } catch {
+      this.policyErrors++;
+      return undefined;
+    }
+    if (Number.isNaN(saturation)) saturation = Infinity;
+    this.lastSaturation = saturation;
+    this.ceilingsSampled = true;
+    return saturation;
   }
 
   private readonly onImmediate = (): void => {

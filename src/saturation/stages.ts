@@ -5,7 +5,7 @@
  * (stage null) take part in no stage. When every stage is empty the detector reads the whole list,
  * so an empty pool is 1.0. Values are never clamped.
  */
-import type { Endpoint } from '../datalayer/endpoint.js';
+import type { Endpoint, Stage } from '../datalayer/endpoint.js';
 import type { SaturationDetector } from './detector.js';
 
 export interface StageSaturation {
@@ -18,47 +18,57 @@ export interface StageSaturation {
   stale: number;
 }
 
+type StagePartition = ReadonlyArray<readonly [Stage, readonly Endpoint[]]>;
+
+/**
+ * The non-empty stages of an endpoint list. The pool's list is frozen and replaced only when the
+ * set changes, and an endpoint's stage never changes, so the partition is computed once per list:
+ * flow control reads saturation on every dispatch and must not re-partition (or allocate) each time.
+ */
+const partitions = new WeakMap<readonly Endpoint[], StagePartition>();
+
+function partition(endpoints: readonly Endpoint[]): StagePartition {
+  let parts = partitions.get(endpoints);
+  if (parts !== undefined) return parts;
+  const byStage = new Map<Stage, Endpoint[]>([
+    ['prefill', []],
+    ['decode', []],
+    ['interleaved', []],
+  ]);
+  for (const endpoint of endpoints) if (endpoint.stage !== null) byStage.get(endpoint.stage)?.push(endpoint);
+  parts = [...byStage].filter(([, members]) => members.length > 0);
+  if (Object.isFrozen(endpoints)) partitions.set(endpoints, parts);
+  return parts;
+}
+
 export function stageSaturation(
   detector: SaturationDetector,
   now: number,
   endpoints: readonly Endpoint[],
 ): StageSaturation {
-  const prefill: Endpoint[] = [];
-  const decode: Endpoint[] = [];
-  const interleaved: Endpoint[] = [];
-  for (const endpoint of endpoints) {
-    switch (endpoint.stage) {
-      case 'prefill':
-        prefill.push(endpoint);
-        break;
-      case 'decode':
-        decode.push(endpoint);
-        break;
-      case 'interleaved':
-        interleaved.push(endpoint);
-        break;
-      default:
-        break; // encode-only: no stage
-    }
+  const parts = partition(endpoints);
+  if (parts.length === 0) {
+    const r = detector.saturation(now, endpoints);
+    return { global: r.value, stale: r.stale };
   }
-
   const out: StageSaturation = { global: -Infinity, stale: 0 };
-  const stages = [
-    ['prefill', prefill],
-    ['decode', decode],
-    ['interleaved', interleaved],
-  ] as const;
-  for (const [stage, members] of stages) {
-    if (members.length === 0) continue;
+  for (const [stage, members] of parts) {
     const r = detector.saturation(now, members);
     out[stage] = r.value;
     out.stale += r.stale;
     if (r.value > out.global) out.global = r.value;
   }
-  if (out.global === -Infinity) {
-    const r = detector.saturation(now, endpoints);
-    out.global = r.value;
-    out.stale = r.stale;
-  }
   return out;
+}
+
+/** `stageSaturation(...).global` without building the per-stage record (the flow controller's hot path). */
+export function globalSaturation(detector: SaturationDetector, now: number, endpoints: readonly Endpoint[]): number {
+  const parts = partition(endpoints);
+  if (parts.length === 0) return detector.saturation(now, endpoints).value;
+  let global = -Infinity;
+  for (let i = 0; i < parts.length; i++) {
+    const value = detector.saturation(now, parts[i]![1]).value;
+    if (value > global) global = value;
+  }
+  return global;
 }

@@ -579,3 +579,107 @@ describe('snapshots', () => {
     assert.equal(JSON.parse(JSON.stringify(snap)).saturation, null);
   });
 });
+
+describe('an arrival at an empty controller (the idle fast path)', () => {
+  test('one cycle decides it: one saturation sample, one ceiling computation, nothing left queued', () => {
+    let ceilingCalls = 0;
+    const usageLimit: UsageLimitPolicy = {
+      type: 'counting',
+      name: 'counting',
+      computeCeilings(_s, _p, out) {
+        ceilingCalls++;
+        out.fill(1);
+      },
+    };
+    let runs = 0;
+    const h = new Harness({ saturation: 0.5, usageLimit, onDispatchCycle: () => void runs++ });
+    h.submit('a');
+    assert.deepEqual(h.labels(), ['a']);
+    assert.equal(h.outcomeOf('a')!.queuedMs, 0);
+    assert.deepEqual([h.saturationSamples, ceilingCalls, runs], [1, 1, 1]);
+    const snap = h.fc.snapshot();
+    assert.equal(snap.saturation, 0.5);
+    assert.deepEqual(snap.bands[0]!.flows, []);
+    assert.equal(h.timers.pendingTimers, 0);
+  });
+
+  test('the fairness selector sees the request alone in its flow, with its deadlines', () => {
+    const seen: unknown[] = [];
+    const h = new Harness({
+      saturation: 0,
+      fairness: {
+        type: 'spy',
+        name: 'spy',
+        newBandSelector: () => ({
+          select(flows) {
+            const head = flows[0]!.head()!;
+            seen.push({ n: flows.length, id: flows[0]!.id, len: flows[0]!.length, priority: flows[0]!.priority, head: { ...head } });
+            return 0;
+          },
+        }),
+      },
+      config: { defaultRequestTTL: 1000 },
+      start: 100,
+    });
+    h.submit('a', { fairnessId: 'tenant-x', byteSize: 42, receivedAt: 90, sloTtftMs: 500 });
+    assert.deepEqual(h.labels(), ['a']);
+    assert.equal(seen.length, 1);
+    const s = seen[0] as { n: number; id: string; len: number; priority: number; head: Record<string, number> };
+    assert.deepEqual([s.n, s.id, s.len, s.priority], [1, 'tenant-x', 1, 0]);
+    assert.equal(s.head.enqueuedAt, 100);
+    assert.equal(s.head.receivedAt, 90);
+    assert.equal(s.head.ttlDeadline, 1100);
+    assert.equal(s.head.sloDeadline, 590);
+    assert.equal(s.head.byteSize, 42);
+  });
+
+  test('a selector that declines or throws leaves the request queued, as a queued cycle would', () => {
+    let answer: () => number = () => -1;
+    const h = new Harness({
+      saturation: 0,
+      fairness: { type: 'odd', name: 'odd', newBandSelector: () => ({ select: () => answer() }) },
+    });
+    h.submit('declined');
+    assert.deepEqual(h.labels(), []);
+    assert.equal(h.fc.queued, 1);
+    answer = () => {
+      throw new Error('policy bug');
+    };
+    const errorsBefore = h.fc.policyErrors;
+    h.unblock(0);
+    assert.equal(h.fc.policyErrors, errorsBefore + 1);
+    answer = () => 0;
+    h.unblock(0);
+    assert.deepEqual(h.labels(), ['declined']);
+    assert.equal(h.fc.queued, 0);
+  });
+
+  test('round robin: a request dispatched at once moves the cursor like a queued one', () => {
+    const h = new Harness({ saturation: 0, fairness: roundRobinFairness });
+    h.submit('b0', { fairnessId: 'b' }); // dispatched at once: the cursor is now at "b"
+    h.saturation = 2;
+    h.submit('a1', { fairnessId: 'a' });
+    h.submit('b1', { fairnessId: 'b' });
+    h.submit('c1', { fairnessId: 'c' });
+    h.saturation = 0;
+    h.fc.kick();
+    h.timers.runImmediates();
+    // After "b" comes "c", then wrap to "a", then "b".
+    assert.deepEqual(h.labels(), ['b0', 'c1', 'a1', 'b1']);
+  });
+
+  test('each band keeps its own ceiling on the fast path', () => {
+    const h = new Harness({
+      saturation: 0.7,
+      objectivePriorities: [10, 0],
+      usageLimit: ceilingsByPriority({ 10: 1, 0: 0.6 }),
+    });
+    h.submit('high', { priority: 10 });
+    assert.deepEqual(h.labels(), ['high']);
+    h.fc.kick(); // nothing queued: no-op
+    h.submit('low', { priority: 0 });
+    assert.deepEqual(h.labels(), ['high']);
+    assert.equal(h.fc.queued, 1);
+    assert.equal(h.timers.dueTimes().length, 1); // its TTL timer is armed
+  });
+});

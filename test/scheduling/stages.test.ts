@@ -2,7 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Endpoint } from '../../src/datalayer/endpoint.js';
 import type { SaturationDetector } from '../../src/saturation/detector.js';
-import { stageSaturation } from '../../src/saturation/stages.js';
+import { globalSaturation, stageSaturation } from '../../src/saturation/stages.js';
 import { UtilizationDetector, utilizationDetectorParams } from '../../src/saturation/utilization-detector.js';
 import { makeEndpoint, names } from './helpers.js';
 
@@ -110,5 +110,37 @@ describe('stageSaturation', () => {
     assert.equal(s.decode, 1.5);
     assert.equal(s.global, 1.5);
     assert.equal(stageSaturation(real, NOW, []).global, 1);
+  });
+});
+
+describe('globalSaturation (the flow controller\'s reading)', () => {
+  const lists: Array<[string, Endpoint[]]> = [
+    ['three stages', [ep('p', 'prefill', 0.5), ep('d', 'decode', 0.2), ep('i', 'both', 1.7)]],
+    ['one stage', [ep('d1', 'decode', 0.2), ep('d2', undefined, 0.4)]],
+    ['encode only', [ep('e1', 'encode', 0.4), ep('e2', 'encode', 0.6)]],
+    ['encode beside decode', [ep('e', 'encode', 5), ep('d', 'decode', 0.2)]],
+    ['empty', []],
+  ];
+  for (const [what, list] of lists) {
+    test(`equals stageSaturation().global: ${what}`, () => {
+      const d = fakeDetector();
+      assert.equal(globalSaturation(d, NOW, list), stageSaturation(d, NOW, list).global);
+      assert.equal(globalSaturation(d, NOW, Object.freeze([...list])), stageSaturation(d, NOW, list).global);
+    });
+  }
+
+  test('a frozen list (the pool\'s) is partitioned once; a new list is partitioned anew', () => {
+    const seen: Array<readonly Endpoint[]> = [];
+    const d = fakeDetector();
+    const spy: SaturationDetector = { ...d, saturation: (now, eps) => (seen.push(eps), d.saturation(now, eps)) };
+    const list = Object.freeze([ep('p', 'prefill', 0.5), ep('d', 'decode', 0.2)]);
+    globalSaturation(spy, NOW, list);
+    globalSaturation(spy, NOW, list);
+    assert.equal(seen.length, 4);
+    assert.equal(seen[0], seen[2]); // the same prefill sub-list, not a copy
+    assert.equal(seen[1], seen[3]);
+    const next = Object.freeze([ep('d', 'decode', 0.9)]);
+    assert.equal(globalSaturation(spy, NOW, next), 0.9);
+    assert.deepEqual(names(seen[4]!), ['d']);
   });
 });
