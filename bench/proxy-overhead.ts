@@ -1,11 +1,11 @@
 /**
  * Proxy overhead on its own (the suite runs the same code via `npm run bench -- --only overhead`):
- * two fast fake backends behind direct / nginx least_conn / Sluice (default config) / Sluice
- * (three-scorer profile), JSON and SSE, short and 4 KB prompts; then the added p99 latency at half
+ * two fast fake backends behind direct / nginx least_conn / a bare Node proxy / Sluice (default
+ * config) / Sluice (three-scorer profile), in interleaved rounds, JSON and SSE, short and 4 KB prompts; then the added p99 latency at half
  * of Sluice's throughput. Prints the table and ratios; writes bench/results/proxy-overhead.json.
  *
- *   npx tsx bench/proxy-overhead.ts [--quick] [--targets direct,nginx,sluice,sluice-3s] [--modes json,sse]
- *        [--prompts short,4kb] [--concurrency 32] [--duration S] [--paced S] [--loadgen wrk|autocannon] [--profile] [--keep-tmp]
+ *   npx tsx bench/proxy-overhead.ts [--quick] [--targets direct,nginx,node-proxy,sluice,sluice-3s] [--modes json,sse]
+ *        [--prompts short,4kb] [--concurrency 32] [--duration S] [--rounds N] [--paced S] [--loadgen wrk|autocannon] [--profile] [--keep-tmp]
  *
  * The pieces live in bench/lib (overhead.ts, targets.ts, loadgen.ts, fake-backend.ts, proc.ts).
  */
@@ -34,11 +34,12 @@ async function main(): Promise<number> {
   const { values } = parseArgs({
     options: {
       quick: { type: 'boolean', default: false },
-      targets: { type: 'string', default: 'direct,nginx,sluice,sluice-3s' },
+      targets: { type: 'string', default: 'direct,nginx,node-proxy,sluice,sluice-3s' },
       modes: { type: 'string', default: 'json,sse' },
       prompts: { type: 'string', default: 'short,4kb' },
       concurrency: { type: 'string', default: '32' },
       duration: { type: 'string' },
+      rounds: { type: 'string' },
       paced: { type: 'string' },
       loadgen: { type: 'string' },
       'keep-tmp': { type: 'boolean', default: false },
@@ -55,14 +56,15 @@ async function main(): Promise<number> {
   const result = await runOverhead({
     quick,
     concurrency: Math.round(positive(values.concurrency ?? '32', 'concurrency')),
-    seconds: values.duration !== undefined ? positive(values.duration, 'duration') : quick ? 3 : 10,
+    seconds: values.duration !== undefined ? positive(values.duration, 'duration') : quick ? 2 : 5,
+    rounds: values.rounds !== undefined ? Math.round(positive(values.rounds, 'rounds')) : 3,
     warmupSeconds: quick ? 1 : 2,
     pacedSeconds: values.paced !== undefined ? Number(values.paced) : quick ? 2 : 5,
     pacedRounds: 3,
     loadgen,
     modes: list<Mode>(values.modes ?? '', ['json', 'sse'], 'mode'),
     cases: list<PromptCase>(values.prompts ?? '', ['short', '4kb'], 'prompt'),
-    targets: list<OverheadTarget>(values.targets ?? '', ['direct', 'nginx', 'sluice', 'sluice-3s'], 'target'),
+    targets: list<OverheadTarget>(values.targets ?? '', ['direct', 'nginx', 'node-proxy', 'sluice', 'sluice-3s'], 'target'),
     keepTmp: values['keep-tmp'] ?? false,
     profile: values.profile ?? false,
     log: (l) => console.log(l),

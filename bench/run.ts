@@ -8,7 +8,7 @@
  *   npm run bench -- --profile             CPU-profile Sluice during the overhead runs (hot functions in the report)
  *   npm run bench -- --report-only         rewrite REPORT.md, the charts and the verdicts from the last results.json
  *
- * Parts: overhead (direct / nginx / Sluice, JSON and SSE, + added latency at half load),
+ * Parts: overhead (direct / nginx / bare Node proxy / Sluice, JSON and SSE, + added latency at half load),
  * quality (simulated fleet: Sluice vs random picker vs nginx round-robin, TTFT vs load, P/D,
  * distinct-prompt share), scale (scheduling µs vs endpoints, flow control with 100k queued,
  * gateway queue memory, RSS soak).
@@ -131,14 +131,15 @@ async function main(): Promise<number> {
       overhead = await runOverhead({
         quick: !full,
         concurrency: 32,
-        seconds: full ? 10 : 3,
+        seconds: full ? 5 : 2,
+        rounds: 3,
         warmupSeconds: full ? 2 : 1,
         pacedSeconds: full ? 5 : 2,
         pacedRounds: 3,
         loadgen,
         modes: ['json', 'sse'],
         cases: ['short', '4kb'],
-        targets: ['direct', 'nginx', 'sluice', 'sluice-3s'],
+        targets: ['direct', 'nginx', 'node-proxy', 'sluice', 'sluice-3s'],
         keepTmp,
         profile: values.profile ?? false,
         log,

@@ -129,6 +129,11 @@ export interface PacedResult {
   latencyMs: Summary;
   /** How late requests were sent against their schedule (timer granularity), ms. */
   sendLagMs: Summary;
+  /**
+   * The gateway's event-loop thread over the round, as shares of wall time: on a CPU, and runnable
+   * but waiting for one (the box's other processes had the cores). Set by callers that know its pid.
+   */
+  gateway?: { cpuShare: number; runQueueWaitShare: number };
 }
 
 /**

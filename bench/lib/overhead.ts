@@ -2,10 +2,12 @@
  * Proxy overhead (issue 7, item 2). Two fast fake backends behind
  *   direct        — nothing (backend 0 alone),
  *   nginx         — nginx `least_conn` + upstream keepalive over both,
+ *   node-proxy    — a bare node:http + undici pass-through over both (lib/node-proxy.ts): Node's floor,
  *   sluice        — Sluice, default config (queue ×2, kv ×2, prefix ×3; flow control on),
  *   sluice-3s     — Sluice, explicit three-scorer profile (prefix ×3, queue ×2, active-request ×2),
  * closed-loop at fixed concurrency (wrk, else autocannon) for JSON and SSE, with a short prompt
- * (direct / nginx / sluice) and a 4 KB prompt (direct / nginx / sluice-3s). Then an open-loop run
+ * (direct / nginx / node-proxy / sluice) and a 4 KB prompt (the same with sluice-3s), in interleaved
+ * rounds (the box is shared and drifts: each target's median round counts). Then an open-loop run
  * at half of Sluice's measured JSON throughput against direct and Sluice: the p99 latency Sluice
  * adds at a load it can carry.
  */
@@ -15,18 +17,21 @@ import { join } from 'node:path';
 import { MODEL } from './fake-backend.js';
 import { BODY_COUNTER, runAutocannon, runPaced, runWrk, templateScript, writeWrkScript, type LoadResult, type PacedResult } from './loadgen.js';
 import { summarizeDir, type ProfileSummary } from './cpuprofile.js';
-import { cpuSeconds, onCleanup, stopProcess } from './proc.js';
+import { cpuSeconds, onCleanup, schedStat, stopProcess } from './proc.js';
 import { fmt, fmtInt, textTable } from './stats.js';
-import { backendServed, hasCommand, startFakeBackends, startNginx, startSluice, type Backend, type Started } from './targets.js';
+import { backendServed, hasCommand, startFakeBackends, startNginx, startNodeProxy, startSluice, type Backend, type Started } from './targets.js';
 
 export type Mode = 'json' | 'sse';
 export type PromptCase = 'short' | '4kb';
-export type OverheadTarget = 'direct' | 'nginx' | 'sluice' | 'sluice-3s';
+export type OverheadTarget = 'direct' | 'nginx' | 'node-proxy' | 'sluice' | 'sluice-3s';
 
 export interface OverheadOptions {
   quick: boolean;
   concurrency: number;
+  /** Length of one closed-loop round. */
   seconds: number;
+  /** Closed-loop rounds per target, interleaved across targets; the median round (by req/s) counts. */
+  rounds: number;
   warmupSeconds: number;
   pacedSeconds: number;
   /** Rounds of the open-loop comparison (the median round's p99 counts). */
@@ -49,6 +54,8 @@ export interface OverheadRun extends LoadResult {
   backendShare: number[];
   /** CPU seconds the proxy process used per 1000 requests (nginx: master only, workers not counted → omitted). */
   proxyCpuMsPerRequest?: number;
+  /** req/s of every round, in order (the fields above are the median round's). */
+  roundsRps?: number[];
 }
 
 export interface OverheadRatio {
@@ -154,8 +161,11 @@ const LOW_RATE = 200;
 const PAIRS: Array<[OverheadTarget, OverheadTarget]> = [
   ['sluice', 'nginx'],
   ['sluice', 'direct'],
+  ['sluice', 'node-proxy'],
   ['sluice-3s', 'nginx'],
   ['sluice-3s', 'direct'],
+  ['sluice-3s', 'node-proxy'],
+  ['node-proxy', 'nginx'],
   ['nginx', 'direct'],
 ];
 
@@ -209,6 +219,17 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
         }
       }
     }
+    if (want('node-proxy')) {
+      try {
+        const n = await startNodeProxy(tmp, ports);
+        started.push(n);
+        const problem = await probe(n.baseUrl);
+        if (problem === undefined) urls.set('node-proxy', n);
+        else skipped['node-proxy'] = problem;
+      } catch (err) {
+        skipped['node-proxy'] = (err as Error).message;
+      }
+    }
     const endpoints = backends.map((b) => ({ name: b.name, port: b.port }));
     for (const [target, extra] of [
       ['sluice', ''],
@@ -233,31 +254,46 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
         ? runWrk(url, body, opts.concurrency, seconds, 1, body.includes(BODY_COUNTER) ? templateScript(tmp) : wrkScript)
         : runAutocannon(url, body, opts.concurrency, seconds);
 
+    const measure = async (promptCase: PromptCase, mode: Mode, target: OverheadTarget, t: { baseUrl: string; proc?: Started['proc'] }): Promise<OverheadRun> => {
+      const url = `${t.baseUrl}/v1/chat/completions`;
+      const before = await backendServed(backends);
+      const cpuBefore = cpuSeconds(t.proc?.child.pid);
+      const result = await load(url, overheadBody(mode, promptCase), opts.seconds);
+      const cpuAfter = cpuSeconds(t.proc?.child.pid);
+      const after = await backendServed(backends);
+      const deltas = after.map((a, i) => a - (before[i] ?? 0));
+      const total = deltas.reduce((s, d) => s + d, 0);
+      const run: OverheadRun = { case: promptCase, mode, target, ...result, backendShare: deltas.map((d) => (total > 0 ? d / total : 0)) };
+      if (target !== 'nginx' && t.proc !== undefined && Number.isFinite(cpuAfter - cpuBefore) && result.requests > 0) {
+        run.proxyCpuMsPerRequest = ((cpuAfter - cpuBefore) * 1000) / result.requests;
+      }
+      return run;
+    };
+
     for (const promptCase of opts.cases) {
-      const targets: OverheadTarget[] = promptCase === 'short' ? ['direct', 'nginx', 'sluice'] : ['direct', 'nginx', 'sluice-3s'];
+      const targets: OverheadTarget[] = ['direct', 'nginx', 'node-proxy', promptCase === 'short' ? 'sluice' : 'sluice-3s'];
       for (const mode of opts.modes) {
-        for (const target of targets) {
+        const present = targets.flatMap((target) => {
           const t = urls.get(target);
-          if (t === undefined) continue;
-          const url = `${t.baseUrl}/v1/chat/completions`;
-          const body = overheadBody(mode, promptCase);
-          await load(url, body, opts.warmupSeconds);
-          const before = await backendServed(backends);
-          const cpuBefore = cpuSeconds(t.proc?.child.pid);
-          const result = await load(url, body, opts.seconds);
-          const cpuAfter = cpuSeconds(t.proc?.child.pid);
-          const after = await backendServed(backends);
-          const deltas = after.map((a, i) => a - (before[i] ?? 0));
-          const total = deltas.reduce((s, d) => s + d, 0);
-          const run: OverheadRun = { case: promptCase, mode, target, ...result, backendShare: deltas.map((d) => (total > 0 ? d / total : 0)) };
-          if (target.startsWith('sluice') && Number.isFinite(cpuAfter - cpuBefore) && result.requests > 0) {
-            run.proxyCpuMsPerRequest = ((cpuAfter - cpuBefore) * 1000) / result.requests;
+          return t === undefined ? [] : [[target, t] as const];
+        });
+        for (const [, t] of present) await load(`${t.baseUrl}/v1/chat/completions`, overheadBody(mode, promptCase), opts.warmupSeconds);
+        // Rounds interleave the targets, so a burst of load from elsewhere on the box hits one round of each.
+        const byTarget = new Map<OverheadTarget, OverheadRun[]>();
+        for (let round = 0; round < opts.rounds; round++) {
+          for (const [target, t] of present) {
+            const run = await measure(promptCase, mode, target, t);
+            byTarget.set(target, [...(byTarget.get(target) ?? []), run]);
           }
+        }
+        for (const [target, list] of byTarget) {
+          const run: OverheadRun = { ...[...list].sort((a, b) => a.rps - b.rps)[Math.floor((list.length - 1) / 2)]!, roundsRps: list.map((r) => r.rps) };
           runs.push(run);
           log(
-            `  ${promptCase.padEnd(5)} ${mode.padEnd(4)} → ${target.padEnd(9)} ${fmtInt(result.rps).padStart(6)} req/s  p50 ${fmt(result.p50Ms)} ms  p99 ${fmt(result.p99Ms)} ms` +
+            `  ${promptCase.padEnd(5)} ${mode.padEnd(4)} → ${target.padEnd(10)} ${fmtInt(run.rps).padStart(6)} req/s  p50 ${fmt(run.p50Ms)} ms  p99 ${fmt(run.p99Ms)} ms` +
               (run.proxyCpuMsPerRequest !== undefined ? `  (${fmt(run.proxyCpuMsPerRequest * 1000, 0)} µs CPU/req)` : '') +
-              (result.errors ? `  ${result.errors} ERRORS` : ''),
+              `  rounds ${list.map((r) => fmtInt(r.rps)).join(' / ')}` +
+              (run.errors ? `  ${run.errors} ERRORS` : ''),
           );
         }
       }
@@ -280,7 +316,16 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
         for (const target of ['direct', 'nginx', 'sluice'] as const) {
           const t = urls.get(target);
           if (t === undefined) continue;
-          (all[target] ??= []).push(await runPaced(t.baseUrl, '/v1/chat/completions', body, paced.rateRps, opts.pacedSeconds));
+          const pid = t.proc?.child.pid;
+          const before = schedStat(pid);
+          const startedAt = performance.now();
+          const r = await runPaced(t.baseUrl, '/v1/chat/completions', body, paced.rateRps, opts.pacedSeconds);
+          const after = schedStat(pid);
+          const wallMs = performance.now() - startedAt;
+          if (target === 'sluice' && before !== undefined && after !== undefined && wallMs > 0) {
+            r.gateway = { cpuShare: (after.cpuMs - before.cpuMs) / wallMs, runQueueWaitShare: (after.waitMs - before.waitMs) / wallMs };
+          }
+          (all[target] ??= []).push(r);
         }
       }
       for (const target of ['direct', 'nginx', 'sluice'] as const) {
@@ -291,7 +336,8 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
         paced[target] = r;
         log(
           `    ${target.padEnd(7)} sent ${r.sent} (${fmtInt(r.achievedRps)} req/s)  p50 ${fmt(r.latencyMs.p50, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms  max ${fmt(r.latencyMs.max, 1)} ms` +
-            `  send lag p99 ${fmt(r.sendLagMs.p99, 2)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}  (p99 of the rounds: ${list.map((x) => fmt(x.latencyMs.p99, 2)).join(', ')})`,
+            `  send lag p99 ${fmt(r.sendLagMs.p99, 2)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}  (p99 of the rounds: ${list.map((x) => fmt(x.latencyMs.p99, 2)).join(', ')})` +
+            (r.gateway ? `  gateway on CPU ${fmt(r.gateway.cpuShare * 100, 0)} %, waiting for a CPU ${fmt(r.gateway.runQueueWaitShare * 100, 1)} % of the time` : ''),
         );
       }
       paced.rounds = all;

@@ -292,3 +292,20 @@ export function cpuSeconds(pid: number | undefined): number {
     return NaN;
   }
 }
+
+/**
+ * Scheduler statistics of a process's main thread (Linux /proc/PID/schedstat): time on a CPU and
+ * time runnable but waiting for one, in ms; undefined when unavailable. For Node the main thread
+ * is the event loop, so the waiting time is latency the machine, not the process, added.
+ */
+export function schedStat(pid: number | undefined): { cpuMs: number; waitMs: number } | undefined {
+  if (pid === undefined) return undefined;
+  try {
+    const [cpuNs, waitNs] = readFileSync(`/proc/${pid}/schedstat`, 'utf8').trim().split(' ').map(Number);
+    return cpuNs !== undefined && waitNs !== undefined && Number.isFinite(cpuNs) && Number.isFinite(waitNs)
+      ? { cpuMs: cpuNs / 1e6, waitMs: waitNs / 1e6 }
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}

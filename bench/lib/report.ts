@@ -3,7 +3,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { OverheadResult } from './overhead.js';
+import type { OverheadRatio, OverheadResult } from './overhead.js';
 import type { QualityResult, RouterResult, StepResult } from './quality.js';
 import type { ScaleResult } from './scale.js';
 import { fmt, fmtInt, mdTable } from './stats.js';
@@ -69,12 +69,17 @@ export function evaluateTargets(res: Omit<BenchResults, 'targets'>): Verdict[] {
     ['1d', '4kb', 'sse', 'sluice-3s'],
   ];
   for (const [id, c, mode, target] of cases) {
-    const r = o?.ratios.find((x) => x.case === c && x.mode === mode && x.of === `${target}/nginx`);
+    const ratio = (of: string): OverheadRatio | undefined => o?.ratios.find((x) => x.case === c && x.mode === mode && x.of === of);
+    const r = ratio(`${target}/nginx`);
+    const floor = ratio('node-proxy/nginx');
+    const ofFloor = ratio(`${target}/node-proxy`);
     const label = `${target === 'sluice' ? 'default config' : 'three-scorer profile'}, ${c === 'short' ? 'short' : '4 KB'} prompt, ${mode.toUpperCase()}`;
     v.push({
       id,
       target: `Sluice throughput ≥ ${TARGETS.throughputVsNginx} × nginx (${label})`,
-      value: r ? `×${fmt(r.throughput)}` : 'not measured',
+      value: r
+        ? `×${fmt(r.throughput)}` + (floor && ofFloor ? ` (a bare Node proxy reaches ×${fmt(floor.throughput)} of nginx; Sluice reaches ×${fmt(ofFloor.throughput)} of it)` : '')
+        : 'not measured',
       met: r ? r.throughput >= TARGETS.throughputVsNginx : null,
     });
   }
@@ -223,14 +228,14 @@ export function writeReport(res: BenchResults, dir: string): string[] {
     L.push('');
     L.push(
       `Two fast fake backends (JSON answered at once; SSE = ${o.backend.sseChunks} chunks ${o.backend.sseChunkGapMs} ms apart). ` +
-        `Closed loop with ${o.options.loadgen} at ${o.options.concurrency} connections, ${o.options.seconds} s per run after ${o.options.warmupSeconds} s warm-up. ` +
-        '`direct` = backend 0 alone; `nginx` = least_conn + upstream keepalive 64, one worker; `sluice` = default config (queue ×2, kv ×2, prefix ×3, flow control on); ' +
+        `Closed loop with ${o.options.loadgen} at ${o.options.concurrency} connections: ${o.options.rounds ?? 1} rounds of ${o.options.seconds} s per target after ${o.options.warmupSeconds} s warm-up, the targets interleaved round by round; each row is the target's median round (all rounds in the last column). ` +
+        '`direct` = backend 0 alone; `nginx` = least_conn + upstream keepalive 64, one worker; `node-proxy` = the least any Node gateway does (node:http server + undici pool, round robin, no parsing: Node\'s floor, bench/lib/node-proxy.ts); `sluice` = default config (queue ×2, kv ×2, prefix ×3, flow control on); ' +
         `\`sluice-3s\` = ${o.sluice3sProfile}. The short prompt is "Say hello."; the 4 KB prompt is a 4096-character user message made distinct per request from its first characters by wrk (so Sluice hashes and learns all 64 blocks each time and the prefix scorer has no affinity to pile identical prompts onto one backend).`,
     );
     L.push('');
     L.push(
       mdTable(
-        ['prompt', 'mode', 'target', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'backend share', 'gateway CPU µs/req'],
+        ['prompt', 'mode', 'target', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'backend share', 'gateway CPU µs/req', 'req/s of the rounds'],
         o.runs.map((r) => [
           r.case,
           r.mode,
@@ -241,6 +246,7 @@ export function writeReport(res: BenchResults, dir: string): string[] {
           String(r.errors),
           r.backendShare.map((s) => `${Math.round(s * 100)}%`).join(' / '),
           r.proxyCpuMsPerRequest !== undefined ? fmt(r.proxyCpuMsPerRequest * 1000, 0) : '',
+          (r.roundsRps ?? []).map((x) => fmtInt(x)).join(' / '),
         ]),
         3,
       ),
@@ -254,18 +260,18 @@ export function writeReport(res: BenchResults, dir: string): string[] {
       .map((g) => {
         const [c, mode] = g.split('/') as ['short' | '4kb', 'json' | 'sse'];
         const get = (t: string): number => o.runs.find((r) => r.case === c && r.mode === mode && r.target === t)?.rps ?? NaN;
-        return { label: g, values: [get('direct'), get('nginx'), c === 'short' ? get('sluice') : get('sluice-3s')] };
+        return { label: g, values: [get('direct'), get('nginx'), get('node-proxy'), c === 'short' ? get('sluice') : get('sluice-3s')] };
       })
       .filter((g) => g.values.some(Number.isFinite));
     if (groups.length) {
-      L.push(writeSvg(dir, 'overhead-throughput.svg', barChart({ title: 'Throughput at fixed concurrency (req/s)', yLabel: 'requests / s', series: ['direct', 'nginx least_conn', 'Sluice (default / 3-scorer)'], groups }), files));
+      L.push(writeSvg(dir, 'overhead-throughput.svg', barChart({ title: 'Throughput at fixed concurrency (req/s)', yLabel: 'requests / s', series: ['direct', 'nginx least_conn', 'bare Node proxy', 'Sluice (default / 3-scorer)'], groups }), files));
       L.push('');
       const lat = groups.map((g) => {
         const [c, mode] = g.label.split('/') as ['short' | '4kb', 'json' | 'sse'];
         const get = (t: string): number => o.runs.find((r) => r.case === c && r.mode === mode && r.target === t)?.p99Ms ?? NaN;
-        return { label: g.label, values: [get('direct'), get('nginx'), c === 'short' ? get('sluice') : get('sluice-3s')] };
+        return { label: g.label, values: [get('direct'), get('nginx'), get('node-proxy'), c === 'short' ? get('sluice') : get('sluice-3s')] };
       });
-      L.push(writeSvg(dir, 'overhead-p99.svg', barChart({ title: 'p99 latency at fixed concurrency (ms)', yLabel: 'ms', series: ['direct', 'nginx least_conn', 'Sluice (default / 3-scorer)'], groups: lat }), files));
+      L.push(writeSvg(dir, 'overhead-p99.svg', barChart({ title: 'p99 latency at fixed concurrency (ms)', yLabel: 'ms', series: ['direct', 'nginx least_conn', 'bare Node proxy', 'Sluice (default / 3-scorer)'], groups: lat }), files));
       L.push('');
     }
     const p = o.paced;
@@ -281,9 +287,26 @@ export function writeReport(res: BenchResults, dir: string): string[] {
         .filter((t) => p[t] !== undefined)
         .map((t) => {
           const r = p[t]!;
-          return [t, fmtInt(r.achievedRps), String(r.completed), String(r.errors), ms(r.latencyMs.p50, 3), ms(r.latencyMs.p90, 3), ms(r.latencyMs.p99, 3), ms(r.latencyMs.max, 1), ms(r.sendLagMs.p99, 2)];
+          const g = r.gateway;
+          return [
+            t,
+            fmtInt(r.achievedRps),
+            String(r.completed),
+            String(r.errors),
+            ms(r.latencyMs.p50, 3),
+            ms(r.latencyMs.p90, 3),
+            ms(r.latencyMs.p99, 3),
+            ms(r.latencyMs.max, 1),
+            ms(r.sendLagMs.p99, 2),
+            g ? `${fmt(g.cpuShare * 100, 0)} % / ${fmt(g.runQueueWaitShare * 100, 1)} %` : '',
+          ];
         });
-      L.push(mdTable(['target', 'req/s sent', 'completed', 'errors', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'send lag p99 ms'], rows, 1));
+      L.push(mdTable(['target', 'req/s sent', 'completed', 'errors', 'p50 ms', 'p90 ms', 'p99 ms', 'max ms', 'send lag p99 ms', 'gateway on CPU / waiting for a CPU'], rows, 1));
+      L.push('');
+      L.push(
+        'The last column is the gateway\'s event-loop thread (/proc/PID/schedstat): the share of the round it ran, and the share it was ready to run while the ' +
+          'load generator, the backends and the rest of the box held both cores — time no gateway code can win back, and the main source of its tail on this machine.',
+      );
       L.push('');
       if (p.addedP99Ms !== undefined) L.push(`Sluice adds **${fmt(p.addedP50Ms, 3)} ms at p50 and ${fmt(p.addedP99Ms, 3)} ms at p99** over direct.`);
       L.push('');

@@ -10,6 +10,7 @@ import { HOST, MEM_PROBE, REPO_ROOT, freePort, logTail, startNode, startProcess,
 
 const CLI = join(REPO_ROOT, 'src', 'cli.ts');
 const FAKE_BACKEND = join(REPO_ROOT, 'bench', 'lib', 'fake-backend.ts');
+const NODE_PROXY = join(REPO_ROOT, 'bench', 'lib', 'node-proxy.ts');
 
 export interface Started {
   proc: Managed;
@@ -141,6 +142,16 @@ export async function startNginx(dir: string, backendPorts: readonly number[], b
   const baseUrl = `http://${HOST}:${port}`;
   const ready = await waitForOk(`${baseUrl}/health`, 10_000, proc);
   if (!ready.ok) throw new Error(`nginx: ${ready.reason}\n${logTail(join(sub, 'nginx-error.log'))}`);
+  return { proc, port, baseUrl };
+}
+
+/** The bare Node proxy (bench/lib/node-proxy.ts): Node's floor for any gateway. */
+export async function startNodeProxy(dir: string, backendPorts: readonly number[]): Promise<Started> {
+  const port = await freePort();
+  const proc = startNode('node-proxy', NODE_PROXY, [String(port), ...backendPorts.map(String)], join(dir, 'node-proxy.log'));
+  const baseUrl = `http://${HOST}:${port}`;
+  const ready = await waitForOk(`${baseUrl}/health`, 20_000, proc);
+  if (!ready.ok) throw new Error(`node-proxy: ${ready.reason}\n${logTail(proc.logFile)}`);
   return { proc, port, baseUrl };
 }
 
