@@ -387,14 +387,20 @@ export class SimEngine {
     return { counts: [...this.ttftCounts], sum: this.ttftSum, count: this.ttftCount };
   }
 
-  /** Blocks held by running requests (prompt + tokens generated so far) over the GPU block count. */
+  /**
+   * KV blocks the running requests hold (prompt + tokens generated so far) over the GPU block count.
+   * As in vLLM with prefix caching, running requests that share a prompt prefix share its full
+   * blocks, counted once; each request's partial last prompt block and generated tokens are its own.
+   */
   private kvUsage(): number {
     const now = this.clock.now();
-    let blocks = 0;
+    const shared = new Set<number>();
+    let own = 0;
     for (const r of this.running) {
-      blocks += Math.ceil((r.promptTokens + this.tokensProducedBy(r, now)) / this.blockSizeTokens);
+      for (const hash of r.blockHashes) shared.add(hash);
+      own += Math.ceil((r.promptTokens + this.tokensProducedBy(r, now)) / this.blockSizeTokens) - r.blockHashes.length;
     }
-    return Math.min(1, blocks / this.numGpuBlocks);
+    return Math.min(1, (shared.size + own) / this.numGpuBlocks);
   }
 
   private tokensProducedBy(r: EngineRequest, now: number): number {

@@ -328,6 +328,18 @@ describe('SimEngine KV usage and pins', () => {
     assert.equal(engine.actualGauges().kvUsage, 0);
   });
 
+  test('running requests that share a prompt prefix hold its blocks once (vLLM prefix caching)', () => {
+    const { engine } = setup({ numGpuBlocks: 100, maxNumSeqs: 4, itlMs: 1000 });
+    const system = 'x'.repeat(320); // 5 full blocks
+    submitOk(engine, system + 'y'.repeat(40), collect(), 40); // 90 tokens = 6 blocks: 5 shared + 1 own
+    assert.equal(engine.actualGauges().kvUsage, 0.06);
+    submitOk(engine, system + 'z'.repeat(40), collect(), 40); // same 5 blocks + its own partial one
+    assert.equal(engine.actualGauges().running, 2);
+    assert.equal(engine.actualGauges().kvUsage, 0.07);
+    submitOk(engine, 'w'.repeat(360), collect(), 40); // nothing shared: 6 more
+    assert.equal(engine.actualGauges().kvUsage, 0.13);
+  });
+
   test('kv usage is clamped to 1', () => {
     const { engine } = setup({ numGpuBlocks: 2 });
     submitOk(engine, 'x'.repeat(1000), collect());
