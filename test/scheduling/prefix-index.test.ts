@@ -124,6 +124,84 @@ describe('PrefixIndex', () => {
   });
 });
 
+/** The index's contract, kept simple: per endpoint an insertion-ordered Map used as an LRU. */
+class ReferenceIndex {
+  readonly lru = new Map<string, Map<number, true>>();
+
+  learn(name: string, hashes: readonly number[], capacity: number): void {
+    let held = this.lru.get(name);
+    if (held === undefined) this.lru.set(name, (held = new Map()));
+    for (const h of hashes) {
+      held.delete(h);
+      held.set(h, true);
+    }
+    while (held.size > capacity) held.delete(held.keys().next().value!);
+  }
+
+  match(hashes: readonly number[], names: readonly string[]): number[] {
+    return names.map((name) => {
+      const held = this.lru.get(name);
+      let n = 0;
+      while (held !== undefined && n < hashes.length && held.has(hashes[n]!)) n++;
+      return n;
+    });
+  }
+
+  purge(live: ReadonlySet<string>): void {
+    for (const name of [...this.lru.keys()]) if (!live.has(name)) this.lru.delete(name);
+  }
+
+  distinct(): number {
+    const all = new Set<number>();
+    for (const held of this.lru.values()) for (const h of held.keys()) all.add(h);
+    return all.size;
+  }
+}
+
+describe('PrefixIndex against a reference model', () => {
+  for (const seed of [1, 2, 3, 4]) {
+    test(`random learn / match / purge, hashes colliding in their low 32 bits (seed ${seed})`, () => {
+      const random = seededRandom(seed);
+      const int = (n: number) => Math.floor(random() * n);
+      // A small universe of hashes whose low 32 bits collide in pairs and whose table slots crowd,
+      // so probing, backward-shift deletion and tag checks are all exercised.
+      const universe: number[] = [];
+      for (let i = 0; i < 300; i++) {
+        const low = int(64) * 1024 + (i % 7);
+        universe.push(2 ** 32 * (1 + int(1 << 20)) + low);
+        universe.push(2 ** 32 * (1 + int(1 << 20)) + low);
+      }
+      const names = ['a', 'b', 'c', 'd'];
+      const endpoints = names.map((n) => makeEndpoint(n));
+      const index = new PrefixIndex();
+      const ref = new ReferenceIndex();
+      for (let step = 0; step < 4000; step++) {
+        const op = int(20);
+        const chain = Array.from({ length: 1 + int(12) }, () => universe[int(universe.length)]!);
+        if (op < 12) {
+          const name = names[int(names.length)]!;
+          const capacity = 5 + int(60);
+          index.learn(name, chain, capacity);
+          ref.learn(name, chain, capacity);
+        } else if (op < 19) {
+          // Often a prefix of something learned, so matches run deep.
+          const held = [...(ref.lru.get(names[int(names.length)]!)?.keys() ?? [])];
+          const probe = held.length > 0 && op < 17 ? held.slice(int(held.length)) : chain;
+          assert.deepEqual([...index.match(probe, endpoints)], ref.match(probe, names), `step ${step}`);
+        } else {
+          const live = new Set(names.filter(() => random() < 0.75));
+          index.purge(live);
+          ref.purge(live);
+        }
+        if (step % 100 === 0) {
+          assert.equal(index.distinctBlocks, ref.distinct(), `distinct blocks at step ${step}`);
+          for (const name of names) assert.equal(index.size(name), ref.lru.get(name)?.size ?? 0, `${name} at step ${step}`);
+        }
+      }
+    });
+  }
+});
+
 describe('prefix-cache-scorer', () => {
   const endpoints = ['a', 'b', 'c'].map((n) => makeEndpoint(n));
   const [a, b, c] = endpoints as [Endpoint, Endpoint, Endpoint];
