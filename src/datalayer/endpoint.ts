@@ -91,6 +91,8 @@ export class Endpoint {
   scrapeErrors = 0;
   /** Requests Sluice has outstanding on this endpoint right now. */
   inFlight = 0;
+  /** `inFlight` when the last good metrics were recorded: what the server's numbers already include. */
+  inFlightAtScrape = 0;
   /** Set when the endpoint left the pool; in-flight requests still finish. */
   removed = false;
 

@@ -160,6 +160,7 @@ export class Pool implements PoolView {
     if ('metrics' in result) {
       ep.metrics = result.metrics;
       ep.metricsAt = now;
+      ep.inFlightAtScrape = ep.inFlight;
       ep.lastError = undefined;
     } else {
       ep.lastError = result.error;

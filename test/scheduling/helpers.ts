@@ -32,6 +32,8 @@ export function makeEndpoint(name: string, opts: EndpointOptions = {}, now = 1_0
     endpoint.metricsAt = now - (opts.age ?? 0);
   }
   endpoint.inFlight = opts.inFlight ?? 0;
+  // The metrics were taken with these requests in flight; tests move inFlight to model later dispatches.
+  if (!opts.noMetrics) endpoint.inFlightAtScrape = endpoint.inFlight;
   return endpoint;
 }
 

@@ -91,6 +91,7 @@ describe('scheduling simulation (default profile, 4 equal endpoints)', () => {
       for (const e of f.endpoints) {
         e.metrics = { waiting: Math.max(0, e.inFlight - SLOTS), running: Math.min(e.inFlight, SLOTS), kvUsage: Math.min(1, e.inFlight * 0.02) };
         e.metricsAt = f.clock.now();
+        e.inFlightAtScrape = e.inFlight; // as pool.recordScrape does
       }
     };
     const tick = (t: number, prompt: string): Endpoint => {

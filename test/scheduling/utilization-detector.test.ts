@@ -120,6 +120,56 @@ describe('utilization-detector filter (reference §6.2: q=5, kv=0.8, headroom 0.
   });
 });
 
+describe('utilization-detector filter: requests sent since the last scrape count as waiting', () => {
+  const ctx = makeContext(1, new ManualClock(NOW));
+
+  test('a burst sent between two scrapes moves on once an endpoint has its queue-depth worth', () => {
+    const d = detector({ queueDepthThreshold: 5 });
+    const [hot, cold] = fleet({ waiting: 3, inFlight: 10 }, { waiting: 0, inFlight: 2 });
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e0', 'e1']);
+    hot!.inFlight += 1; // 3 + 1 < 5: still a candidate
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e0', 'e1']);
+    hot!.inFlight += 1; // 3 + 2 = 5: full until the next scrape says otherwise
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e1']);
+    hot!.inFlight -= 2; // those finished
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e0', 'e1']);
+  });
+
+  test('completions since the scrape never count below the scraped queue', () => {
+    const d = detector({ queueDepthThreshold: 5 });
+    const [e] = fleet({ waiting: 5, inFlight: 9 });
+    e!.inFlight = 0;
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [e!, ...fleet({ waiting: 0 })])), ['e0']);
+  });
+
+  test('a recorded scrape takes the in-flight count as its new baseline', async () => {
+    const { Pool } = await import('../../src/datalayer/pool.js');
+    const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
+    const ep = pool.byName('a')!;
+    pool.acquire(ep);
+    pool.acquire(ep);
+    pool.recordScrape(ep, { metrics: { waiting: 0, running: 2, kvUsage: 0.1 } }, NOW);
+    assert.equal(ep.inFlightAtScrape, 2);
+    pool.recordScrape(ep, { error: 'boom' }, NOW + 50);
+    pool.acquire(ep);
+    assert.equal(ep.inFlightAtScrape, 2); // a failed scrape proves nothing new
+  });
+
+  test('countRecentDispatches: false reads the scraped queue only (llm-d)', () => {
+    const d = detector({ queueDepthThreshold: 5, countRecentDispatches: false });
+    const [hot, cold] = fleet({ waiting: 3, inFlight: 10 }, { waiting: 0 });
+    hot!.inFlight += 20;
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e0', 'e1']);
+  });
+
+  test('the saturation reading (the flow-control gate) stays on the scraped numbers', () => {
+    const d = detector({ queueDepthThreshold: 5 });
+    const [e] = fleet({ waiting: 1, inFlight: 0 });
+    e!.inFlight = 20;
+    assert.equal(d.saturation(NOW, [e!]).value, 0.2);
+  });
+});
+
 describe('utilization-detector parameters', () => {
   const p = utilizationDetectorDefinition.params;
 
@@ -130,6 +180,7 @@ describe('utilization-detector parameters', () => {
       metricsStalenessThreshold: 200,
       headroom: 0,
       stalenessPolicy: 'saturated',
+      countRecentDispatches: true,
     });
   });
 
