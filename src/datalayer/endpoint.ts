@@ -93,6 +93,11 @@ export class Endpoint {
   inFlight = 0;
   /** `inFlight` when the last good metrics were recorded: what the server's numbers already include. */
   inFlightAtScrape = 0;
+  /**
+   * Running slots the server has shown it can hold: the most requests seen running while others
+   * waited (vLLM's max-num-seqs, or fewer when its KV cache is the limit). 0 until a queue was seen.
+   */
+  observedSlots = 0;
   /** Set when the endpoint left the pool; in-flight requests still finish. */
   removed = false;
 
@@ -112,5 +117,21 @@ export class Endpoint {
   /** Age of the last good metrics in ms (Infinity when never scraped). */
   metricsAge(now: number): number {
     return this.metricsAt === 0 ? Infinity : now - this.metricsAt;
+  }
+
+  /**
+   * The server's waiting queue now, reckoned from the last scrape and what Sluice did since (NaN
+   * without metrics). `n = inFlight − inFlightAtScrape`: requests sent minus requests finished since
+   * the scrape. A finished request freed a slot that a waiting one took, so `n < 0` shortens the
+   * queue; a request sent since fills a free slot first (free = observedSlots − running when a queue
+   * has ever been seen, unlimited otherwise; none while the server had a queue), then waits.
+   */
+  estimatedWaiting(): number {
+    const m = this.metrics;
+    if (m === undefined) return NaN;
+    const n = this.inFlight - this.inFlightAtScrape;
+    if (n <= 0) return Math.max(0, m.waiting + n);
+    const free = m.waiting > 0 ? 0 : this.observedSlots > 0 ? Math.max(0, this.observedSlots - m.running) : Infinity;
+    return m.waiting + Math.max(0, n - free);
   }
 }

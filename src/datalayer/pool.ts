@@ -161,6 +161,8 @@ export class Pool implements PoolView {
       ep.metrics = result.metrics;
       ep.metricsAt = now;
       ep.inFlightAtScrape = ep.inFlight;
+      const m = result.metrics;
+      if (m.waiting > 0 && m.running > ep.observedSlots) ep.observedSlots = m.running;
       ep.lastError = undefined;
     } else {
       ep.lastError = result.error;

@@ -1,7 +1,7 @@
 /**
  * `utilization-detector` — saturation detector and filter (kinds: filter, saturationDetector).
  *
- * Saturation, per endpoint: `max(waiting / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`
+ * Saturation, per endpoint: `max(waiting' / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`
  * (the "roofline"). An endpoint whose metrics are missing or older than `metricsStalenessThreshold`
  * (strict >) scores 1.0 — fail closed — unless `stalenessPolicy: ignore`, which leaves it out of the
  * mean (all left out → 1.0). Pool value = unweighted mean; empty list = 1.0; never clamped.
@@ -10,13 +10,14 @@
  *
  * Filter (SPEC §7.2): keep an endpoint iff its metrics are fresh and
  * `waiting' < queueDepthThreshold × (1 + headroom)` and `kvUsage < kvCacheUtilThreshold × (1 + headroom)`;
- * if that would drop every candidate, all are returned (fail open). `waiting' = waiting +
- * max(0, inFlight − inFlightAtScrape)`: the requests Sluice sent to the endpoint since the scrape
- * count as waiting until the next scrape shows where they are. Without it, a burst released between
- * two scrapes (flow control opening its gate) all reads the same numbers and piles onto the same
- * prefix-affine endpoints while others sit idle (quick benchmark, 4 instances at 110 % load: +11 %
- * completed, −40 % p90 TTFT; 8 instances: unchanged). The saturation reading — the flow-control
- * gate — stays on the scraped numbers.
+ * if that would drop every candidate, all are returned (fail open).
+ *
+ * `waiting'` (Sluice, `countRecentDispatches`): the queue reckoned from the last scrape and what Sluice
+ * did since (`Endpoint.estimatedWaiting`: requests finished since shorten it, requests sent since
+ * fill the free slots the server has shown, then lengthen it); `false` → the scraped `waiting`, as
+ * llm-d. Why: metrics are up to one interval old, and when the gate opens the queue is dispatched in
+ * one go — read as scraped, the whole burst sees the same numbers, piles onto the prefix-affine
+ * endpoints and holds the pool mean above 1 while other endpoints sit idle.
  *
  * `nextChangeAt` (for the flow controller's timer) = the earliest `metricsAt + metricsStalenessThreshold`
  * over currently-fresh endpoints: the reading can flip once that instant has passed.
@@ -28,12 +29,12 @@
  *   the parsed parameters hold milliseconds (like every duration in the effective config)
  * - `headroom` 0 — ≥ 0, a fraction (0.2 = 20 %)
  * - `stalenessPolicy` "saturated" — `saturated` | `ignore` (Sluice addition)
- * - `countRecentDispatches` true — Sluice addition: the filter's `waiting'` above; false reads the
- *   scraped queue only, as llm-d does
+ * - `countRecentDispatches` true — Sluice addition: `waiting'` above; false reads the scraped queue
+ *   only, as llm-d does
  */
 import { z } from 'zod';
 import { parseDuration } from '../config/units.js';
-import type { Endpoint } from '../datalayer/endpoint.js';
+import type { Endpoint, EndpointMetrics } from '../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../plugins/registry.js';
 import type { CycleContext, SchedulingRequest } from '../scheduling/framework.js';
 import type { SaturationDetector, SaturationReading } from './detector.js';
@@ -98,6 +99,11 @@ export class UtilizationDetector implements SaturationDetector {
     this.kvLimit = params.kvCacheUtilThreshold * (1 + params.headroom);
   }
 
+  /** The queue length the formulas read: reckoned since the scrape, or as scraped (llm-d). */
+  private waiting(endpoint: Endpoint, m: EndpointMetrics): number {
+    return this.countRecent ? endpoint.estimatedWaiting() : m.waiting;
+  }
+
   private isStale(endpoint: Endpoint, now: number): boolean {
     return endpoint.metrics === undefined || endpoint.metricsAge(now) > this.stalenessMs;
   }
@@ -120,7 +126,7 @@ export class UtilizationDetector implements SaturationDetector {
         }
         continue;
       }
-      sum += Math.max(m.waiting / this.queueDepthThreshold, m.kvUsage / this.kvCacheUtilThreshold);
+      sum += Math.max(this.waiting(endpoint, m) / this.queueDepthThreshold, m.kvUsage / this.kvCacheUtilThreshold);
       counted++;
     }
     if (staleNames !== undefined && this.logger !== undefined) {
@@ -155,8 +161,7 @@ export class UtilizationDetector implements SaturationDetector {
     for (const endpoint of endpoints) {
       if (this.isStale(endpoint, now)) continue;
       const m = endpoint.metrics!;
-      const waiting = this.countRecent ? m.waiting + Math.max(0, endpoint.inFlight - endpoint.inFlightAtScrape) : m.waiting;
-      if (waiting < this.queueLimit && m.kvUsage < this.kvLimit) kept.push(endpoint);
+      if (this.waiting(endpoint, m) < this.queueLimit && m.kvUsage < this.kvLimit) kept.push(endpoint);
     }
     // Fail open: a fully saturated set is still better served than refused here; flow control gates.
     return kept.length === 0 ? endpoints.slice() : kept;

@@ -120,53 +120,73 @@ describe('utilization-detector filter (reference §6.2: q=5, kv=0.8, headroom 0.
   });
 });
 
-describe('utilization-detector filter: requests sent since the last scrape count as waiting', () => {
+describe('utilization-detector reads the queue reckoned since the last scrape (countRecentDispatches)', () => {
   const ctx = makeContext(1, new ManualClock(NOW));
 
-  test('a burst sent between two scrapes moves on once an endpoint has its queue-depth worth', () => {
+  test('filter: a burst to a server with a queue moves on once it has its queue-depth worth', () => {
     const d = detector({ queueDepthThreshold: 5 });
     const [hot, cold] = fleet({ waiting: 3, inFlight: 10 }, { waiting: 0, inFlight: 2 });
     assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e0', 'e1']);
     hot!.inFlight += 1; // 3 + 1 < 5: still a candidate
     assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e0', 'e1']);
-    hot!.inFlight += 1; // 3 + 2 = 5: full until the next scrape says otherwise
+    hot!.inFlight += 1; // 3 + 2 = 5: full until a scrape or a completion says otherwise
     assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e1']);
     hot!.inFlight -= 2; // those finished
     assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e0', 'e1']);
   });
 
-  test('completions since the scrape never count below the scraped queue', () => {
+  test('gate: the saturation reading rises with each request sent and falls with each one finished', () => {
     const d = detector({ queueDepthThreshold: 5 });
-    const [e] = fleet({ waiting: 5, inFlight: 9 });
-    e!.inFlight = 0;
-    assert.deepEqual(names(d.filter(ctx, makeRequest(), [e!, ...fleet({ waiting: 0 })])), ['e0']);
+    const [a, b] = fleet({ waiting: 4, inFlight: 12 }, { waiting: 4, inFlight: 12 });
+    assert.equal(d.saturation(NOW, [a!, b!]).value, 0.8);
+    a!.inFlight += 2; // (6 + 4) / 2 / 5
+    assert.equal(d.saturation(NOW, [a!, b!]).value, 1);
+    a!.inFlight -= 2;
+    b!.inFlight -= 4; // b's queue went into the slots its finished requests freed
+    assert.equal(d.saturation(NOW, [a!, b!]).value, 0.4);
   });
 
-  test('a recorded scrape takes the in-flight count as its new baseline', async () => {
+  test('a server never seen with a queue absorbs a burst: its slot count is unknown', () => {
+    const d = detector({ queueDepthThreshold: 5 });
+    const [idle] = fleet({ waiting: 0, running: 2, inFlight: 2 });
+    idle!.inFlight += 40;
+    assert.equal(d.saturation(NOW, [idle!]).value, 0);
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [idle!, ...fleet({ waiting: 0 })])), ['e0', 'e0']);
+  });
+
+  test('a server seen full: requests sent since the scrape fill its free slots, then wait', () => {
+    const [e] = fleet({ waiting: 0, running: 6, inFlight: 6 });
+    e!.observedSlots = 8;
+    e!.inFlight += 2;
+    assert.equal(e!.estimatedWaiting(), 0);
+    e!.inFlight += 3;
+    assert.equal(e!.estimatedWaiting(), 3);
+    assert.ok(Number.isNaN(fleet({ noMetrics: true })[0]!.estimatedWaiting()));
+  });
+
+  test('a recorded scrape takes the in-flight count as its baseline and learns the slots from a queue', async () => {
     const { Pool } = await import('../../src/datalayer/pool.js');
     const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
     const ep = pool.byName('a')!;
     pool.acquire(ep);
     pool.acquire(ep);
     pool.recordScrape(ep, { metrics: { waiting: 0, running: 2, kvUsage: 0.1 } }, NOW);
-    assert.equal(ep.inFlightAtScrape, 2);
+    assert.deepEqual([ep.inFlightAtScrape, ep.observedSlots], [2, 0]); // no queue: slots unknown
     pool.recordScrape(ep, { error: 'boom' }, NOW + 50);
     pool.acquire(ep);
     assert.equal(ep.inFlightAtScrape, 2); // a failed scrape proves nothing new
+    pool.recordScrape(ep, { metrics: { waiting: 3, running: 8, kvUsage: 0.5 } }, NOW + 100);
+    assert.deepEqual([ep.inFlightAtScrape, ep.observedSlots], [3, 8]);
+    pool.recordScrape(ep, { metrics: { waiting: 1, running: 6, kvUsage: 0.9 } }, NOW + 150);
+    assert.equal(ep.observedSlots, 8); // the most seen; fewer now is a KV limit or a moment
   });
 
-  test('countRecentDispatches: false reads the scraped queue only (llm-d)', () => {
+  test('countRecentDispatches: false reads the scraped queue only (llm-d), gate and filter', () => {
     const d = detector({ queueDepthThreshold: 5, countRecentDispatches: false });
     const [hot, cold] = fleet({ waiting: 3, inFlight: 10 }, { waiting: 0 });
     hot!.inFlight += 20;
     assert.deepEqual(names(d.filter(ctx, makeRequest(), [hot!, cold!])), ['e0', 'e1']);
-  });
-
-  test('the saturation reading (the flow-control gate) stays on the scraped numbers', () => {
-    const d = detector({ queueDepthThreshold: 5 });
-    const [e] = fleet({ waiting: 1, inFlight: 0 });
-    e!.inFlight = 20;
-    assert.equal(d.saturation(NOW, [e!]).value, 0.2);
+    assert.equal(d.saturation(NOW, [hot!, cold!]).value, 0.3);
   });
 });
 
