@@ -205,46 +205,28 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
     const ports = backends.map((b) => b.port);
     if (want('direct')) urls.set('direct', { baseUrl: backends[0]!.baseUrl });
 
-    if (want('nginx')) {
-      if (!hasCommand('nginx')) skipped.nginx = 'nginx is not installed (apt-get install -y --no-install-recommends nginx-light)';
-      else {
-        try {
-          const n = await startNginx(tmp, ports, 'least_conn');
-          started.push(n);
-          const problem = await probe(n.baseUrl);
-          if (problem === undefined) urls.set('nginx', n);
-          else skipped.nginx = problem;
-        } catch (err) {
-          skipped.nginx = (err as Error).message;
-        }
-      }
-    }
-    if (want('node-proxy')) {
+    /** Starts a target and probes it; a target that fails either is skipped with the reason. */
+    const addTarget = async (target: OverheadTarget, start: () => Promise<Started>): Promise<void> => {
+      if (!want(target)) return;
       try {
-        const n = await startNodeProxy(tmp, ports);
-        started.push(n);
-        const problem = await probe(n.baseUrl);
-        if (problem === undefined) urls.set('node-proxy', n);
-        else skipped['node-proxy'] = problem;
+        const t = await start();
+        started.push(t);
+        const problem = await probe(t.baseUrl);
+        if (problem === undefined) urls.set(target, t);
+        else skipped[target] = problem;
       } catch (err) {
-        skipped['node-proxy'] = (err as Error).message;
+        skipped[target] = (err as Error).message;
       }
-    }
+    };
+    if (want('nginx') && !hasCommand('nginx')) skipped.nginx = 'nginx is not installed (apt-get install -y --no-install-recommends nginx-light)';
+    else await addTarget('nginx', () => startNginx(tmp, ports, 'least_conn'));
+    await addTarget('node-proxy', () => startNodeProxy(tmp, ports));
     const endpoints = backends.map((b) => ({ name: b.name, port: b.port }));
     for (const [target, extra] of [
       ['sluice', ''],
       ['sluice-3s', THREE_SCORER_PROFILE],
     ] as const) {
-      if (!want(target)) continue;
-      try {
-        const s = await startSluice(tmp, target, endpoints, extra, opts.profile ? { cpuProfDir: join(tmp, `prof-${target}`) } : {});
-        started.push(s);
-        const problem = await probe(s.baseUrl);
-        if (problem === undefined) urls.set(target, s);
-        else skipped[target] = problem;
-      } catch (err) {
-        skipped[target] = (err as Error).message;
-      }
+      await addTarget(target, () => startSluice(tmp, target, endpoints, extra, opts.profile ? { cpuProfDir: join(tmp, `prof-${target}`) } : {}));
     }
     for (const [t, why] of Object.entries(skipped)) log(`  ${t}: NOT MEASURED — ${why.split('\n')[0]}`);
 
