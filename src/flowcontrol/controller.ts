@@ -254,6 +254,12 @@ function compareExpiry(a: QueuedRequest, b: QueuedRequest): number {
   return a.expiryAt - b.expiryAt || a.seq - b.seq;
 }
 
+/** receivedAt + `x-llm-d-slo-ttft-ms`; Infinity when absent or negative. */
+function sloDeadline(req: FlowRequest): number {
+  const slo = req.sloTtftMs;
+  return slo !== undefined && slo >= 0 ? req.receivedAt + slo : Infinity;
+}
+
 /** Index of the first flow whose id is ≥ `id` (binary search). */
 function lowerBound(flows: readonly Flow[], id: string): number {
   let lo = 0;
@@ -412,10 +418,8 @@ export class FlowController {
     solo.priority = band.priority;
     solo.enqueuedAt = now;
     solo.receivedAt = req.receivedAt;
-    const ttl = this.saturatedBudgetMs;
-    solo.ttlDeadline = ttl > 0 ? now + ttl : Infinity;
-    const slo = req.sloTtftMs;
-    solo.sloDeadline = slo !== undefined && slo >= 0 ? req.receivedAt + slo : Infinity;
+    solo.ttlDeadline = this.ttlDeadline(now);
+    solo.sloDeadline = sloDeadline(req);
     solo.byteSize = req.byteSize;
     try {
       return band.selector.select(solo.asList, band.ordering) === 0;
@@ -425,11 +429,15 @@ export class FlowController {
     }
   }
 
+  /** The ordering policies' TTL key: enqueue time + defaultRequestTTL (Infinity when ≤ 0). */
+  private ttlDeadline(enqueuedAt: number): number {
+    const ttl = this.saturatedBudgetMs;
+    return ttl > 0 ? enqueuedAt + ttl : Infinity;
+  }
+
   /** Puts an admitted request into its flow's heap and, when it can expire, the expiry heap. */
   private insert(req: FlowRequest, band: Band, enqueuedAt: number): QueuedRequest {
     const flow = band.flows.get(req.fairnessId) ?? this.addFlow(band, req.fairnessId);
-    const ttl = this.saturatedBudgetMs;
-    const slo = req.sloTtftMs;
     const size = req.byteSize;
     const item = new QueuedRequest(
       this.owner,
@@ -438,8 +446,8 @@ export class FlowController {
       this.nextSeq++,
       enqueuedAt,
       req.receivedAt,
-      ttl > 0 ? enqueuedAt + ttl : Infinity,
-      slo !== undefined && slo >= 0 ? req.receivedAt + slo : Infinity,
+      this.ttlDeadline(enqueuedAt),
+      sloDeadline(req),
       size,
     );
     flow.heap.push(item);
