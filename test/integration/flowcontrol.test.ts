@@ -285,3 +285,76 @@ objectives:
     }
   });
 });
+
+describe('flow control releases a burst by what the server can take (the reckoned queue)', () => {
+  /**
+   * One backend that holds every request until released; scrapes far apart (5 s) so that between
+   * the first scrape and the end of the test only Sluice's own dispatches and completions move the
+   * reading.
+   */
+  async function setup(page: string, detectorParams = '') {
+    const backend = await startFakeBackend();
+    backend.metrics = page;
+    const held: (() => void)[] = [];
+    backend.behave = (r, res) => void held.push(() => okJson(r, res));
+    const extra = `plugins:
+- type: queue-scorer
+- type: utilization-detector
+  parameters: { queueDepthThreshold: 5, metricsStalenessThreshold: 30s${detectorParams} }
+schedulingProfiles:
+- name: default
+  plugins: [ { pluginRef: queue-scorer } ]
+`;
+    const config = fleetConfig([{ name: 'only', port: backend.port }], extra).replace('interval: 20ms', 'interval: 5s');
+    const gw = await gatewayFor(config);
+    await waitForMetrics(gw);
+    return { backend, held, gw };
+  }
+
+  const burst = (gw: Gateway, n: number) => Array.from({ length: n }, (_, i) => post(gw, {}, `burst ${i}`));
+
+  test('a server seen full with 3 waiting takes 2 more, then one per request that finishes', async () => {
+    const { backend, held, gw } = await setup(vllmPage(3, 8, 0.1)); // 8 slots learned from the queue
+    try {
+      const answers = burst(gw, 6);
+      await until(() => backend.received.length === 2, 3000, 'two dispatched');
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(backend.received.length, 2, '3 + 2 = 5 waiting: the gate closed');
+      held.shift()!(); // one finishes: a waiting request took its slot, so one more fits
+      await until(() => backend.received.length === 3, 3000, 'one more after a completion');
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(backend.received.length, 3);
+      backend.behave = okJson;
+      for (const release of held.splice(0)) release();
+      // The rest drain as their predecessors finish.
+      const statuses = (await Promise.all(answers)).map((a) => a.status);
+      assert.deepEqual(statuses, [200, 200, 200, 200, 200, 200]);
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
+  test('a server never seen with a queue takes the whole burst at once (its slot count is unknown)', async () => {
+    const { backend, held, gw } = await setup(vllmPage(0, 2, 0.1));
+    try {
+      const answers = burst(gw, 6);
+      await until(() => backend.received.length === 6, 3000, 'all six dispatched');
+      for (const release of held.splice(0)) release();
+      assert.deepEqual((await Promise.all(answers)).map((a) => a.status), [200, 200, 200, 200, 200, 200]);
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
+  test('countRecentDispatches: false releases the whole burst against the scraped queue (llm-d)', async () => {
+    const { backend, held, gw } = await setup(vllmPage(3, 8, 0.1), ', countRecentDispatches: false');
+    try {
+      const answers = burst(gw, 6);
+      await until(() => backend.received.length === 6, 3000, 'all six dispatched');
+      for (const release of held.splice(0)) release();
+      assert.deepEqual((await Promise.all(answers)).map((a) => a.status), [200, 200, 200, 200, 200, 200]);
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+});

@@ -148,10 +148,10 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
 
   test('a server never seen with a queue absorbs a burst: its slot count is unknown', () => {
     const d = detector({ queueDepthThreshold: 5 });
-    const [idle] = fleet({ waiting: 0, running: 2, inFlight: 2 });
+    const [idle, other] = fleet({ waiting: 0, running: 2, inFlight: 2 }, { waiting: 0 });
     idle!.inFlight += 40;
     assert.equal(d.saturation(NOW, [idle!]).value, 0);
-    assert.deepEqual(names(d.filter(ctx, makeRequest(), [idle!, ...fleet({ waiting: 0 })])), ['e0', 'e0']);
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [idle!, other!])), ['e0', 'e1']);
   });
 
   test('a server seen full: requests sent since the scrape fill its free slots, then wait', () => {
