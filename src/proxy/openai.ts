@@ -3,6 +3,7 @@
  * text the prefix index hashes (reference pd-and-vllm.md §3.2 step 1).
  */
 import type { ApiKind } from '../scheduling/framework.js';
+import { topLevelMemberText } from './json-member.js';
 
 export const API_ROUTES: Readonly<Record<string, ApiKind>> = {
   '/v1/chat/completions': 'chat',
@@ -25,8 +26,12 @@ export interface InvalidRequest {
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** Validates the parsed body for the API and extracts what routing needs. */
-export function validateOpenAIRequest(api: ApiKind, body: unknown): ValidRequest | InvalidRequest {
+/**
+ * Validates the parsed body for the API and extracts what routing needs. With `source` (the text
+ * that was parsed), a structured prompt is the client's own JSON text of it rather than a
+ * re-serialisation: the same bytes for the same conversation, without the cost of `JSON.stringify`.
+ */
+export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: string): ValidRequest | InvalidRequest {
   if (!isObject(body)) return { message: 'request body must be a JSON object', param: null };
   const model = body.model;
   if (model === undefined) return { message: "missing required field 'model'", param: 'model' };
@@ -45,21 +50,21 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown): ValidRequest
       for (let i = 0; i < messages.length; i++) {
         if (!isObject(messages[i])) return { message: `'messages[${i}]' must be an object`, param: `messages[${i}]` };
       }
-      promptText = JSON.stringify(messages);
+      promptText = memberText(source, 'messages') ?? JSON.stringify(messages);
       break;
     }
     case 'completions': {
       const prompt = body.prompt;
       if (prompt === undefined || prompt === null) return { message: "missing required field 'prompt'", param: 'prompt' };
       if (typeof prompt === 'string') promptText = prompt;
-      else if (Array.isArray(prompt) && prompt.length > 0) promptText = JSON.stringify(prompt);
+      else if (Array.isArray(prompt) && prompt.length > 0) promptText = memberText(source, 'prompt') ?? JSON.stringify(prompt);
       else return { message: "'prompt' must be a string or a non-empty array", param: 'prompt' };
       break;
     }
     case 'embeddings': {
       const input = body.input;
       if (input === undefined || input === null) return { message: "missing required field 'input'", param: 'input' };
-      promptText = typeof input === 'string' ? input : JSON.stringify(input);
+      promptText = typeof input === 'string' ? input : (memberText(source, 'input') ?? JSON.stringify(input));
       break;
     }
     case 'responses': {
@@ -73,6 +78,9 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown): ValidRequest
   const includeUsage = stream === true && isObject(so) && so.include_usage === true;
   return { model, promptText, stream: stream === true, includeUsage };
 }
+
+const memberText = (source: string | undefined, key: string): string | undefined =>
+  source === undefined ? undefined : topLevelMemberText(source, key);
 
 export function isInvalid(v: ValidRequest | InvalidRequest): v is InvalidRequest {
   return (v as InvalidRequest).message !== undefined;

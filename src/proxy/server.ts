@@ -142,12 +142,13 @@ export class ApiServer {
         return; // client went away mid-body: nothing to answer
       }
       let body: unknown;
+      const text = raw.toString('utf8');
       try {
-        body = JSON.parse(raw.toString('utf8'));
+        body = JSON.parse(text);
       } catch (err) {
         return sendError(res, 400, `invalid JSON body: ${(err as Error).message}`, { requestId });
       }
-      const valid = validateOpenAIRequest(api, body);
+      const valid = validateOpenAIRequest(api, body, text);
       if (isInvalid(valid)) return sendError(res, 400, valid.message, { param: valid.param, requestId });
 
       const objective = firstHeader(req.headers, OBJECTIVE_HEADERS);

@@ -17,8 +17,9 @@ export interface SchedulingRequest {
   /** Parsed JSON body (read-only for plugins). */
   readonly body: Readonly<Record<string, unknown>>;
   /**
-   * Text the prefix index hashes (chat: JSON of messages; completions: the prompt text;
-   * embeddings: JSON of input; responses: JSON of [instructions, tools, input]).
+   * Text the prefix index hashes (chat: the messages JSON as the client sent it; completions: the
+   * prompt string or an array's JSON as sent; embeddings: likewise for input; responses: JSON of
+   * [instructions, tools, input]).
    */
   readonly promptText: string;
   /** Lower-cased request headers. */

@@ -4,7 +4,7 @@
  * Estimates, without a tokenizer, how much of the prompt the already chosen decode endpoint would
  * have to compute itself, and disaggregates when that is at least `nonCachedTokens` (llm-d):
  *
- *   inputTokens  = floor(len(promptText) / 4)        (chat: JSON of messages; completions: the prompt)
+ *   inputTokens  = floor(len(promptText) / 4)        (chat: the messages JSON as sent; completions: the prompt)
  *   cachedTokens = matchedBlocks(decode) × blockSizeTokens     (from the prefix-cache-scorer's index)
  *   disaggregate ⇔ nonCachedTokens > 0 ∧ inputTokens ≥ nonCachedTokens
  *                  ∧ inputTokens − cachedTokens ≥ nonCachedTokens
