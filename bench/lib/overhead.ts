@@ -67,20 +67,24 @@ export interface OverheadRatio {
   p99: number;
 }
 
-export interface PacedComparison {
+/** The open-loop rounds compare these; `node-proxy` shows what any Node gateway adds on this box. */
+export const PACED_TARGETS = ['direct', 'nginx', 'node-proxy', 'sluice'] as const;
+export type PacedTarget = (typeof PACED_TARGETS)[number];
+type PacedResults = Partial<Record<PacedTarget, PacedResult>>;
+
+export interface PacedComparison extends PacedResults {
   /** Half of Sluice's closed-loop JSON throughput (short prompt). */
   rateRps: number;
   seconds: number;
-  direct?: PacedResult;
-  nginx?: PacedResult;
-  sluice?: PacedResult;
   /** Sluice p99 − direct p99, ms. */
   addedP99Ms?: number;
   addedP50Ms?: number;
+  /** The bare Node proxy's p99 − direct p99, ms (Node's own floor in the same rounds). */
+  nodeAddedP99Ms?: number;
   /** Every round, per target (the fields above hold the median-p99 round). */
-  rounds?: Partial<Record<'direct' | 'nginx' | 'sluice', PacedResult[]>>;
+  rounds?: Partial<Record<PacedTarget, PacedResult[]>>;
   /** The same at a low fixed rate: the latency each hop adds when nothing queues. */
-  low?: { rateRps: number; seconds: number; direct?: PacedResult; nginx?: PacedResult; sluice?: PacedResult };
+  low?: PacedResults & { rateRps: number; seconds: number };
 }
 
 export interface OverheadResult {
@@ -288,36 +292,37 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
       const body = overheadBody('json', 'short');
       const rounds = opts.pacedRounds;
       log(`  open loop at ${paced.rateRps} req/s (half of Sluice's ${fmtInt(sluiceMax.rps)}), ${rounds} rounds × ${opts.pacedSeconds} s per target, interleaved, JSON short prompt:`);
-      const all: Partial<Record<'direct' | 'nginx' | 'sluice', PacedResult[]>> = {};
-      for (const target of ['direct', 'nginx', 'sluice'] as const) {
+      const all: Partial<Record<PacedTarget, PacedResult[]>> = {};
+      for (const target of PACED_TARGETS) {
         const t = urls.get(target);
         if (t !== undefined) await runPaced(t.baseUrl, '/v1/chat/completions', body, paced.rateRps, 1); // warm-up
       }
       // Rounds interleave the targets, so a burst of load from elsewhere on the box hits one round of each.
       for (let round = 0; round < rounds; round++) {
-        for (const target of ['direct', 'nginx', 'sluice'] as const) {
+        for (const target of PACED_TARGETS) {
           const t = urls.get(target);
           if (t === undefined) continue;
-          const pid = t.proc?.child.pid;
+          // nginx's pid is its master, not the worker that does the work.
+          const pid = target === 'nginx' ? undefined : t.proc?.child.pid;
           const before = schedStat(pid);
           const startedAt = performance.now();
           const r = await runPaced(t.baseUrl, '/v1/chat/completions', body, paced.rateRps, opts.pacedSeconds);
           const after = schedStat(pid);
           const wallMs = performance.now() - startedAt;
-          if (target === 'sluice' && before !== undefined && after !== undefined && wallMs > 0) {
+          if (before !== undefined && after !== undefined && wallMs > 0) {
             r.gateway = { cpuShare: (after.cpuMs - before.cpuMs) / wallMs, runQueueWaitShare: (after.waitMs - before.waitMs) / wallMs };
           }
           (all[target] ??= []).push(r);
         }
       }
-      for (const target of ['direct', 'nginx', 'sluice'] as const) {
+      for (const target of PACED_TARGETS) {
         const list = all[target];
         if (!list?.length) continue;
         // The round with the median p99 stands for the target; every round is kept in the results.
         const r = [...list].sort((a, b) => a.latencyMs.p99 - b.latencyMs.p99)[Math.floor((list.length - 1) / 2)]!;
         paced[target] = r;
         log(
-          `    ${target.padEnd(7)} sent ${r.sent} (${fmtInt(r.achievedRps)} req/s)  p50 ${fmt(r.latencyMs.p50, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms  max ${fmt(r.latencyMs.max, 1)} ms` +
+          `    ${target.padEnd(10)} sent ${r.sent} (${fmtInt(r.achievedRps)} req/s)  p50 ${fmt(r.latencyMs.p50, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms  max ${fmt(r.latencyMs.max, 1)} ms` +
             `  send lag p99 ${fmt(r.sendLagMs.p99, 2)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}  (p99 of the rounds: ${list.map((x) => fmt(x.latencyMs.p99, 2)).join(', ')})` +
             (r.gateway ? `  gateway on CPU ${fmt(r.gateway.cpuShare * 100, 0)} %, waiting for a CPU ${fmt(r.gateway.runQueueWaitShare * 100, 1)} % of the time` : ''),
         );
@@ -325,12 +330,12 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
       paced.rounds = all;
       const low: NonNullable<PacedComparison['low']> = { rateRps: LOW_RATE, seconds: Math.max(3, Math.round(opts.pacedSeconds / 2)) };
       log(`  open loop at ${LOW_RATE} req/s, ${low.seconds} s each (latency with nothing queued):`);
-      for (const target of ['direct', 'nginx', 'sluice'] as const) {
+      for (const target of PACED_TARGETS) {
         const t = urls.get(target);
         if (t === undefined) continue;
         const r = await runPaced(t.baseUrl, '/v1/chat/completions', body, LOW_RATE, low.seconds);
         low[target] = r;
-        log(`    ${target.padEnd(7)} p50 ${fmt(r.latencyMs.p50, 3)} ms  p90 ${fmt(r.latencyMs.p90, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}`);
+        log(`    ${target.padEnd(10)} p50 ${fmt(r.latencyMs.p50, 3)} ms  p90 ${fmt(r.latencyMs.p90, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}`);
       }
       paced.low = low;
       if (paced.sluice && paced.direct) {
@@ -338,6 +343,8 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
         paced.addedP50Ms = paced.sluice.latencyMs.p50 - paced.direct.latencyMs.p50;
         log(`    Sluice adds p50 ${fmt(paced.addedP50Ms, 3)} ms, p99 ${fmt(paced.addedP99Ms, 3)} ms over direct`);
       }
+      const node = paced['node-proxy'];
+      if (node && paced.direct) paced.nodeAddedP99Ms = node.latencyMs.p99 - paced.direct.latencyMs.p99;
     }
   } finally {
     // A profiled process writes its profile on a clean exit: give it time.

@@ -3,7 +3,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { OverheadRatio, OverheadResult } from './overhead.js';
+import { PACED_TARGETS, type OverheadRatio, type OverheadResult } from './overhead.js';
 import type { QualityResult, RouterResult, StepResult } from './quality.js';
 import type { ScaleResult } from './scale.js';
 import { fmt, fmtInt, mdTable } from './stats.js';
@@ -99,6 +99,7 @@ export function evaluateTargets(res: Omit<BenchResults, 'targets'>): Verdict[] {
       value: measured
         ? `${fmt(added, 2)} ms at ${fmtInt(p!.rateRps)} req/s (p99 ${fmt(p!.sluice?.latencyMs.p99, 2)} vs ${fmt(p!.direct?.latencyMs.p99, 2)} ms; the client ran up to ${fmt(lag, 1)} ms late, p99)` +
           (noisy ? ' — inconclusive: within the timing noise of this box' : '') +
+          (p!.nodeAddedP99Ms !== undefined ? `; a bare Node proxy adds ${fmt(p!.nodeAddedP99Ms, 2)} ms at p99 in the same rounds` : '') +
           (Number.isFinite(lowAdded) ? `; at ${low!.rateRps} req/s: p99 added ${fmt(lowAdded, 2)} ms, p50 added ${fmt(low!.sluice!.latencyMs.p50 - low!.direct!.latencyMs.p50, 2)} ms` : '')
         : 'not measured',
       met: measured && !noisy ? added <= TARGETS.addedP99Ms : null,
@@ -283,8 +284,7 @@ export function writeReport(res: BenchResults, dir: string): string[] {
           '"send lag" is how late the client sent against the schedule (timer granularity), the same for every target.',
       );
       L.push('');
-      const rows = (['direct', 'nginx', 'sluice'] as const)
-        .filter((t) => p[t] !== undefined)
+      const rows = PACED_TARGETS.filter((t) => p[t] !== undefined)
         .map((t) => {
           const r = p[t]!;
           const g = r.gateway;
@@ -309,13 +309,17 @@ export function writeReport(res: BenchResults, dir: string): string[] {
       );
       L.push('');
       if (p.addedP99Ms !== undefined) L.push(`Sluice adds **${fmt(p.addedP50Ms, 3)} ms at p50 and ${fmt(p.addedP99Ms, 3)} ms at p99** over direct.`);
+      if (p.nodeAddedP99Ms !== undefined)
+        L.push(
+          `The bare Node proxy (\`node-proxy\`, no scheduling) adds ${fmt(p.nodeAddedP99Ms, 3)} ms at p99 in the same rounds: on this 2-core box, tails of tens of ms come and go in every ` +
+            'process that needs a CPU (loopback TCP is processed in the same CPU time), so the p99 of a 2 s round swings with the box more than with the gateway — compare the rounds in `results.json`.',
+        );
       L.push('');
       const low = p.low;
       if (low) {
         L.push(`At a low rate (${low.rateRps} req/s, ${low.seconds} s, nothing queues anywhere) — the fixed cost of each hop:`);
         L.push('');
-        const lrows = (['direct', 'nginx', 'sluice'] as const)
-          .filter((t) => low[t] !== undefined)
+        const lrows = PACED_TARGETS.filter((t) => low[t] !== undefined)
           .map((t) => {
             const r = low[t]!;
             const d = low.direct;
