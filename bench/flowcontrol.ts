@@ -75,6 +75,7 @@ const config: FlowControlConfig = {
   priorityBands: BAND_PRIORITIES.map((priority) => ({ ...template, priority })),
   usageLimitPolicyPluginRef: 'static',
   saturationDetector: { pluginRef: 'utilization-detector' },
+  affinityLookahead: 0,
 };
 
 // Module-level gate state: requests then share one onOutcome function and carry no closure.

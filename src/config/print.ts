@@ -82,6 +82,7 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
       priorityBands: fc.priorityBands.map(bandYaml),
       usageLimitPolicyPluginRef: fc.usageLimitPolicyPluginRef,
       saturationDetector: { pluginRef: fc.saturationDetector.pluginRef },
+      affinityLookahead: fc.affinityLookahead,
     },
   };
 }

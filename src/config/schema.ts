@@ -405,6 +405,11 @@ export const priorityBandSchema = z
 
 export const saturationDetectorRefSchema = z.strictObject({ pluginRef: z.string().default('') });
 
+/** Requests a dispatch may look past when the head would rather wait for its favourite endpoint. */
+export const DEFAULT_AFFINITY_LOOKAHEAD = 8;
+/** Each look costs a scheduling run; more than this would be a queue scan, not a look ahead. */
+const MAX_AFFINITY_LOOKAHEAD = 64;
+
 /** The flowControl block before "ensure": the detector ref may still be unset. */
 export type FlowControlSection = Omit<FlowControlConfig, 'saturationDetector'> & {
   saturationDetector?: { pluginRef: string };
@@ -423,6 +428,7 @@ export const flowControlSchema = z
     saturationDetector: saturationDetectorRefSchema.optional(),
     /** llm-d's in-flight eviction (alpha); accepted for compatibility, not implemented (warning). */
     enableEviction: z.boolean().optional(),
+    affinityLookahead: z.number().int().min(0).max(MAX_AFFINITY_LOOKAHEAD).default(DEFAULT_AFFINITY_LOOKAHEAD),
   })
   .transform((fc, ctx): FlowControlSection => {
     const seen = new Map<number, number>();
@@ -447,6 +453,7 @@ export const flowControlSchema = z
       defaultPriorityBand: fc.defaultPriorityBand,
       priorityBands: fc.priorityBands,
       usageLimitPolicyPluginRef: fc.usageLimitPolicyPluginRef || DEFAULT_USAGE_LIMIT_POLICY,
+      affinityLookahead: fc.affinityLookahead,
     };
     if (fc.defaultNegativePriorityBand) section.defaultNegativePriorityBand = fc.defaultNegativePriorityBand;
     if (fc.saturationDetector) section.saturationDetector = fc.saturationDetector;

@@ -84,6 +84,11 @@ export interface FlowControlConfig {
   priorityBands: PriorityBandConfig[];
   usageLimitPolicyPluginRef: string; // static-usage-limit-policy
   saturationDetector: { pluginRef: string }; // utilization-detector
+  /**
+   * Sluice: how many later requests of the same flow a dispatch may look at when the head's
+   * favourite endpoint is saturated (and so how often a request may be overtaken). 0 = strict order, as llm-d.
+   */
+  affinityLookahead: number; // 8
 }
 
 export interface SluiceConfig {

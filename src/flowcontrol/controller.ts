@@ -157,6 +157,8 @@ class QueuedRequest implements QueuedItemView, FlowTicket {
   /** Current-regime deadline; Infinity (and out of the expiry heap) when it cannot expire. */
   expiryAt = Infinity;
   done = false;
+  /** Times a later request of its flow was dispatched before it (bounded by the look-ahead). */
+  overtaken = 0;
 
   constructor(
     private readonly owner: TicketOwner,
@@ -320,6 +322,10 @@ export class FlowController {
 
   private readonly owner: TicketOwner = { cancel: (item) => this.evictCancelled(item) };
   private readonly solo = new SoloFlow();
+  /** flowControl.affinityLookahead; 0 = strict ordering. */
+  private readonly lookahead: number;
+  /** Scratch: requests taken off a flow heap while looking ahead. */
+  private readonly lookedAt: QueuedRequest[] = [];
 
   constructor(opts: FlowControllerOptions) {
     this.config = opts.config;
@@ -342,6 +348,7 @@ export class FlowController {
 
     this.globalMaxRequests = opts.config.maxRequests > 0 ? opts.config.maxRequests : Infinity;
     this.globalMaxBytes = opts.config.maxBytes > 0 ? opts.config.maxBytes : Infinity;
+    this.lookahead = opts.config.affinityLookahead;
     this.saturatedBudgetMs = opts.config.defaultRequestTTL;
     this.noEndpointBudgetMs = opts.config.noEndpointRequestTTL;
     this.regimeSince = this.clock.now();
@@ -650,12 +657,53 @@ export class FlowController {
       }
       const flow = band.sortedFlows[chosen];
       if (flow === undefined || flow.length === 0) continue; // work-conserving: try the next band
-      const item = flow.heap.pop()!;
+      const item = this.lookahead > 0 && flow.length > 1 ? this.takeWithAffinity(flow) : flow.heap.pop()!;
       this.detach(item);
       this.finish(item, 'Dispatched', now - item.enqueuedAt);
       return true;
     }
     return false;
+  }
+
+  /**
+   * Takes the request to dispatch from a flow (Sluice, `flowControl.affinityLookahead` = K). The
+   * head goes, unless it would rather wait for its favourite (saturated) endpoint: then the first of
+   * the next K requests, in the ordering policy's order, that must go goes instead — content to go
+   * now, or already overtaken K times — and every request it passes counts as overtaken once. When
+   * everyone looked at would rather wait, the head goes: the flow keeps moving, and no request is
+   * overtaken more than K times.
+   */
+  private takeWithAffinity(flow: Flow): QueuedRequest {
+    const heap = flow.heap;
+    if (this.mustGo(heap.peek()!)) return heap.pop()!;
+    const looked = this.lookedAt;
+    looked.push(heap.pop()!);
+    let chosen: QueuedRequest | undefined;
+    while (looked.length <= this.lookahead && heap.size > 0) {
+      const next = heap.pop()!;
+      if (this.mustGo(next)) {
+        chosen = next;
+        break;
+      }
+      looked.push(next);
+    }
+    if (chosen === undefined) chosen = looked.shift()!;
+    else for (const passed of looked) passed.overtaken++;
+    for (const back of looked) heap.push(back);
+    looked.length = 0;
+    return chosen;
+  }
+
+  private mustGo(item: QueuedRequest): boolean {
+    if (item.overtaken >= this.lookahead) return true;
+    const { request } = item;
+    if (request.prefersToWait === undefined) return true;
+    try {
+      return request.prefersToWait() !== true;
+    } catch {
+      this.callbackErrors++;
+      return true;
+    }
   }
 
   /**

@@ -33,6 +33,12 @@ export interface FlowRequest {
    * `queuedMs` is the time spent in flow control.
    */
   onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void;
+  /**
+   * Sluice (`flowControl.affinityLookahead`): true when the request would rather stay queued than be
+   * sent now, because the endpoint it suits best is saturated and it would go elsewhere. Asked only
+   * when a later request might overtake it; must not change anything.
+   */
+  prefersToWait?(): boolean;
 }
 
 /** A queued request, as the caller holds it to cancel (client disconnect). */

@@ -251,6 +251,12 @@ class Queued implements FlowRequest, ClientWatcher {
     this.ticket?.cancel();
   }
 
+  /** Its favourite endpoint is saturated: flow control may let a later request go first (affinityLookahead). */
+  prefersToWait(): boolean {
+    const { ctx } = this;
+    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.endpoints);
+  }
+
   onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
     const { ctx } = this;
     const { res, requestId } = ctx;

@@ -118,6 +118,6 @@ export function buildScheduling(config: SluiceConfig, registry: PluginRegistry, 
     throw new Error(`flowControl.saturationDetector: plugin '${detectorRef}' (${detector.type}) is not a saturation detector`);
   }
 
-  const scheduler = new Scheduler(handlers[0]!, profiles, preRequest, { clock: deps.clock, random: deps.random });
+  const scheduler = new Scheduler(handlers[0]!, profiles, preRequest, { clock: deps.clock, random: deps.random }, detector);
   return { scheduler, plugins: byConfigOrder, detector, responseHooks };
 }

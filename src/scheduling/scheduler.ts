@@ -11,6 +11,7 @@
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type {
   CycleContext,
+  Filter,
   PreRequest,
   ProfileHandler,
   ProfileRunResult,
@@ -39,16 +40,18 @@ function scoreBuffer(length: number): Float64Array {
   return scoreScratch;
 }
 
-/** Runs one profile over the candidates: filters → weighted scorers → picker. */
+/** Runs one profile over the candidates: filters (but `skip`) → weighted scorers → picker. */
 export function runProfile(
   ctx: CycleContext,
   profile: SchedulingProfile,
   req: SchedulingRequest,
   candidates: readonly Endpoint[],
+  skip?: Filter,
 ): ProfileRunResult {
   let remaining: readonly Endpoint[] = candidates;
   if (remaining.length === 0) return { targets: [], failure: `profile ${profile.name}: no candidate endpoints` };
   for (const filter of profile.filters) {
+    if (filter === skip) continue;
     remaining = filter.filter(ctx, req, remaining);
     if (remaining.length === 0) {
       return { targets: [], failure: `profile ${profile.name}: filter ${filter.name} left no endpoints` };
@@ -87,24 +90,15 @@ export class Scheduler {
     readonly profiles: ReadonlyMap<string, SchedulingProfile>,
     readonly preRequest: readonly PreRequest[],
     readonly ctx: CycleContext,
+    /** The flow-control saturation detector, as the filter the profiles run (SPEC §7.2). */
+    readonly saturationFilter?: Filter,
   ) {}
 
   schedule(req: SchedulingRequest, candidates: readonly Endpoint[]): SchedulingOutcome {
     if (candidates.length === 0) {
       return { ok: false, reason: 'no-endpoints', message: 'no endpoints available for scheduling' };
     }
-    const { ctx, handler, profiles } = this;
-    const results = new Map<string, ProfileRunResult>();
-    for (let round = 0; ; round++) {
-      const next = handler.pickProfiles(ctx, req, profiles, results);
-      if (next.length === 0) break;
-      if (round >= MAX_HANDLER_ROUNDS) {
-        throw new Error(`profile handler ${handler.name} still picking profiles after ${MAX_HANDLER_ROUNDS} rounds`);
-      }
-      for (const profile of next) results.set(profile.name, runProfile(ctx, profile, req, candidates));
-    }
-
-    const result = handler.processResults(req, results);
+    const result = this.decide(req, candidates);
     const primary = result.profileResults.get(result.primaryProfile);
     const target = primary?.targets[0];
     if (target === undefined) {
@@ -116,5 +110,40 @@ export class Scheduler {
     }
     for (const hook of this.preRequest) hook.preRequest(req, result);
     return { ok: true, result, target };
+  }
+
+  /**
+   * Whether the saturation filter is all that keeps this request from the endpoint it suits best:
+   * its primary profile, run without that filter, picks an endpoint the filter drops. A probe for
+   * flow control (`affinityLookahead`): no PreRequest hook runs, nothing is learned or counted.
+   */
+  favouriteIsSaturated(req: SchedulingRequest, candidates: readonly Endpoint[]): boolean {
+    const skip = this.saturationFilter;
+    if (skip === undefined || candidates.length === 0) return false;
+    const unfiltered = this.decide(req, candidates, skip);
+    const favourite = unfiltered.profileResults.get(unfiltered.primaryProfile)?.targets[0];
+    const profile = this.profiles.get(unfiltered.primaryProfile);
+    if (favourite === undefined || profile === undefined || !profile.filters.includes(skip)) return false;
+    let remaining: readonly Endpoint[] = candidates;
+    for (const filter of profile.filters) {
+      remaining = filter.filter(this.ctx, req, remaining);
+      if (remaining.length === 0) return false;
+    }
+    return !remaining.includes(favourite);
+  }
+
+  /** The profile handler's rounds over the candidates (profiles run without `skip`). */
+  private decide(req: SchedulingRequest, candidates: readonly Endpoint[], skip?: Filter): SchedulingResult {
+    const { ctx, handler, profiles } = this;
+    const results = new Map<string, ProfileRunResult>();
+    for (let round = 0; ; round++) {
+      const next = handler.pickProfiles(ctx, req, profiles, results);
+      if (next.length === 0) break;
+      if (round >= MAX_HANDLER_ROUNDS) {
+        throw new Error(`profile handler ${handler.name} still picking profiles after ${MAX_HANDLER_ROUNDS} rounds`);
+      }
+      for (const profile of next) results.set(profile.name, runProfile(ctx, profile, req, candidates, skip));
+    }
+    return handler.processResults(req, results);
   }
 }

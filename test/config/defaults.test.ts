@@ -80,6 +80,7 @@ describe('§3.5 defaults with no plugins', () => {
       priorityBands: [],
       usageLimitPolicyPluginRef: 'static-usage-limit-policy',
       saturationDetector: { pluginRef: 'utilization-detector' },
+      affinityLookahead: 8, // Sluice
     });
     assert.equal(config.apiVersion, 'llm-d.ai/v1alpha1');
     assert.equal(config.kind, 'EndpointPickerConfig');

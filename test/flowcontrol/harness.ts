@@ -210,6 +210,7 @@ export function makeConfig(over: Partial<FlowControlConfig> = {}): FlowControlCo
     priorityBands: [],
     usageLimitPolicyPluginRef: 'static-usage-limit-policy',
     saturationDetector: { pluginRef: 'utilization-detector' },
+    affinityLookahead: 0,
     ...over,
   };
 }
@@ -233,6 +234,8 @@ export interface SubmitOptions {
   sloTtftMs?: number;
   /** Runs inside onOutcome, after the outcome is recorded. */
   then?: (outcome: FlowOutcome) => void;
+  /** The request's `prefersToWait` (absent: the request has none). */
+  prefersToWait?: () => boolean;
 }
 
 export interface HarnessOptions {
@@ -303,6 +306,7 @@ export class Harness {
       byteSize: opts.byteSize ?? 100,
       receivedAt: opts.receivedAt ?? this.clock.now(),
       ...(opts.sloTtftMs !== undefined ? { sloTtftMs: opts.sloTtftMs } : {}),
+      ...(opts.prefersToWait !== undefined ? { prefersToWait: opts.prefersToWait } : {}),
       onOutcome: (outcome, queuedMs, cause) => {
         this.outcomes.push({ label, outcome, queuedMs, cause, at: this.clock.now() });
         opts.then?.(outcome);

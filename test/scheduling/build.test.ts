@@ -5,7 +5,8 @@ import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { isSaturationDetector } from '../../src/saturation/detector.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
-import { makeDeps, makeEndpoint, makeRequest } from './helpers.js';
+import type { Scorer } from '../../src/scheduling/framework.js';
+import { makeContext, makeDeps, makeEndpoint, makeRequest } from './helpers.js';
 
 function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfig[], detectorRef = 'utilization-detector'): SluiceConfig {
   return {
@@ -40,6 +41,7 @@ function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfi
       priorityBands: [],
       usageLimitPolicyPluginRef: 'static-usage-limit-policy',
       saturationDetector: { pluginRef: detectorRef },
+      affinityLookahead: 0,
     },
   };
 }
@@ -166,6 +168,59 @@ describe('buildScheduling', () => {
     assert.deepEqual(profile.scorers.map((s) => s.weight), [2, 2, 3]);
     assert.equal(built.detector.type, 'utilization-detector');
     assert.deepEqual(profile.filters.map((f) => f.type), ['utilization-detector']);
+  });
+});
+
+describe('Scheduler.favouriteIsSaturated (the affinity look-ahead probe)', () => {
+  const prompt = (seed: string): string => `${seed} `.repeat(200);
+  /** Default profile; `cached` has learned `P` (it won the first decision), `other` has not. */
+  function setup(profile: SchedulingProfileConfig = DEFAULT_PROFILE) {
+    const built = buildScheduling(config(DEFAULT_PLUGINS, [profile]), builtinRegistry(), makeDeps());
+    const cached = makeEndpoint('cached', { kv: 0 });
+    const other = makeEndpoint('other', { kv: 0.1 });
+    const first = built.scheduler.schedule(makeRequest(prompt('P')), [cached, other]);
+    assert.ok(first.ok && first.target === cached);
+    const setWaiting = (ep: typeof cached, waiting: number): void => {
+      ep.metrics = { ...ep.metrics!, waiting };
+    };
+    return { built, cached, other, setWaiting };
+  }
+
+  test('true when the saturation filter drops the endpoint the request would pick', () => {
+    const { built, cached, other, setWaiting } = setup();
+    setWaiting(cached, 5); // queueDepthThreshold 5: saturated on its own
+    assert.equal(built.scheduler.favouriteIsSaturated(makeRequest(prompt('P')), [cached, other]), true);
+    const outcome = built.scheduler.schedule(makeRequest(prompt('P')), [cached, other]);
+    assert.ok(outcome.ok && outcome.target === other, 'what dispatching now would do');
+  });
+
+  test('false when the favourite has room, when everything is saturated, or when nothing is cached anywhere', () => {
+    const { built, cached, other, setWaiting } = setup();
+    setWaiting(cached, 2);
+    assert.equal(built.scheduler.favouriteIsSaturated(makeRequest(prompt('P')), [cached, other]), false, 'room');
+    setWaiting(cached, 5);
+    assert.equal(built.scheduler.favouriteIsSaturated(makeRequest(prompt('Q')), [cached, other]), false, 'no affinity: its favourite is other');
+    setWaiting(other, 6);
+    assert.equal(built.scheduler.favouriteIsSaturated(makeRequest(prompt('P')), [cached, other]), false, 'all saturated: the filter fails open');
+  });
+
+  test('false for a profile without the saturation filter', () => {
+    const { built, cached, other, setWaiting } = setup({
+      name: 'default',
+      plugins: DEFAULT_PROFILE.plugins.filter((p) => p.pluginRef !== 'utilization-detector'),
+    });
+    setWaiting(cached, 5);
+    assert.equal(built.scheduler.favouriteIsSaturated(makeRequest(prompt('P')), [cached, other]), false);
+  });
+
+  test('a probe teaches the prefix index nothing', () => {
+    const { built, cached, other, setWaiting } = setup();
+    setWaiting(cached, 5);
+    for (let i = 0; i < 3; i++) built.scheduler.favouriteIsSaturated(makeRequest(prompt('R')), [cached, other]);
+    const scorer = built.plugins.get('prefix-cache-scorer') as unknown as Scorer;
+    const out = new Float64Array(2);
+    scorer.score(makeContext(), makeRequest(prompt('R')), [cached, other], out);
+    assert.deepEqual([...out], [0, 0]);
   });
 });
 
