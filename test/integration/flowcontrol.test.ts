@@ -353,3 +353,104 @@ schedulingProfiles:
   test('countRecentDispatches: false releases the whole burst against the scraped queue (llm-d)', () =>
     expectWholeBurstAtOnce(vllmPage(3, 8, 0.1), ', countRecentDispatches: false'));
 });
+
+describe('flow control: affinity look-ahead, end to end', () => {
+  /**
+   * A and B each seen with 8 running and a queue (A 3, B 4), so each takes exactly as many more as
+   * keeps its reckoned queue under 5; scrapes 5 s apart, so only Sluice's own dispatches and
+   * completions move the reading. Every request is held until the test releases it.
+   * Profile: prefix ×3, active-request ×1 (Sluice's own in-flight count), kv ×0.5 (A 0.0, B 0.2:
+   * the very first request goes to A).
+   */
+  async function setup(lookahead: number) {
+    const [a, b] = [await startFakeBackend(), await startFakeBackend()];
+    a.metrics = vllmPage(3, 8, 0);
+    b.metrics = vllmPage(4, 8, 0.2);
+    const held = new Map<string, () => void>();
+    for (const backend of [a, b]) {
+      backend.behave = (r, res) => {
+        const content = (JSON.parse(r.body) as { messages: { content: string }[] }).messages[0]!.content;
+        held.set(content, () => {
+          held.delete(content);
+          okJson(r, res);
+        });
+      };
+    }
+    const releaseAll = () => [...held.values()].forEach((release) => release());
+    const extra = `plugins:
+- type: prefix-cache-scorer
+- type: active-request-scorer
+- type: kv-cache-utilization-scorer
+- type: utilization-detector
+  parameters: { queueDepthThreshold: 5, metricsStalenessThreshold: 30s }
+schedulingProfiles:
+- name: default
+  plugins: [ { pluginRef: prefix-cache-scorer, weight: 3 }, { pluginRef: active-request-scorer, weight: 1 }, { pluginRef: kv-cache-utilization-scorer, weight: 0.5 } ]
+flowControl:
+  affinityLookahead: ${lookahead}
+`;
+    const config = fleetConfig([{ name: 'a', port: a.port }, { name: 'b', port: b.port }], extra).replace('interval: 20ms', 'interval: 5s');
+    const gw = await gatewayFor(config);
+    await waitForMetrics(gw);
+    const contents = (backend: FakeBackend) => backend.received.map((r) => (JSON.parse(r.body) as { messages: { content: string }[] }).messages[0]!.content);
+    // A failed step closes the gateway under the requests still open: their rejections are the
+    // step's consequence, not the error to report.
+    const send = (content: string) => {
+      const answer = post(gw, {}, content);
+      answer.catch(() => {});
+      return answer;
+    };
+    const queued = async () => ((await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { totals: { requests: number } }).totals.requests;
+    return { a, b, gw, held, releaseAll, contents, send, queued };
+  }
+
+  const P = (n: number) => `${'cached system prompt '.repeat(20)}${n}`;
+
+  /**
+   * Fills A with two requests of prompt P (A learns P; its queue reads 5) and B with one filler
+   * (5), then queues P3 and, behind it, an unrelated Q; B finishes its filler and has room for one.
+   */
+  async function saturateThenFreeB(lookahead: number) {
+    const s = await setup(lookahead);
+    const answers = [s.send(P(1))];
+    await until(() => s.a.received.length === 1, 3000, 'P1 on a');
+    answers.push(s.send(P(2)));
+    await until(() => s.a.received.length === 2, 3000, 'P2 on a (its prompt is cached there)');
+    answers.push(s.send('filler'));
+    await until(() => s.b.received.length === 1, 3000, 'filler on b (a is saturated)');
+    answers.push(s.send(P(3)));
+    await until(async () => (await s.queued()) === 1, 3000, 'P3 queued');
+    answers.push(s.send('unrelated question'));
+    await until(async () => (await s.queued()) === 2, 3000, 'Q queued behind P3');
+    s.held.get('filler')!();
+    await until(() => s.b.received.length === 2, 3000, 'b takes one request');
+    return { ...s, answers };
+  }
+
+  test('the request whose favourite is saturated lets the next one take the free place, then goes to its favourite', async () => {
+    const s = await saturateThenFreeB(8);
+    try {
+      assert.deepEqual(s.contents(s.b), ['filler', 'unrelated question'], 'Q overtook P3');
+      assert.equal(await s.queued(), 1, 'P3 still waits');
+      s.held.get(P(1))!(); // a frees a place
+      await until(() => s.a.received.length === 3, 3000, 'P3 on a');
+      assert.deepEqual(s.contents(s.a), [P(1), P(2), P(3)]);
+      s.releaseAll();
+      assert.deepEqual((await Promise.all(s.answers)).map((x) => x.status), [200, 200, 200, 200, 200]);
+    } finally {
+      await closeAll(s.gw, s.a, s.b);
+    }
+  });
+
+  test('affinityLookahead 0 keeps arrival order (llm-d): P3 takes the free place on b', async () => {
+    const s = await saturateThenFreeB(0);
+    try {
+      assert.deepEqual(s.contents(s.b), ['filler', P(3)]);
+      await until(() => (s.releaseAll(), s.a.received.length + s.b.received.length === 5), 3000, 'all dispatched');
+      s.releaseAll();
+      assert.deepEqual((await Promise.all(s.answers)).map((x) => x.status), [200, 200, 200, 200, 200]);
+    } finally {
+      await closeAll(s.gw, s.a, s.b);
+    }
+  });
+});
