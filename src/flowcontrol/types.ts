@@ -35,8 +35,8 @@ export interface FlowRequest {
   onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void;
   /**
    * Sluice (`flowControl.affinityLookahead`): true when the request would rather stay queued than be
-   * sent now, because the endpoint it suits best is saturated and it would go elsewhere. Asked only
-   * when a later request might overtake it; must not change anything.
+   * sent now, because the endpoint it suits best is saturated and the one it would go to suits it
+   * clearly worse. Asked only when a later request might overtake it; must not change anything.
    */
   prefersToWait?(): boolean;
 }

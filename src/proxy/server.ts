@@ -251,7 +251,7 @@ class Queued implements FlowRequest, ClientWatcher {
     this.ticket?.cancel();
   }
 
-  /** Its favourite endpoint is saturated: flow control may let a later request go first (affinityLookahead). */
+  /** Its favourite endpoint is saturated and the alternative clearly worse: a later request may go first (affinityLookahead). */
   prefersToWait(): boolean {
     const { ctx } = this;
     return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.endpoints);

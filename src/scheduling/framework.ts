@@ -69,6 +69,8 @@ export interface Picker extends Plugin {
 export interface ProfileRunResult {
   /** Chosen endpoints, best first; empty when the profile failed. */
   targets: Endpoint[];
+  /** Every endpoint that passed the filters with its weighted score (absent when a filter failed the profile). */
+  scored?: readonly ScoredEndpoint[];
   /** Why it failed, when it did (e.g. "filter decode-filter left no endpoints"). */
   failure?: string;
 }

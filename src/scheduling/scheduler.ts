@@ -26,6 +26,14 @@ export type SchedulingOutcome =
   /** `no-endpoints` → 503 rejected-no-endpoints; `filtered` → 429 rejected-saturated. */
   | { ok: false; reason: 'no-endpoints' | 'filtered'; message: string };
 
+/**
+ * How much worse (as a share of the favourite's weighted score) the endpoint a request would get now
+ * must be before it would rather wait for its favourite. With the default weights a prompt cached on
+ * the favourite and not on the alternative scores about 40 % lower there; two endpoints that both
+ * cache it differ by a few per cent.
+ */
+const AFFINITY_MARGIN = 0.2;
+
 /** A handler that keeps asking for profiles is a bug; stop it rather than spin forever. */
 const MAX_HANDLER_ROUNDS = 64;
 
@@ -79,9 +87,9 @@ export function runProfile(
 
   const targets = profile.picker.pick(ctx, req, scored);
   if (targets.length === 0) {
-    return { targets, failure: `profile ${profile.name}: picker ${profile.picker.name} chose no endpoint` };
+    return { targets, scored, failure: `profile ${profile.name}: picker ${profile.picker.name} chose no endpoint` };
   }
-  return { targets };
+  return { targets, scored };
 }
 
 export class Scheduler {
@@ -113,23 +121,32 @@ export class Scheduler {
   }
 
   /**
-   * Whether the saturation filter is all that keeps this request from the endpoint it suits best:
-   * its primary profile, run without that filter, picks an endpoint the filter drops. A probe for
-   * flow control (`affinityLookahead`): no PreRequest hook runs, nothing is learned or counted.
+   * Whether this request would be served clearly worse now than by the endpoint it suits best, only
+   * because that endpoint is saturated: its primary profile, run without the saturation filter,
+   * scores its favourite more than `AFFINITY_MARGIN` above the endpoint it would be sent to now. (A
+   * request the saturation filter merely moves between equally good endpoints — two that cache its
+   * prompt — is content to go.) A probe for flow control (`affinityLookahead`): no PreRequest hook
+   * runs, nothing is learned or counted.
    */
   favouriteIsSaturated(req: SchedulingRequest, candidates: readonly Endpoint[]): boolean {
     const skip = this.saturationFilter;
     if (skip === undefined || candidates.length === 0) return false;
     const unfiltered = this.decide(req, candidates, skip);
-    const favourite = unfiltered.profileResults.get(unfiltered.primaryProfile)?.targets[0];
+    const run = unfiltered.profileResults.get(unfiltered.primaryProfile);
+    const favourite = run?.targets[0];
     const profile = this.profiles.get(unfiltered.primaryProfile);
-    if (favourite === undefined || profile === undefined || !profile.filters.includes(skip)) return false;
-    let remaining: readonly Endpoint[] = candidates;
-    for (const filter of profile.filters) {
-      remaining = filter.filter(this.ctx, req, remaining);
-      if (remaining.length === 0) return false;
+    if (favourite === undefined || run?.scored === undefined || profile === undefined || !profile.filters.includes(skip)) return false;
+    const now = this.decide(req, candidates);
+    const pick = now.primaryProfile === unfiltered.primaryProfile ? now.profileResults.get(now.primaryProfile)?.targets[0] : undefined;
+    if (pick === undefined || pick === favourite) return false;
+    // Both scored in the same (unfiltered) run, so min-max normalised scorers compare like with like.
+    let favouriteScore = NaN;
+    let pickScore = NaN;
+    for (const s of run.scored) {
+      if (s.endpoint === favourite) favouriteScore = s.score;
+      else if (s.endpoint === pick) pickScore = s.score;
     }
-    return !remaining.includes(favourite);
+    return pickScore < favouriteScore * (1 - AFFINITY_MARGIN);
   }
 
   /** The profile handler's rounds over the candidates (profiles run without `skip`). */

@@ -204,6 +204,20 @@ describe('Scheduler.favouriteIsSaturated (the affinity look-ahead probe)', () =>
     assert.equal(built.scheduler.favouriteIsSaturated(makeRequest(prompt('P')), [cached, other]), false, 'all saturated: the filter fails open');
   });
 
+  test('false when the filter only moves it to another endpoint that caches its prompt as well', () => {
+    const built = buildScheduling(config(DEFAULT_PLUGINS, [DEFAULT_PROFILE]), builtinRegistry(), makeDeps());
+    // Same scraped queue everywhere (the queue scorer ties); `one` is saturated by what Sluice sent since.
+    const one = makeEndpoint('one', { waiting: 3, kv: 0 });
+    const two = makeEndpoint('two', { waiting: 3, kv: 0.05 });
+    const cold = makeEndpoint('cold', { waiting: 3, kv: 0 });
+    for (const ep of [one, two]) assert.ok(built.scheduler.schedule(makeRequest(prompt('P')), [ep]).ok); // both learn P
+    one.inFlight += 2; // reckoned queue 5: saturated
+    const all = [one, two, cold];
+    assert.equal(built.scheduler.favouriteIsSaturated(makeRequest(prompt('P')), all), false, 'two caches P too: a few per cent worse');
+    two.inFlight += 2;
+    assert.equal(built.scheduler.favouriteIsSaturated(makeRequest(prompt('P')), all), true, 'only cold is left: a miss');
+  });
+
   test('false for a profile without the saturation filter', () => {
     const { built, cached, other, setWaiting } = setup({
       name: 'default',
