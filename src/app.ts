@@ -94,6 +94,7 @@ function buildRuntime(
         poolEmpty: () => pool.endpoints.length === 0,
         nextSaturationChangeAt: () => detector.nextChangeAt?.(clock.now(), pool.endpoints),
         onDispatchCycle: (seconds) => metrics.dispatchCycle(seconds),
+        onAffinityOvertake: () => metrics.affinityOvertake(),
       })
     : undefined;
   const runtime: ProxyRuntime = {

@@ -76,6 +76,8 @@ export interface FlowControllerOptions {
   nextSaturationChangeAt?(): number | undefined;
   /** Metrics hook: wall-clock seconds one dispatch run took. */
   onDispatchCycle?(seconds: number): void;
+  /** Metrics hook: a request was dispatched ahead of earlier ones of its flow (affinity look-ahead). */
+  onAffinityOvertake?(): void;
 }
 
 export interface FlowControlFlowDebug {
@@ -288,6 +290,7 @@ export class FlowController {
   private readonly samplePoolEmpty: () => boolean;
   private readonly nextSaturationChangeAt: (() => number | undefined) | undefined;
   private readonly onDispatchCycle: ((seconds: number) => void) | undefined;
+  private readonly onAffinityOvertake: (() => void) | undefined;
 
   /** Highest priority first. */
   private readonly bands: Band[];
@@ -336,6 +339,7 @@ export class FlowController {
     this.samplePoolEmpty = opts.poolEmpty;
     this.nextSaturationChangeAt = opts.nextSaturationChangeAt;
     this.onDispatchCycle = opts.onDispatchCycle;
+    this.onAffinityOvertake = opts.onAffinityOvertake;
 
     this.bands = provisionBands(opts.config, opts.objectivePriorities).map(
       (band, index) =>
@@ -553,6 +557,14 @@ export class FlowController {
     return dispatched;
   }
 
+  private reportOvertake(): void {
+    try {
+      this.onAffinityOvertake?.();
+    } catch {
+      this.callbackErrors++;
+    }
+  }
+
   private reportDispatchRun(startedAt: number): void {
     if (this.onDispatchCycle === undefined) return;
     try {
@@ -688,7 +700,10 @@ export class FlowController {
       looked.push(next);
     }
     if (chosen === undefined) chosen = looked.shift()!;
-    else for (const passed of looked) passed.overtaken++;
+    else {
+      for (const passed of looked) passed.overtaken++;
+      this.reportOvertake();
+    }
     for (const back of looked) heap.push(back);
     looked.length = 0;
     return chosen;

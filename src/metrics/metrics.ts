@@ -472,6 +472,7 @@ export class GatewayMetrics {
   readonly flowControlRequestsTotal: FastValueMetric<'outcome' | 'priority' | 'inference_pool'>;
   readonly requestQueueDuration: FastHistogram<'fairness_id' | 'priority' | 'outcome' | 'inference_pool'>;
   readonly dispatchCycleDuration: FastHistogram<never>;
+  readonly affinityOvertakesTotal: Counter;
   readonly capacityUtilizationRequests: Gauge<'priority' | 'inference_pool'>;
   readonly capacityUtilizationBytes: Gauge<'priority' | 'inference_pool'>;
   readonly disaggDecisionTotal: Counter<'model_name' | 'decision_type'>;
@@ -638,6 +639,10 @@ export class GatewayMetrics {
       name: 'llm_d_epp_flow_control_dispatch_cycle_duration_seconds',
       help: 'Time in seconds of one flow-control dispatch cycle (saturation, ceilings, dispatching heads of bands).',
       buckets: MICRO_BUCKETS_SECONDS,
+    });
+    this.affinityOvertakesTotal = counter({
+      name: 'sluice_flow_control_affinity_overtakes_total',
+      help: 'Requests dispatched ahead of earlier requests of their flow, because those would rather wait for a saturated endpoint that suits them clearly better (flowControl.affinityLookahead).',
     });
     this.capacityUtilizationRequests = gauge({
       name: 'llm_d_epp_flow_control_capacity_utilization_requests',
@@ -808,6 +813,11 @@ export class GatewayMetrics {
   /** Duration of one dispatch cycle, seconds. */
   dispatchCycle(seconds: number): void {
     this.dispatchCycleDuration.observe(seconds);
+  }
+
+  /** A dispatch that went ahead of earlier requests of its flow (affinity look-ahead). */
+  affinityOvertake(): void {
+    this.affinityOvertakesTotal.inc();
   }
 
   /** One prefill/decode decision (e.g. `decode-only`, `prefill-decode`). */

@@ -10,7 +10,9 @@ function fleet(affinityLookahead: number, opts: { priorities?: number[] } = {}) 
   let room = 0;
   const waiting = new Set<string>();
   const asked: string[] = [];
+  const overtakes = { count: 0 };
   const h = new Harness({
+    onAffinityOvertake: () => void overtakes.count++,
     saturation: () => (room > 0 ? 0 : 1),
     config: { affinityLookahead, ...(opts.priorities ? { priorityBands: opts.priorities.map((p) => band(p)) } : {}) },
     objectivePriorities: opts.priorities ?? [],
@@ -35,12 +37,12 @@ function fleet(affinityLookahead: number, opts: { priorities?: number[] } = {}) 
       h.timers.runImmediates();
     }
   };
-  return { h, waiting, asked, submit, release };
+  return { h, waiting, asked, overtakes, submit, release };
 }
 
 describe('flow control: affinity look-ahead (Sluice, flowControl.affinityLookahead)', () => {
   test('a later request goes before a head that would rather wait, at most K times', () => {
-    const { h, waiting, submit, release } = fleet(2);
+    const { h, waiting, overtakes, submit, release } = fleet(2);
     for (const l of ['a', 'b', 'c', 'd']) submit(l);
     assert.equal(h.fc.queued, 4);
     waiting.add('a');
@@ -52,6 +54,7 @@ describe('flow control: affinity look-ahead (Sluice, flowControl.affinityLookahe
     assert.deepEqual(h.labels(), ['b', 'c', 'a'], 'a has been overtaken K = 2 times: it goes, though it would still rather wait');
     release();
     assert.deepEqual(h.labels(), ['b', 'c', 'a', 'd']);
+    assert.equal(overtakes.count, 2, 'the metrics hook saw the two dispatches out of order');
   });
 
   test('lookahead 0 keeps the strict order and never asks', () => {
@@ -64,12 +67,13 @@ describe('flow control: affinity look-ahead (Sluice, flowControl.affinityLookahe
   });
 
   test('when everyone in the window would rather wait the head goes; nothing past the window is asked', () => {
-    const { h, waiting, asked, submit, release } = fleet(2);
+    const { h, waiting, asked, overtakes, submit, release } = fleet(2);
     for (const l of ['a', 'b', 'c', 'd']) submit(l);
     for (const l of ['a', 'b', 'c']) waiting.add(l);
     release();
     assert.deepEqual(h.labels(), ['a'], 'd (content) is beyond head + K and is not taken');
     assert.deepEqual(asked, ['a', 'b', 'c']);
+    assert.equal(overtakes.count, 0);
   });
 
   test('the requests passed over keep their order', () => {

@@ -249,6 +249,7 @@ export interface HarnessOptions {
   poolEmpty?: boolean;
   nextSaturationChangeAt?: (h: Harness) => number | undefined;
   onDispatchCycle?: (seconds: number) => void;
+  onAffinityOvertake?: () => void;
   start?: number;
 }
 
@@ -295,6 +296,7 @@ export class Harness {
     const next = opts.nextSaturationChangeAt;
     if (next) options.nextSaturationChangeAt = () => next(this);
     if (opts.onDispatchCycle) options.onDispatchCycle = opts.onDispatchCycle;
+    if (opts.onAffinityOvertake) options.onAffinityOvertake = opts.onAffinityOvertake;
     this.fc = new FlowController(options);
   }
 

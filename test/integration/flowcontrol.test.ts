@@ -432,6 +432,7 @@ flowControl:
     try {
       assert.deepEqual(s.contents(s.b), ['filler', 'unrelated question'], 'Q overtook P3');
       assert.equal(await s.queued(), 1, 'P3 still waits');
+      assert.match(await metricsText(s.gw), /^sluice_flow_control_affinity_overtakes_total 1$/m);
       s.held.get(P(1))!(); // a frees a place
       await until(() => s.a.received.length === 3, 3000, 'P3 on a');
       assert.deepEqual(s.contents(s.a), [P(1), P(2), P(3)]);
@@ -446,6 +447,7 @@ flowControl:
     const s = await saturateThenFreeB(0);
     try {
       assert.deepEqual(s.contents(s.b), ['filler', P(3)]);
+      assert.match(await metricsText(s.gw), /^sluice_flow_control_affinity_overtakes_total 0$/m);
       await until(() => (s.releaseAll(), s.a.received.length + s.b.received.length === 5), 3000, 'all dispatched');
       s.releaseAll();
       assert.deepEqual((await Promise.all(s.answers)).map((x) => x.status), [200, 200, 200, 200, 200]);
