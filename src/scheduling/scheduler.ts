@@ -136,6 +136,13 @@ export class Scheduler {
     const favourite = run?.targets[0];
     const profile = this.profiles.get(unfiltered.primaryProfile);
     if (favourite === undefined || run?.scored === undefined || profile === undefined || !profile.filters.includes(skip)) return false;
+    // The common case, cheaply: the favourite passes the filters, so nothing keeps the request from it.
+    let remaining: readonly Endpoint[] = candidates;
+    for (const filter of profile.filters) {
+      remaining = filter.filter(this.ctx, req, remaining);
+      if (remaining.length === 0) return false;
+    }
+    if (remaining.includes(favourite)) return false;
     const now = this.decide(req, candidates);
     const pick = now.primaryProfile === unfiltered.primaryProfile ? now.profileResults.get(now.primaryProfile)?.targets[0] : undefined;
     if (pick === undefined || pick === favourite) return false;
