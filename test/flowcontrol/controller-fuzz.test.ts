@@ -14,14 +14,22 @@ interface Tracked {
   bytes: number;
   outcomes: FlowOutcome[];
   ticket?: FlowTicket;
+  /** Enqueue order, and band + fairness id: FCFS within a flow is enqueue order. */
+  seq: number;
+  flow: string;
+  /** Later requests of its flow dispatched while it waited. */
+  overtaken: number;
 }
+
+/** Bands: the configured ones, band 0 and the objective's (3); other priorities land in band 0. */
+const BANDS = new Set([10, 5, -1, 0, 3]);
 
 /**
  * A random mix of enqueue / cancel / clock movement (expiry) / saturation and pool changes /
  * completions / re-entrant callbacks. Invariants are checked after every operation; callbacks only
  * record (a throw inside would be swallowed by the controller), and the records are checked outside.
  */
-function fuzz(seed: number, ops: number, finish: 'drain' | 'shutdown'): void {
+function fuzz(seed: number, ops: number, finish: 'drain' | 'shutdown', affinityLookahead = 0): void {
   const random = seededRandom(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(random() * xs.length)]!;
   let inFlight = 0;
@@ -34,6 +42,7 @@ function fuzz(seed: number, ops: number, finish: 'drain' | 'shutdown'): void {
       maxRequests: 40,
       maxBytes: 40_000,
       priorityBands: [band(10, { maxRequests: 12 }), band(5, { maxBytes: 8_000 }), band(-1, { maxRequests: 6 })],
+      affinityLookahead,
     },
     objectivePriorities: [3],
     // Dispatches raise saturation until completions bring it down: re-sampling matters.
@@ -43,16 +52,22 @@ function fuzz(seed: number, ops: number, finish: 'drain' | 'shutdown'): void {
   const live = new Map<string, Tracked>();
   let liveBytes = 0;
 
+  let overtakes = 0;
   const submit = (): void => {
-    const tracked: Tracked = { label: `r${all.length}`, bytes: Math.floor(random() * 2000), outcomes: [] };
+    const priority = pick(PRIORITIES);
+    // Fewer, longer flows when looking ahead: the look-ahead works inside one flow.
+    const fairnessId = `f${Math.floor(random() * (affinityLookahead > 0 ? 2 : 6))}`;
+    const flow = `${BANDS.has(priority) ? priority : 0}/${fairnessId}`;
+    const tracked: Tracked = { label: `r${all.length}`, bytes: Math.floor(random() * 2000), outcomes: [], seq: all.length, flow, overtaken: 0 };
     all.push(tracked);
     const reenter = random();
-    const priority = pick(PRIORITIES);
     live.set(tracked.label, tracked);
     liveBytes += tracked.bytes;
     tracked.ticket = h.fc.enqueue({
-      fairnessId: `f${Math.floor(random() * 6)}`,
+      fairnessId,
       priority,
+      // Asked only with a look-ahead; a coin flip per question, as a fleet changing under it would.
+      ...(affinityLookahead > 0 ? { prefersToWait: () => random() < 0.5 } : {}),
       byteSize: tracked.bytes,
       receivedAt: h.clock.now() - Math.floor(random() * 20),
       ...(random() < 0.3 ? { sloTtftMs: Math.floor(random() * 1000) } : {}),
@@ -63,6 +78,11 @@ function fuzz(seed: number, ops: number, finish: 'drain' | 'shutdown'): void {
         if (outcome === 'Dispatched') {
           inFlight++;
           if (lastSampled >= 1) violations.push(`${tracked.label} dispatched at saturation ${lastSampled}`);
+          for (const earlier of live.values()) {
+            if (earlier.flow !== flow || earlier.seq > tracked.seq) continue;
+            overtakes++;
+            if (++earlier.overtaken > affinityLookahead) violations.push(`${earlier.label} overtaken ${earlier.overtaken} times (look-ahead ${affinityLookahead})`);
+          }
         }
         if (outcome === 'EvictedTTL' && queuedMs < S) violations.push(`${tracked.label} TTL after ${queuedMs}`);
         if (outcome === 'EvictedNoEndpoints' && queuedMs < N) violations.push(`${tracked.label} N after ${queuedMs}`);
@@ -132,14 +152,18 @@ function fuzz(seed: number, ops: number, finish: 'drain' | 'shutdown'): void {
   if (process.env.FUZZ_DEBUG) {
     const counts: Record<string, number> = {};
     for (const t of all) for (const o of t.outcomes) counts[o] = (counts[o] ?? 0) + 1;
-    console.log(seed, all.length, counts);
+    console.log(seed, all.length, counts, { overtakes, maxOvertaken: Math.max(...all.map((t) => t.overtaken)) });
   }
   for (const outcome of expected) assert.ok(seen.has(outcome), `fuzz produced ${outcome}`);
   assert.equal(h.fc.callbackErrors, 0);
   assert.equal(h.fc.policyErrors, 0);
+  if (affinityLookahead > 0) assert.ok(overtakes > 0, 'the look-ahead reordered some dispatches');
+  else assert.equal(overtakes, 0, 'strict order within every flow');
 }
 
 describe('exactly-once outcomes under a random mix of operations', () => {
   test('10k ops, seed 1, drained at the end', () => fuzz(1, 10_000, 'drain'));
   test('10k ops, seed 7, shut down at the end', () => fuzz(7, 10_000, 'shutdown'));
+  test('10k ops, seed 3, affinity look-ahead 3: no request overtaken more than 3 times', () => fuzz(3, 10_000, 'drain', 3));
+  test('10k ops, seed 5, affinity look-ahead 8, shut down at the end', () => fuzz(5, 10_000, 'shutdown', 8));
 });
