@@ -339,6 +339,16 @@ describe('profiles and references', () => {
     ]);
   });
 
+  test('flowControl.affinityLookahead: an integer from 0 to 64', () => {
+    for (const [value, message] of [
+      ['-1', 'must be >= 0, got number -1'],
+      ['65', 'must be <= 64, got number 65'],
+      ['2.5', 'expected an integer, got number 2.5'],
+    ] as const) {
+      assert.deepEqual(problems(yaml('flowControl:', `  affinityLookahead: ${value}`)), [`c.yaml:2:22: flowControl.affinityLookahead: ${message}`]);
+    }
+  });
+
   test('duplicate band priorities', () => {
     assert.deepEqual(problems(yaml('flowControl:', '  priorityBands:', '  - priority: 10', '  - priority: 10')), [
       'c.yaml:4:15: flowControl.priorityBands[1].priority: duplicate band priority 10 (first used by flowControl.priorityBands[0])',
