@@ -56,16 +56,30 @@ export function runProfile(
   candidates: readonly Endpoint[],
   skip?: Filter,
 ): ProfileRunResult {
-  let remaining: readonly Endpoint[] = candidates;
-  if (remaining.length === 0) return { targets: [], failure: `profile ${profile.name}: no candidate endpoints` };
+  const remaining = runFilters(ctx, profile, req, candidates, skip);
+  return typeof remaining === 'string' ? { targets: [], failure: remaining } : scoreAndPick(ctx, profile, req, remaining);
+}
+
+/** The candidates a profile's filters (but `skip`) keep, in order; or why none is left. */
+function runFilters(
+  ctx: CycleContext,
+  profile: SchedulingProfile,
+  req: SchedulingRequest,
+  candidates: readonly Endpoint[],
+  skip?: Filter,
+): readonly Endpoint[] | string {
+  if (candidates.length === 0) return `profile ${profile.name}: no candidate endpoints`;
+  let remaining = candidates;
   for (const filter of profile.filters) {
     if (filter === skip) continue;
     remaining = filter.filter(ctx, req, remaining);
-    if (remaining.length === 0) {
-      return { targets: [], failure: `profile ${profile.name}: filter ${filter.name} left no endpoints` };
-    }
+    if (remaining.length === 0) return `profile ${profile.name}: filter ${filter.name} left no endpoints`;
   }
+  return remaining;
+}
 
+/** A profile's weighted scorers over endpoints that passed its filters, then its picker. */
+function scoreAndPick(ctx: CycleContext, profile: SchedulingProfile, req: SchedulingRequest, remaining: readonly Endpoint[]): ProfileRunResult {
   const n = remaining.length;
   const scored: ScoredEndpoint[] = new Array(n);
   for (let i = 0; i < n; i++) scored[i] = { endpoint: remaining[i]!, score: 0 };
@@ -137,15 +151,11 @@ export class Scheduler {
     const profile = this.profiles.get(unfiltered.primaryProfile);
     if (favourite === undefined || run?.scored === undefined || profile === undefined || !profile.filters.includes(skip)) return false;
     // The common case, cheaply: the favourite passes the filters, so nothing keeps the request from it.
-    let remaining: readonly Endpoint[] = candidates;
-    for (const filter of profile.filters) {
-      remaining = filter.filter(this.ctx, req, remaining);
-      if (remaining.length === 0) return false;
-    }
-    if (remaining.includes(favourite)) return false;
-    const now = this.decide(req, candidates);
-    const pick = now.primaryProfile === unfiltered.primaryProfile ? now.profileResults.get(now.primaryProfile)?.targets[0] : undefined;
-    if (pick === undefined || pick === favourite) return false;
+    const remaining = runFilters(this.ctx, profile, req, candidates);
+    if (typeof remaining === 'string' || remaining.includes(favourite)) return false;
+    // What dispatching now would pick: the same profile over what its filters keep.
+    const pick = scoreAndPick(this.ctx, profile, req, remaining).targets[0];
+    if (pick === undefined) return false;
     // Both scored in the same (unfiltered) run, so min-max normalised scorers compare like with like.
     let favouriteScore = NaN;
     let pickScore = NaN;
