@@ -12,7 +12,7 @@ import { builtinRegistry } from './plugins/builtin.js';
 import { createLogger } from './util/logger.js';
 import { runSimCli } from './sim/cli.js';
 import { runDemo } from './demo.js';
-import { stopOnSignals } from './util/signals.js';
+import { handleSignals } from './util/signals.js';
 import { ConfigReloader } from './config/reload.js';
 
 class UsageError extends Error {}
@@ -75,6 +75,7 @@ async function main(argv: string[]): Promise<number> {
       const registry = builtinRegistry();
       const loaded = loadOrExit(flags.config, registry);
       const logger = createLogger({ level: flags['log-level'], pretty: flags['log-level'] !== undefined && process.stdout.isTTY });
+      const signals = handleSignals(logger, { hangup: true }); // before 'listening' is logged
       let gw: Gateway;
       try {
         gw = await startGateway(loaded, {
@@ -95,10 +96,13 @@ async function main(argv: string[]): Promise<number> {
         onResult: (ok) => gw.metrics.configReload(ok),
       });
       reloader.start();
-      stopOnSignals(() => {
-        reloader.stop();
-        return gw.close();
-      }, logger);
+      signals.ready({
+        stop: () => {
+          reloader.stop();
+          return gw.close();
+        },
+        reload: () => void reloader.reloadNow('SIGHUP'),
+      });
       return -1; // keep running
     }
     case 'validate': {

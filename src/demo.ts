@@ -9,7 +9,7 @@ import { loadConfigFile } from './config/load.js';
 import { builtinRegistry } from './plugins/builtin.js';
 import { startSimulator } from './sim/server.js';
 import { createLogger } from './util/logger.js';
-import { stopOnSignals } from './util/signals.js';
+import { handleSignals } from './util/signals.js';
 
 export const DEMO_CONFIG = fileURLToPath(new URL('../config/demo.yaml', import.meta.url));
 
@@ -57,6 +57,7 @@ export const DEMO_LONG_PROMPT =
   'what the keeper checks before opening anything. Keep it short and friendly for a first-time visitor.';
 
 export async function runDemo(opts: DemoOptions): Promise<void> {
+  const signals = handleSignals(createLogger({ level: opts.logLevel ?? 'warn' }));
   const demo = await startDemo(opts);
   const { gateway, sims, model } = demo;
   const lines = [
@@ -83,5 +84,5 @@ export async function runDemo(opts: DemoOptions): Promise<void> {
     '',
   ];
   process.stdout.write(lines.join('\n') + '\n');
-  stopOnSignals(() => demo.close(), createLogger({ level: opts.logLevel ?? 'warn' }));
+  signals.ready({ stop: () => demo.close() });
 }

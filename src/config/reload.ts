@@ -1,5 +1,6 @@
 /**
- * Live reload (SPEC §3.7): on SIGHUP or a change of the config file, parse and validate it; an
+ * Live reload (SPEC §3.7): on SIGHUP (`reloadNow`, wired in `util/signals.ts`) or a change of the
+ * config file, parse and validate it; an
  * invalid file is logged problem by problem and the running configuration keeps serving; a valid
  * one is applied without dropping queued or in-flight requests. The file is polled (stat every
  * second) rather than watched with inotify: a Kubernetes ConfigMap update swaps a symlink, which
@@ -28,7 +29,6 @@ export interface ConfigReloaderOptions {
 export class ConfigReloader {
   private running: Promise<boolean> | undefined;
   private again = false;
-  private readonly onSighup = () => void this.reloadNow('SIGHUP');
   private readonly onFileChange = (cur: Stats, prev: Stats) => {
     if (cur.mtimeMs !== prev.mtimeMs || cur.size !== prev.size || cur.ino !== prev.ino) void this.reloadNow('file change');
   };
@@ -36,13 +36,11 @@ export class ConfigReloader {
   constructor(private readonly opts: ConfigReloaderOptions) {}
 
   start(): void {
-    process.on('SIGHUP', this.onSighup);
     const interval = this.opts.pollIntervalMs ?? 1000;
     if (interval > 0) watchFile(this.opts.file, { interval, persistent: false }, this.onFileChange);
   }
 
   stop(): void {
-    process.off('SIGHUP', this.onSighup);
     unwatchFile(this.opts.file, this.onFileChange);
   }
 
