@@ -134,4 +134,19 @@ export class Endpoint {
     const free = m.waiting > 0 ? 0 : this.observedSlots > 0 ? Math.max(0, this.observedSlots - m.running) : Infinity;
     return m.waiting + Math.max(0, n - free);
   }
+
+  /**
+   * The queue a request sent now would join (NaN without metrics; `queue-scorer`): the scraped
+   * waiting queue, plus one when no running slot is free, since the request then waits for a slot
+   * too. Running = the scraped count plus what Sluice sent and saw finish since; slots are unknown,
+   * and assumed free, until the server has shown a queue (`observedSlots`).
+   */
+  queueAhead(): number {
+    const m = this.metrics;
+    if (m === undefined) return NaN;
+    if (m.waiting > 0) return m.waiting + 1;
+    if (this.observedSlots === 0) return 0;
+    return m.running + this.inFlight - this.inFlightAtScrape >= this.observedSlots ? 1 : 0;
+  }
+
 }

@@ -19,39 +19,81 @@ function scores(scorer: Scorer, endpoints: Endpoint[]): number[] {
   return [...out];
 }
 
-function approx(actual: number[], expected: number[]): void {
+function approx(actual: number[], expected: number[], what = ''): void {
   assert.equal(actual.length, expected.length);
-  actual.forEach((v, i) => assert.ok(Math.abs(v - expected[i]!) < 1e-9, `[${i}] ${v} ≠ ${expected[i]}`));
+  actual.forEach((v, i) => assert.ok(Math.abs(v - expected[i]!) < 1e-9, `${what} [${i}] ${v} ≠ ${expected[i]}`));
 }
 
 describe('queue-scorer', () => {
   const scorer = new QueueScorer('queue-scorer');
+  const llmd = new QueueScorer('queue-scorer', false);
 
-  test('(maxQ − q)/(maxQ − minQ) over candidates', () => {
+  test('llm-d form: (maxQ − q)/(maxQ − minQ) over candidates, q = the scraped waiting queue', () => {
     approx(
-      scores(scorer, [makeEndpoint('a', { waiting: 0 }), makeEndpoint('b', { waiting: 5 }), makeEndpoint('c', { waiting: 10 })]),
+      scores(llmd, [makeEndpoint('a', { waiting: 0 }), makeEndpoint('b', { waiting: 5 }), makeEndpoint('c', { waiting: 10 })]),
       [1, 0.5, 0],
     );
-    approx(scores(scorer, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { waiting: 8 })]), [1, 0]);
+    approx(scores(llmd, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { waiting: 8 })]), [1, 0]);
+  });
+
+  test('default: q = the queue a request sent now would join (one more than waiting while every slot is taken)', () => {
+    approx(
+      scores(scorer, [makeEndpoint('a', { waiting: 0 }), makeEndpoint('b', { waiting: 5 }), makeEndpoint('c', { waiting: 10 })]),
+      [1, 5 / 11, 0], // q = 0, 6, 11
+    );
+  });
+
+  test('default: a full server scores below one with a free slot though neither has a queue', () => {
+    const full = makeEndpoint('full', { running: 8 });
+    const free = makeEndpoint('free', { running: 5 });
+    approx(scores(scorer, [full, free]), [1, 1], 'slots unknown until a queue was seen: both assumed free');
+    approx(scores(llmd, [full, free]), [1, 1]);
+    full.observedSlots = free.observedSlots = 8;
+    approx(scores(scorer, [full, free]), [0, 1]);
+    approx(scores(llmd, [full, free]), [1, 1], 'llm-d cannot tell them apart');
+  });
+
+  test('default: the slots count what Sluice sent and saw finish since the scrape; the waiting queue is the scraped one', () => {
+    const a = makeEndpoint('a', { running: 6 });
+    const b = makeEndpoint('b', { running: 7 });
+    a.observedSlots = b.observedSlots = 8;
+    approx(scores(scorer, [a, b]), [1, 1], 'both have a free slot');
+    b.inFlight += 1; // b's last slot taken since the scrape
+    approx(scores(scorer, [a, b]), [1, 0]);
+    const c = makeEndpoint('c', { running: 8 });
+    c.observedSlots = 8;
+    approx(scores(scorer, [c, b]), [1, 1], 'both full');
+    c.inFlight -= 1; // one finished since: a slot is free
+    approx(scores(scorer, [c, b]), [1, 0]);
+    const d = makeEndpoint('d', { running: 8, waiting: 2 });
+    d.observedSlots = 8;
+    d.inFlight -= 3; // finished since, but q stays the scraped 2 + 1
+    approx(scores(scorer, [d, b, c]), [0, 2 / 3, 1]);
   });
 
   test('all equal → 1', () => {
-    approx(scores(scorer, [makeEndpoint('a', { waiting: 3 }), makeEndpoint('b', { waiting: 3 })]), [1, 1]);
-    approx(scores(scorer, [makeEndpoint('a', { waiting: 7 })]), [1]);
+    for (const s of [scorer, llmd]) {
+      approx(scores(s, [makeEndpoint('a', { waiting: 3 }), makeEndpoint('b', { waiting: 3 })]), [1, 1]);
+      approx(scores(s, [makeEndpoint('a', { waiting: 7 })]), [1]);
+    }
   });
 
   test('missing metrics → worst (0), and left out of min/max', () => {
-    approx(
-      scores(scorer, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { noMetrics: true }), makeEndpoint('c', { waiting: 8 })]),
-      [1, 0, 0],
-    );
-    approx(scores(scorer, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { noMetrics: true })]), [1, 0]);
-    approx(scores(scorer, [makeEndpoint('a', { noMetrics: true })]), [0]);
+    for (const s of [scorer, llmd]) {
+      approx(
+        scores(s, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { noMetrics: true }), makeEndpoint('c', { waiting: 8 })]),
+        [1, 0, 0],
+      );
+      approx(scores(s, [makeEndpoint('a', { waiting: 4 }), makeEndpoint('b', { noMetrics: true })]), [1, 0]);
+      approx(scores(s, [makeEndpoint('a', { noMetrics: true })]), [0]);
+    }
   });
 
-  test('takes no parameters (strict)', () => {
-    assert.deepEqual(queueScorerDefinition.params.parse({}), {});
+  test('parameters: slotAware (default true), strict', () => {
+    assert.deepEqual(queueScorerDefinition.params.parse({}), { slotAware: true });
+    assert.deepEqual(queueScorerDefinition.params.parse({ slotAware: false }), { slotAware: false });
     assert.equal(queueScorerDefinition.params.safeParse({ foo: 1 }).success, false);
+    assert.equal(queueScorerDefinition.params.safeParse({ slotAware: 'yes' }).success, false);
   });
 });
 

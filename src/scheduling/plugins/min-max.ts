@@ -6,24 +6,28 @@
  */
 import type { Endpoint, EndpointMetrics } from '../../datalayer/endpoint.js';
 
-export function scoreLowerIsBetter(
-  endpoints: readonly Endpoint[],
-  out: Float64Array,
-  key: 'waiting' | 'running',
-): void {
+/** The load of an endpoint that has metrics. */
+export type LoadOf = (endpoint: Endpoint, metrics: EndpointMetrics) => number;
+
+export function scoreLowerIsBetter(endpoints: readonly Endpoint[], out: Float64Array, load: LoadOf): void {
   let min = Infinity;
   let max = -Infinity;
-  for (const endpoint of endpoints) {
-    const m: EndpointMetrics | undefined = endpoint.metrics;
-    if (m === undefined) continue;
-    const v = m[key];
+  // First pass writes each load into `out` (NaN = no metrics), so it is computed once.
+  for (let i = 0; i < endpoints.length; i++) {
+    const endpoint = endpoints[i]!;
+    const m = endpoint.metrics;
+    if (m === undefined) {
+      out[i] = NaN;
+      continue;
+    }
+    const v = load(endpoint, m);
+    out[i] = v;
     if (v < min) min = v;
     if (v > max) max = v;
   }
   const range = max - min;
   for (let i = 0; i < endpoints.length; i++) {
-    const m = endpoints[i]!.metrics;
-    if (m === undefined) out[i] = 0;
-    else out[i] = range > 0 ? (max - m[key]) / range : 1;
+    const v = out[i]!;
+    out[i] = Number.isNaN(v) ? 0 : range > 0 ? (max - v) / range : 1;
   }
 }

@@ -10,16 +10,18 @@ import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition } from '../../plugins/registry.js';
 import type { CycleContext, Scorer, SchedulingRequest } from '../framework.js';
-import { scoreLowerIsBetter } from './min-max.js';
+import { scoreLowerIsBetter, type LoadOf } from './min-max.js';
 
 export const RUNNING_REQUESTS_SIZE_SCORER_TYPE = 'running-requests-size-scorer';
+
+const running: LoadOf = (_endpoint, m) => m.running;
 
 export class RunningRequestsSizeScorer implements Scorer {
   readonly type = RUNNING_REQUESTS_SIZE_SCORER_TYPE;
   constructor(readonly name: string) {}
 
   score(_ctx: CycleContext, _req: SchedulingRequest, endpoints: readonly Endpoint[], out: Float64Array): void {
-    scoreLowerIsBetter(endpoints, out, 'running');
+    scoreLowerIsBetter(endpoints, out, running);
   }
 }
 
