@@ -1,10 +1,9 @@
 /**
  * Live reload (SPEC §3.7): on SIGHUP (`reloadNow`, wired in `util/signals.ts`) or a change of the
- * config file, parse and validate it; an
- * invalid file is logged problem by problem and the running configuration keeps serving; a valid
- * one is applied without dropping queued or in-flight requests. The file is polled (stat every
- * second) rather than watched with inotify: a Kubernetes ConfigMap update swaps a symlink, which
- * `fs.watch` on the file misses, while `stat` follows it.
+ * config file, parse and validate it; an invalid file is logged problem by problem and the running
+ * configuration keeps serving; a valid one is applied without dropping queued or in-flight requests.
+ * The file is polled (stat every second) rather than watched with inotify: a Kubernetes ConfigMap
+ * update swaps a symlink, which `fs.watch` on the file misses, while `stat` follows it.
  */
 import { unwatchFile, watchFile, type Stats } from 'node:fs';
 import type { Logger } from 'pino';

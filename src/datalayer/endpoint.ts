@@ -148,5 +148,4 @@ export class Endpoint {
     if (this.observedSlots === 0) return 0;
     return m.running + this.inFlight - this.inFlightAtScrape >= this.observedSlots ? 1 : 0;
   }
-
 }

@@ -14,7 +14,7 @@
  * (as `utilization-detector` does) made the affinity look-ahead's probe see a prompt's own server
  * as worse under overload, and more requests went where the prompt was not cached.
  * `false` → q = the waiting queue, as llm-d.
-
+ *
  * Parameters (defaults):
  * - `slotAware` true — Sluice addition, above
  */
