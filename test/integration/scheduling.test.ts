@@ -234,4 +234,43 @@ schedulingProfiles:
       await Promise.all(backends.map((b) => b.close().catch(() => undefined)));
     }
   });
+
+  test('queue-scorer (default, slot-aware): a full server with no queue loses to one with a free slot; llm-d\'s reading cannot tell them apart', async () => {
+    // Each run: both servers first show a queue behind 2 running (the gateway learns they hold 2),
+    // then `full` runs 2 with nobody waiting and `free` runs 1; `free` has the higher KV usage, so
+    // without slot awareness the KV score sends the request to `full`, where it would wait.
+    const llmd = `plugins:
+- type: queue-scorer
+  parameters: { slotAware: false }
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - { pluginRef: queue-scorer, weight: 2 }
+  - { pluginRef: kv-cache-utilization-scorer, weight: 2 }
+  - { pluginRef: prefix-cache-scorer, weight: 3 }
+`;
+    for (const [extra, expected] of [
+      ['', 'free'],
+      [llmd, 'full'],
+    ] as const) {
+      const full = await startFakeBackend(okJson);
+      const free = await startFakeBackend(okJson);
+      full.metrics = free.metrics = vllmPage(1, 2, 0.1);
+      const gw = await gatewayFor(fleetConfig([{ name: 'full', port: full.port }, { name: 'free', port: free.port }], extra));
+      const ep = (name: string) => gw.pool.endpoints.find((e) => e.name === name)!;
+      try {
+        await until(() => ep('full').observedSlots === 2 && ep('free').observedSlots === 2, 5000, 'slots learned from a scrape with a queue');
+        full.metrics = vllmPage(0, 2, 0.1);
+        free.metrics = vllmPage(0, 1, 0.4);
+        await until(() => ep('full').metrics?.waiting === 0 && ep('free').metrics?.running === 1, 5000, 'new load scraped');
+        for (let i = 0; i < 3; i++) assert.equal((await post(gw, chat(`q ${i}`))).status, 200);
+        const served = { full: full.received.length, free: free.received.length };
+        assert.deepEqual(served, { full: expected === 'full' ? 3 : 0, free: expected === 'free' ? 3 : 0 }, `config ${extra ? 'slotAware: false' : 'default'}`);
+      } finally {
+        await closeAll(gw, full, free);
+      }
+    }
+  });
 });
