@@ -94,14 +94,8 @@ function parseNumber(flag: string, raw: string, spec: NumericFlag): number {
 export async function runSimCli(argv: string[]): Promise<void> {
   const opts = parseSimArgs(argv);
   const sim = await startSimulator({ port: 8000, ...opts });
-  console.log(JSON.stringify({
-    level: 'info',
-    msg: 'simulator listening',
-    url: sim.url,
-    name: sim.name,
-    model: opts.model ?? 'sim-model',
-  }));
-  await new Promise<void>((resolve) => {
+  // Signal handlers first: a signal sent as soon as the line below is read must not meet the default action.
+  const stopped = new Promise<void>((resolve) => {
     const stop = (): void => {
       process.off('SIGINT', stop);
       process.off('SIGTERM', stop);
@@ -110,4 +104,12 @@ export async function runSimCli(argv: string[]): Promise<void> {
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
   });
+  console.log(JSON.stringify({
+    level: 'info',
+    msg: 'simulator listening',
+    url: sim.url,
+    name: sim.name,
+    model: opts.model ?? 'sim-model',
+  }));
+  await stopped;
 }
