@@ -65,6 +65,10 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       lastScrapeError: ep.lastError ?? null,
       scrapeErrors: ep.scrapeErrors,
       inFlight: ep.inFlight,
+      // What the detector and queue-scorer read (configuration §5): null until known.
+      slots: ep.observedSlots > 0 ? ep.observedSlots : null,
+      reckonedWaiting: ep.metrics ? ep.estimatedWaiting() : null,
+      queueAhead: ep.metrics ? ep.queueAhead() : null,
     };
   });
   const s = stageSaturation(deps.detector(), now, deps.pool.endpoints);

@@ -167,12 +167,16 @@ describe('gateway in front of simulators', () => {
 
   test('/debug/pool shows every endpoint with its metrics and in-flight count', async () => {
     const r = await request(`${fleet.gw.metricsUrl}/debug/pool`);
-    const body = (await r.body.json()) as { endpoints: { name: string; stale: boolean; inFlight: number; metrics: unknown }[]; saturation: { global: number } };
+    type Row = { name: string; stale: boolean; inFlight: number; metrics: unknown; slots: number | null; reckonedWaiting: number; queueAhead: number };
+    const body = (await r.body.json()) as { endpoints: Row[]; saturation: { global: number } };
     assert.equal(body.endpoints.length, 3);
     for (const ep of body.endpoints) {
       assert.equal(ep.stale, false);
       assert.ok(ep.metrics);
       assert.equal(typeof ep.inFlight, 'number');
+      assert.equal(ep.slots, null, 'no queue seen yet: slots unknown');
+      assert.equal(ep.reckonedWaiting, 0);
+      assert.equal(ep.queueAhead, 0);
     }
     assert.equal(typeof body.saturation.global, 'number');
   });

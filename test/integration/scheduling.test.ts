@@ -265,6 +265,15 @@ schedulingProfiles:
         full.metrics = vllmPage(0, 2, 0.1);
         free.metrics = vllmPage(0, 1, 0.4);
         await until(() => ep('full').metrics?.waiting === 0 && ep('free').metrics?.running === 1, 5000, 'new load scraped');
+        const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; slots: number | null; queueAhead: number | null }[] };
+        assert.deepEqual(
+          pool.endpoints.map((e) => [e.name, e.slots, e.queueAhead]),
+          [
+            ['full', 2, 1],
+            ['free', 2, 0],
+          ],
+          '/debug/pool shows what the scorer reads',
+        );
         for (let i = 0; i < 3; i++) assert.equal((await post(gw, chat(`q ${i}`))).status, 200);
         const served = { full: full.received.length, free: free.received.length };
         assert.deepEqual(served, { full: expected === 'full' ? 3 : 0, free: expected === 'free' ? 3 : 0 }, `config ${extra ? 'slotAware: false' : 'default'}`);
