@@ -155,7 +155,7 @@ async function main(): Promise<number> {
     meta.srcHashes['quality'] = srcHash();
     console.log('\n== scheduling quality ==');
     try {
-      const routers: Router[] = ['sluice', 'sluice-random', 'nginx-rr', 'sluice-fc-off', 'sluice-pd'];
+      const routers: Router[] = ['sluice', 'sluice-ttft', 'sluice-random', 'nginx-rr', 'sluice-fc-off', 'sluice-pd'];
       quality = await runQuality({
         quick: !full,
         instances: full ? 8 : 4,

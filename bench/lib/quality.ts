@@ -4,6 +4,8 @@
  *   sluice         — Sluice, default profile (queue ×2, kv ×2, prefix ×3; flow control on),
  *   sluice-random  — Sluice with `random-picker` (same gateway, no scoring),
  *   nginx-rr       — nginx round-robin with upstream keepalive,
+ *   sluice-ttft    — Sluice with the default plugins and queue-scorer weighed ×3, as heavy as the prefix
+ *                    scorer (the profile configuration.md recommends when TTFT matters most),
  * and optionally a P/D variant (Sluice with disagg-profile-handler on a prefill/decode-labelled fleet)
  * and a diagnostic one without flow control (sluice-fc-off: what the saturation gate costs or saves).
  *
@@ -22,7 +24,7 @@ import { expGapMs, fmt, fmtInt, summarize, textTable, type Summary } from './sta
 import { hasCommand, startNginx, startSimFleet, startSluice, validateSluiceConfig, type Backend, type SimParams, type Started } from './targets.js';
 import { seededRandom } from '../../src/util/clock.js';
 
-export type Router = 'sluice' | 'sluice-random' | 'nginx-rr' | 'sluice-pd' | 'sluice-fc-off';
+export type Router = 'sluice' | 'sluice-random' | 'nginx-rr' | 'sluice-pd' | 'sluice-fc-off' | 'sluice-ttft';
 
 export interface Workload {
   systemPrompts: number;
@@ -324,8 +326,22 @@ schedulingProfiles:
   }
   if (router === 'sluice-pd') return PD_CONFIG;
   if (router === 'sluice-fc-off') return 'featureGates: ["flowControl=false"]\n';
+  if (router === 'sluice-ttft') return TTFT_CONFIG;
   return '';
 }
+
+/** The default plugins with the queue scorer as heavy as the prefix scorer (configuration.md, "Tuning for TTFT"). */
+const TTFT_CONFIG = `plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - { pluginRef: queue-scorer, weight: 3 }
+  - { pluginRef: kv-cache-utilization-scorer, weight: 2 }
+  - { pluginRef: prefix-cache-scorer, weight: 3 }
+`;
 
 /** P/D: prefill and decode profiles, disaggregate when ≥ 256 prompt tokens are not cached on the decoder. */
 const PD_CONFIG = `plugins:
