@@ -238,6 +238,36 @@ describe('Scheduler.favouriteIsSaturated (the affinity look-ahead probe)', () =>
   });
 });
 
+describe('Tuning for TTFT (configuration §3.6): queue-scorer as heavy as the prefix scorer', () => {
+  const system = 'You are the assistant of the lock keeper. '.repeat(12); // ≈ 500 characters: several prefix blocks
+  /** Which endpoint a new question on the cached system prompt goes to, when `cached` is full and `cold` has room. */
+  function pick(queueWeight: number, slotAware = true): string {
+    const plugins = DEFAULT_PLUGINS.map((p) => (p.type === 'queue-scorer' ? { ...p, parameters: { slotAware } } : p));
+    const profile = { ...DEFAULT_PROFILE, plugins: DEFAULT_PROFILE.plugins.map((p) => (p.pluginRef === 'queue-scorer' ? { ...p, weight: queueWeight } : p)) };
+    const built = buildScheduling(config(plugins, [profile]), builtinRegistry(), makeDeps());
+    const cached = makeEndpoint('cached', { running: 2 });
+    const cold = makeEndpoint('cold', { running: 2 });
+    assert.ok(built.scheduler.schedule(makeRequest(`${system}first question`), [cached]).ok); // cached learns the prompt
+    cached.metrics = { ...cached.metrics!, running: 8 };
+    cached.observedSlots = cold.observedSlots = 8;
+    const outcome = built.scheduler.schedule(makeRequest(`${system}second question`), [cached, cold]);
+    assert.ok(outcome.ok);
+    return outcome.target.name;
+  }
+
+  test('default weights (queue ×2): the request waits in the full server that caches its prompt', () => {
+    assert.equal(pick(2), 'cached');
+  });
+
+  test('queue ×3: it goes to the server with a free slot, and the prompt spreads', () => {
+    assert.equal(pick(3), 'cold');
+  });
+
+  test('queue ×3 without slotAware: the scraped queues are equal, so it stays on the full server', () => {
+    assert.equal(pick(3, false), 'cached');
+  });
+});
+
 describe('builtinRegistry', () => {
   test('registers every scheduling plugin and detector with its kinds', () => {
     const registry = builtinRegistry();
