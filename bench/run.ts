@@ -27,7 +27,7 @@ import { parseArgs } from 'node:util';
 import { runOverhead, type OverheadResult } from './lib/overhead.js';
 import { BENCH_DIR, REPO_ROOT, installCleanup, reapLeftovers, stopAll } from './lib/proc.js';
 import { runQuality, type QualityResult, type Router } from './lib/quality.js';
-import { evaluateTargets, printVerdicts, writeReport, type BenchResults, type Meta } from './lib/report.js';
+import { evaluateTargets, parseResults, printVerdicts, resultsJson, writeReport, type BenchResults, type Meta } from './lib/report.js';
 import { runScale, type ScaleResult } from './lib/scale.js';
 import { hasCommand } from './lib/targets.js';
 
@@ -83,11 +83,9 @@ async function main(): Promise<number> {
   if (values['report-only']) {
     // Re-derive the verdicts, REPORT.md and the charts from the last results.json (no traffic).
     const dir = join(BENCH_DIR, 'results');
-    const revive = (_k: string, v: unknown): unknown => (v === 'Infinity' ? Infinity : v === '-Infinity' ? -Infinity : v === 'NaN' ? NaN : v);
-    const old = JSON.parse(readFileSync(join(dir, 'results.json'), 'utf8'), revive) as BenchResults;
-    const { targets: _t, ...rest } = old;
+    const { targets: _t, ...rest } = parseResults(readFileSync(join(dir, 'results.json'), 'utf8'));
     const results: BenchResults = { ...rest, targets: evaluateTargets(rest) };
-    writeFileSync(join(dir, 'results.json'), JSON.stringify(results, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v), 2) + '\n');
+    writeFileSync(join(dir, 'results.json'), resultsJson(results));
     const files = writeReport(results, dir);
     printVerdicts(results.targets, (l) => console.log(l));
     console.log(`\nrewrote bench/results/{${files.join(',')}} from results.json`);
@@ -207,7 +205,7 @@ async function main(): Promise<number> {
   const results: BenchResults = { ...partial, targets: evaluateTargets(partial) };
   const dir = join(BENCH_DIR, 'results');
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, 'results.json'), JSON.stringify(results, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v), 2) + '\n');
+  writeFileSync(join(dir, 'results.json'), resultsJson(results));
   const files = writeReport(results, dir);
   printVerdicts(results.targets, log);
   console.log(`\nwrote bench/results/results.json and bench/results/{${files.join(',')}} in ${(meta.seconds / 60).toFixed(1)} min`);

@@ -54,6 +54,16 @@ export const TARGETS = {
   rssGrowthFraction: 0.05,
 };
 
+/** results.json text: JSON has no Infinity or NaN (a TTFT of a request that never answered is ∞), so they are written as strings. */
+export function resultsJson(res: BenchResults): string {
+  return JSON.stringify(res, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? String(v) : v), 2) + '\n';
+}
+
+/** The inverse of resultsJson (for --report-only). */
+export function parseResults(text: string): BenchResults {
+  return JSON.parse(text, (_k, v: unknown) => (v === 'Infinity' ? Infinity : v === '-Infinity' ? -Infinity : v === 'NaN' ? NaN : v)) as BenchResults;
+}
+
 function stepAt(r: RouterResult | undefined, load: number): StepResult | undefined {
   return r?.steps.find((s) => Math.abs(s.load - load) < 1e-6);
 }
