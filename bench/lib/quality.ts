@@ -314,7 +314,8 @@ function stepResult(load: number, rate: number, seconds: number, outcomes: Outco
   };
 }
 
-function routerConfig(router: Router): string {
+/** The config Sluice runs with as `router` (appended to the server and pool sections). */
+export function routerConfig(router: Router): string {
   if (router === 'sluice-random') {
     return `plugins:
 - type: random-picker
@@ -372,7 +373,7 @@ schedulingProfiles:
 `;
 
 /** Prefill role for the first third of a P/D fleet, decode for the rest. */
-function pdRole(i: number, n: number): 'prefill' | 'decode' {
+export function pdRole(i: number, n: number): 'prefill' | 'decode' {
   return i < Math.max(1, Math.floor(n / 3)) ? 'prefill' : 'decode';
 }
 

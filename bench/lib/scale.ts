@@ -134,7 +134,7 @@ async function flowControl(quick: boolean): Promise<NonNullable<ScaleResult['flo
   return { depths: json.depths, unsaturatedEnqueueDispatchNs: json.unsaturatedEnqueueDispatchNs, gcExposed: json.gcExposed };
 }
 
-const QUEUE_CONFIG = `flowControl:
+export const QUEUE_CONFIG = `flowControl:
   defaultRequestTTL: 300s
   defaultPriorityBand: { maxRequests: 1M, maxBytes: 10G }
 `;
