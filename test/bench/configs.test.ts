@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
-import { ManualClock } from '../../src/util/clock.js';
+import { makeDeps } from '../scheduling/helpers.js';
 import { THREE_SCORER_PROFILE } from '../../bench/lib/overhead.js';
 import { pdRole, routerConfig, type Router } from '../../bench/lib/quality.js';
 import { QUEUE_CONFIG } from '../../bench/lib/scale.js';
@@ -24,13 +24,7 @@ function endpoints(n: number, pd: boolean) {
 function build(extra: string, pd = false): { profiles: string[]; handler: string; scorers: string[] } {
   const loaded = loadConfigText(sluiceBaseConfig(18080, 19090, endpoints(6, pd)) + extra, 'bench.yaml', registry);
   assert.deepEqual(loaded.warnings, []);
-  const built = buildScheduling(loaded.config, registry, {
-    clock: new ManualClock(),
-    random: Math.random,
-    pool: { endpoints: [] },
-    logger: { warn() {}, info() {}, debug() {} },
-    plugins: new Map(),
-  });
+  const built = buildScheduling(loaded.config, registry, makeDeps());
   const profiles = [...built.scheduler.profiles.keys()].sort();
   const first = loaded.config.schedulingProfiles[0]!;
   const scorers = first.plugins.filter((p) => p.weight !== undefined).map((p) => `${p.pluginRef}×${p.weight}`);

@@ -6,7 +6,7 @@ import { loadConfigFile } from '../../src/config/load.js';
 import { featureEnabled } from '../../src/config/defaults.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
-import { ManualClock } from '../../src/util/clock.js';
+import { makeDeps } from '../scheduling/helpers.js';
 import { registry } from './helpers.js';
 
 const configPath = (name: string): string => fileURLToPath(new URL(`../../config/${name}`, import.meta.url));
@@ -80,13 +80,7 @@ describe('shipped configs', () => {
       assert.deepEqual(loaded.warnings, []);
       const roles = loaded.config.pool.endpoints.map((e) => e.labels['llm-d.ai/role']);
       assert.deepEqual(roles, ['prefill', 'prefill', 'decode', 'decode']);
-      const built = buildScheduling(loaded.config, real, {
-        clock: new ManualClock(),
-        random: Math.random,
-        pool: { endpoints: [] },
-        logger: { warn() {}, info() {}, debug() {} },
-        plugins: new Map(),
-      });
+      const built = buildScheduling(loaded.config, real, makeDeps());
       const handler = built.scheduler.handler as unknown as { type: string; connector: string; decider?: { type: string } };
       assert.equal(handler.type, 'disagg-profile-handler');
       assert.equal(handler.connector, connector);
