@@ -1,7 +1,8 @@
 /**
- * Load generators: wrk (closed loop, fixed connections; C, so it costs the box little), autocannon
- * (the same from Node, fallback), and a paced open-loop undici client (fixed request rate, latency
- * with sub-millisecond resolution — wrk2 is not packaged, and autocannon's latencies are whole ms).
+ * Load generators: wrk (closed loop, fixed connections; C, so it costs the box little), wrk paced by
+ * think time (a fixed offered rate), autocannon (closed loop from Node, fallback), and a paced
+ * open-loop undici client (fixed request rate, latency with sub-millisecond resolution — wrk2 is not
+ * packaged, and autocannon's latencies are whole ms).
  */
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
@@ -19,6 +20,9 @@ export interface LoadResult {
   meanMs: number;
   /** Non-2xx answers plus connection/read/time-out errors. */
   errors: number;
+  /** wrk only. */
+  p90Ms?: number;
+  maxMs?: number;
 }
 
 const WRK_SCRIPT = `
@@ -30,6 +34,22 @@ done = function(summary, latency, requests)
   io.write(string.format("WRKJSON {\\"requests\\":%d,\\"duration_us\\":%d,\\"p50_us\\":%d,\\"p99_us\\":%d,\\"mean_us\\":%f,\\"errors\\":%d}\\n",
     summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.mean,
     e.connect + e.read + e.write + e.status + e.timeout))
+  io.write(string.format("WRKTAIL {\\"p90_us\\":%d,\\"max_us\\":%d}\\n", latency:percentile(90), latency.max))
+end
+`;
+
+/**
+ * Paced wrk: each connection waits an exponentially distributed think time (mean BENCH_THINK_MS;
+ * wrk waits whole milliseconds) before each request, so the connections together send at about
+ * connections / (think + latency) — a fixed offered rate from a C load generator that costs the box
+ * little and never stalls for a garbage collection.
+ */
+const WRK_THINK_SCRIPT =
+  WRK_SCRIPT +
+  `
+local think = tonumber(os.getenv("BENCH_THINK_MS"))
+delay = function()
+  return math.floor(-math.log(1 - math.random()) * think + 0.5)
 end
 `;
 
@@ -58,7 +78,12 @@ export function writeWrkScript(dir: string): string {
   const file = join(dir, 'post.lua');
   writeFileSync(file, WRK_SCRIPT);
   writeFileSync(templateScript(dir), WRK_TEMPLATE_SCRIPT);
+  writeFileSync(thinkScript(dir), WRK_THINK_SCRIPT);
   return file;
+}
+
+function thinkScript(dir: string): string {
+  return join(dir, 'post-think.lua');
 }
 
 export function templateScript(dir: string): string {
@@ -67,10 +92,18 @@ export function templateScript(dir: string): string {
 
 let runCounter = 0;
 
-export async function runWrk(url: string, body: string, concurrency: number, seconds: number, threads: number, scriptFile: string): Promise<LoadResult> {
+export async function runWrk(
+  url: string,
+  body: string,
+  concurrency: number,
+  seconds: number,
+  threads: number,
+  scriptFile: string,
+  extraEnv: Record<string, string> = {},
+): Promise<LoadResult> {
   const args = [`-t${threads}`, `-c${concurrency}`, `-d${Math.max(1, Math.round(seconds))}s`, '--timeout', '10s', '-s', scriptFile, url];
   // Own process group, killed with the group if we are interrupted (the child is short-lived).
-  const env = { ...process.env, BENCH_BODY: body, BENCH_RUN: `${process.pid}.${++runCounter}` };
+  const env = { ...process.env, ...extraEnv, BENCH_BODY: body, BENCH_RUN: `${process.pid}.${++runCounter}` };
   const child = spawn('wrk', args, { env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   const kill = (): void => {
     try {
@@ -89,7 +122,38 @@ export async function runWrk(url: string, body: string, concurrency: number, sec
   if (code !== 0 || line === undefined) throw new Error(`wrk failed (exit ${code}):\n${out}`);
   const r = JSON.parse(line.slice('WRKJSON '.length)) as { requests: number; duration_us: number; p50_us: number; p99_us: number; mean_us: number; errors: number };
   const secs = r.duration_us / 1e6;
-  return { requests: r.requests, seconds: secs, rps: r.requests / secs, p50Ms: r.p50_us / 1000, p99Ms: r.p99_us / 1000, meanMs: r.mean_us / 1000, errors: r.errors };
+  const tail = out.split('\n').find((l) => l.startsWith('WRKTAIL '));
+  const t = tail === undefined ? undefined : (JSON.parse(tail.slice('WRKTAIL '.length)) as { p90_us: number; max_us: number });
+  return {
+    requests: r.requests,
+    seconds: secs,
+    rps: r.requests / secs,
+    p50Ms: r.p50_us / 1000,
+    p99Ms: r.p99_us / 1000,
+    meanMs: r.mean_us / 1000,
+    errors: r.errors,
+    ...(t ? { p90Ms: t.p90_us / 1000, maxMs: t.max_us / 1000 } : {}),
+  };
+}
+
+/**
+ * wrk at a fixed offered rate (`WRK_THINK_SCRIPT`), as a PacedResult. The think time leaves room for
+ * about half a millisecond of latency per request; the achieved rate is what the run measured.
+ * Latency is wrk's (send → whole response, microsecond histogram); wrk does not measure how late it
+ * sent, so `sendLagMs` is empty.
+ */
+export async function runWrkPaced(url: string, body: string, connections: number, rateRps: number, seconds: number, dir: string): Promise<PacedResult> {
+  const thinkMs = Math.max(0, (connections * 1000) / rateRps - 0.5);
+  const r = await runWrk(url, body, connections, seconds, 1, thinkScript(dir), { BENCH_THINK_MS: thinkMs.toFixed(3) });
+  return {
+    targetRps: rateRps,
+    achievedRps: r.rps,
+    sent: r.requests,
+    completed: r.requests - r.errors,
+    errors: r.errors,
+    latencyMs: { n: r.requests, p50: r.p50Ms, p90: r.p90Ms ?? NaN, p99: r.p99Ms, mean: r.meanMs, max: r.maxMs ?? NaN },
+    sendLagMs: summarize([]),
+  };
 }
 
 /** The part of autocannon's programmatic API used here (the package ships no types). */

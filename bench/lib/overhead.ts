@@ -7,15 +7,16 @@
  *   sluice-3s     — Sluice, explicit three-scorer profile (prefix ×3, queue ×2, active-request ×2),
  * closed-loop at fixed concurrency (wrk, else autocannon) for JSON and SSE, with a short prompt
  * (direct / nginx / node-proxy / sluice) and a 4 KB prompt (the same with sluice-3s), in interleaved
- * rounds (the box is shared and drifts: each target's median round counts). Then an open-loop run
- * at half of Sluice's measured JSON throughput against direct and Sluice: the p99 latency Sluice
- * adds at a load it can carry.
+ * rounds (the box is shared and drifts: each target's median round counts). Then, at half of
+ * Sluice's measured JSON throughput, the p99 latency Sluice adds at a load it can carry: measured by
+ * wrk paced with think time (judged: a C client with no stalls of its own) and by an open-loop undici
+ * client (shown beside it: its own event-loop stalls land in its tail).
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MODEL } from './fake-backend.js';
-import { BODY_COUNTER, runAutocannon, runPaced, runWrk, templateScript, writeWrkScript, type LoadResult, type PacedResult } from './loadgen.js';
+import { BODY_COUNTER, runAutocannon, runPaced, runWrk, runWrkPaced, templateScript, writeWrkScript, type LoadResult, type PacedResult } from './loadgen.js';
 import { summarizeDir, type ProfileSummary } from './cpuprofile.js';
 import { cpuSeconds, onCleanup, schedStat, stopProcess } from './proc.js';
 import { fmt, fmtInt, textTable } from './stats.js';
@@ -72,20 +73,34 @@ export const PACED_TARGETS = ['direct', 'nginx', 'node-proxy', 'sluice'] as cons
 export type PacedTarget = (typeof PACED_TARGETS)[number];
 type PacedResults = Partial<Record<PacedTarget, PacedResult>>;
 
-export interface PacedComparison extends PacedResults {
-  /** Half of Sluice's closed-loop JSON throughput (short prompt). */
-  rateRps: number;
-  seconds: number;
+/** What Sluice (and the bare Node proxy) add over direct, from the median-p99 round of each. */
+export interface AddedLatency {
   /** Sluice p99 − direct p99, ms. */
   addedP99Ms?: number;
   addedP50Ms?: number;
   /** The bare Node proxy's p99 − direct p99, ms (Node's own floor in the same rounds). */
   nodeAddedP99Ms?: number;
-  /** Every round, per target (the fields above hold the median-p99 round). */
+  /** Every round, per target (the target fields hold the median-p99 round). */
   rounds?: Partial<Record<PacedTarget, PacedResult[]>>;
+}
+
+/** The open-loop undici client's rounds (the target fields), then wrk's at the same rate. */
+export interface PacedComparison extends PacedResults, AddedLatency {
+  /** Half of Sluice's closed-loop JSON throughput (short prompt). */
+  rateRps: number;
+  seconds: number;
   /** The same at a low fixed rate: the latency each hop adds when nothing queues. */
   low?: PacedResults & { rateRps: number; seconds: number };
+  /**
+   * wrk at the same offered rate (connections with exponential think time): a C client that never
+   * stalls for a collection of its own, where the undici client's event-loop stalls (5–15 ms on
+   * this box) land in its tail. When present, the added-latency target is judged on it.
+   */
+  wrk?: PacedResults & AddedLatency & { connections: number };
 }
+
+/** Connections of both paced clients. */
+const PACED_CONNECTIONS = 64;
 
 export interface OverheadResult {
   options: Omit<OverheadOptions, 'log' | 'keepTmp'>;
@@ -161,6 +176,55 @@ async function probe(baseUrl: string): Promise<string | undefined> {
 
 /** Rate of the "nothing queued" latency runs. */
 const LOW_RATE = 200;
+
+type TargetUrls = ReadonlyMap<OverheadTarget, { baseUrl: string; proc?: Started['proc'] }>;
+
+/**
+ * Rounds of one paced measurement, interleaving the PACED_TARGETS present (a burst of load from
+ * elsewhere on the box hits one round of each). The round with the median p99 stands for each
+ * target; every round is kept. Also what Sluice and the bare Node proxy add over direct.
+ */
+async function pacedRounds(urls: TargetUrls, rounds: number, run: (baseUrl: string) => Promise<PacedResult>, log: (line: string) => void): Promise<PacedResults & AddedLatency> {
+  const all: Partial<Record<PacedTarget, PacedResult[]>> = {};
+  for (let round = 0; round < rounds; round++) {
+    for (const target of PACED_TARGETS) {
+      const t = urls.get(target);
+      if (t === undefined) continue;
+      // nginx's pid is its master, not the worker that does the work.
+      const pid = target === 'nginx' ? undefined : t.proc?.child.pid;
+      const before = schedStat(pid);
+      const startedAt = performance.now();
+      const r = await run(t.baseUrl);
+      const after = schedStat(pid);
+      const wallMs = performance.now() - startedAt;
+      if (before !== undefined && after !== undefined && wallMs > 0) {
+        r.gateway = { cpuShare: (after.cpuMs - before.cpuMs) / wallMs, runQueueWaitShare: (after.waitMs - before.waitMs) / wallMs };
+      }
+      (all[target] ??= []).push(r);
+    }
+  }
+  const out: PacedResults & AddedLatency = { rounds: all };
+  for (const target of PACED_TARGETS) {
+    const list = all[target];
+    if (!list?.length) continue;
+    const r = [...list].sort((a, b) => a.latencyMs.p99 - b.latencyMs.p99)[Math.floor((list.length - 1) / 2)]!;
+    out[target] = r;
+    const lag = Number.isNaN(r.sendLagMs.p99) ? '' : `  send lag p99 ${fmt(r.sendLagMs.p99, 2)} ms`;
+    log(
+      `    ${target.padEnd(10)} sent ${r.sent} (${fmtInt(r.achievedRps)} req/s)  p50 ${fmt(r.latencyMs.p50, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms  max ${fmt(r.latencyMs.max, 1)} ms` +
+        `${lag}${r.errors ? `  ${r.errors} ERRORS` : ''}  (p99 of the rounds: ${list.map((x) => fmt(x.latencyMs.p99, 2)).join(', ')})` +
+        (r.gateway ? `  gateway on CPU ${fmt(r.gateway.cpuShare * 100, 0)} %, waiting for a CPU ${fmt(r.gateway.runQueueWaitShare * 100, 1)} % of the time` : ''),
+    );
+  }
+  if (out.sluice && out.direct) {
+    out.addedP99Ms = out.sluice.latencyMs.p99 - out.direct.latencyMs.p99;
+    out.addedP50Ms = out.sluice.latencyMs.p50 - out.direct.latencyMs.p50;
+    log(`    Sluice adds p50 ${fmt(out.addedP50Ms, 3)} ms, p99 ${fmt(out.addedP99Ms, 3)} ms over direct`);
+  }
+  const node = out['node-proxy'];
+  if (node && out.direct) out.nodeAddedP99Ms = node.latencyMs.p99 - out.direct.latencyMs.p99;
+  return out;
+}
 
 const PAIRS: Array<[OverheadTarget, OverheadTarget]> = [
   ['sluice', 'nginx'],
@@ -288,63 +352,31 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
     // --- open loop at half of Sluice's max (JSON, short prompt)
     const sluiceMax = runs.find((r) => r.case === 'short' && r.mode === 'json' && r.target === 'sluice');
     if (sluiceMax !== undefined && opts.pacedSeconds > 0) {
-      paced.rateRps = Math.round(sluiceMax.rps / 2);
+      const rate = Math.round(sluiceMax.rps / 2);
+      paced.rateRps = rate;
       const body = overheadBody('json', 'short');
-      const rounds = opts.pacedRounds;
-      log(`  open loop at ${paced.rateRps} req/s (half of Sluice's ${fmtInt(sluiceMax.rps)}), ${rounds} rounds × ${opts.pacedSeconds} s per target, interleaved, JSON short prompt:`);
-      const all: Partial<Record<PacedTarget, PacedResult[]>> = {};
+      const path = '/v1/chat/completions';
+      log(`  open loop at ${rate} req/s (half of Sluice's ${fmtInt(sluiceMax.rps)}), ${opts.pacedRounds} rounds × ${opts.pacedSeconds} s per target, interleaved, JSON short prompt:`);
       for (const target of PACED_TARGETS) {
         const t = urls.get(target);
-        if (t !== undefined) await runPaced(t.baseUrl, '/v1/chat/completions', body, paced.rateRps, 1); // warm-up
+        if (t !== undefined) await runPaced(t.baseUrl, path, body, rate, 1, PACED_CONNECTIONS); // warm-up
       }
-      // Rounds interleave the targets, so a burst of load from elsewhere on the box hits one round of each.
-      for (let round = 0; round < rounds; round++) {
-        for (const target of PACED_TARGETS) {
-          const t = urls.get(target);
-          if (t === undefined) continue;
-          // nginx's pid is its master, not the worker that does the work.
-          const pid = target === 'nginx' ? undefined : t.proc?.child.pid;
-          const before = schedStat(pid);
-          const startedAt = performance.now();
-          const r = await runPaced(t.baseUrl, '/v1/chat/completions', body, paced.rateRps, opts.pacedSeconds);
-          const after = schedStat(pid);
-          const wallMs = performance.now() - startedAt;
-          if (before !== undefined && after !== undefined && wallMs > 0) {
-            r.gateway = { cpuShare: (after.cpuMs - before.cpuMs) / wallMs, runQueueWaitShare: (after.waitMs - before.waitMs) / wallMs };
-          }
-          (all[target] ??= []).push(r);
-        }
-      }
-      for (const target of PACED_TARGETS) {
-        const list = all[target];
-        if (!list?.length) continue;
-        // The round with the median p99 stands for the target; every round is kept in the results.
-        const r = [...list].sort((a, b) => a.latencyMs.p99 - b.latencyMs.p99)[Math.floor((list.length - 1) / 2)]!;
-        paced[target] = r;
-        log(
-          `    ${target.padEnd(10)} sent ${r.sent} (${fmtInt(r.achievedRps)} req/s)  p50 ${fmt(r.latencyMs.p50, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms  max ${fmt(r.latencyMs.max, 1)} ms` +
-            `  send lag p99 ${fmt(r.sendLagMs.p99, 2)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}  (p99 of the rounds: ${list.map((x) => fmt(x.latencyMs.p99, 2)).join(', ')})` +
-            (r.gateway ? `  gateway on CPU ${fmt(r.gateway.cpuShare * 100, 0)} %, waiting for a CPU ${fmt(r.gateway.runQueueWaitShare * 100, 1)} % of the time` : ''),
-        );
-      }
-      paced.rounds = all;
+      const interleaved = (run: (baseUrl: string) => Promise<PacedResult>) => pacedRounds(urls, opts.pacedRounds, run, log);
+      Object.assign(paced, await interleaved((u) => runPaced(u, path, body, rate, opts.pacedSeconds, PACED_CONNECTIONS)));
       const low: NonNullable<PacedComparison['low']> = { rateRps: LOW_RATE, seconds: Math.max(3, Math.round(opts.pacedSeconds / 2)) };
       log(`  open loop at ${LOW_RATE} req/s, ${low.seconds} s each (latency with nothing queued):`);
       for (const target of PACED_TARGETS) {
         const t = urls.get(target);
         if (t === undefined) continue;
-        const r = await runPaced(t.baseUrl, '/v1/chat/completions', body, LOW_RATE, low.seconds);
+        const r = await runPaced(t.baseUrl, path, body, LOW_RATE, low.seconds, PACED_CONNECTIONS);
         low[target] = r;
         log(`    ${target.padEnd(10)} p50 ${fmt(r.latencyMs.p50, 3)} ms  p90 ${fmt(r.latencyMs.p90, 3)} ms  p99 ${fmt(r.latencyMs.p99, 3)} ms${r.errors ? `  ${r.errors} ERRORS` : ''}`);
       }
       paced.low = low;
-      if (paced.sluice && paced.direct) {
-        paced.addedP99Ms = paced.sluice.latencyMs.p99 - paced.direct.latencyMs.p99;
-        paced.addedP50Ms = paced.sluice.latencyMs.p50 - paced.direct.latencyMs.p50;
-        log(`    Sluice adds p50 ${fmt(paced.addedP50Ms, 3)} ms, p99 ${fmt(paced.addedP99Ms, 3)} ms over direct`);
+      if (opts.loadgen === 'wrk') {
+        log(`  wrk at the same rate (${PACED_CONNECTIONS} connections, exponential think time), ${opts.pacedRounds} rounds × ${opts.pacedSeconds} s per target, interleaved:`);
+        paced.wrk = { connections: PACED_CONNECTIONS, ...(await interleaved((u) => runWrkPaced(`${u}${path}`, body, PACED_CONNECTIONS, rate, opts.pacedSeconds, tmp))) };
       }
-      const node = paced['node-proxy'];
-      if (node && paced.direct) paced.nodeAddedP99Ms = node.latencyMs.p99 - paced.direct.latencyMs.p99;
     }
   } finally {
     // A profiled process writes its profile on a clean exit: give it time.

@@ -39,7 +39,7 @@ function verdict(res: Parts, id: string): Verdict {
 const flat = (ms: number): Summary => summarize([ms]);
 
 /** Overhead with the given Sluice/nginx throughput ratio in every case, and a paced comparison. */
-function overhead(ratio: number, paced: { addedP99Ms?: number; lagMs?: number } = {}): OverheadResult {
+function overhead(ratio: number, paced: { addedP99Ms?: number; lagMs?: number; wrkAddedP99Ms?: number } = {}): OverheadResult {
   const ratios = [];
   for (const [c, target] of [['short', 'sluice'], ['4kb', 'sluice-3s']] as const) {
     for (const mode of ['json', 'sse'] as const) {
@@ -50,13 +50,17 @@ function overhead(ratio: number, paced: { addedP99Ms?: number; lagMs?: number } 
   }
   const lag = paced.lagMs ?? 0.2;
   const round = (p99: number) => ({ targetRps: 1000, achievedRps: 1000, sent: 1000, completed: 1000, errors: 0, latencyMs: { ...flat(1), p99 }, sendLagMs: { ...flat(0.1), p99: lag } });
+  const wrk =
+    paced.wrkAddedP99Ms === undefined
+      ? {}
+      : { wrk: { connections: 64, addedP99Ms: paced.wrkAddedP99Ms, addedP50Ms: 0.1, nodeAddedP99Ms: 0.5, direct: round(1), sluice: round(1 + paced.wrkAddedP99Ms) } };
   return {
     ratios,
     runs: [],
     paced:
       paced.addedP99Ms === undefined
-        ? { rateRps: 1000, seconds: 1 }
-        : { rateRps: 1000, seconds: 1, addedP99Ms: paced.addedP99Ms, addedP50Ms: 0.1, direct: round(1), sluice: round(1 + paced.addedP99Ms) },
+        ? { rateRps: 1000, seconds: 1, ...wrk }
+        : { rateRps: 1000, seconds: 1, addedP99Ms: paced.addedP99Ms, addedP50Ms: 0.1, direct: round(1), sluice: round(1 + paced.addedP99Ms), ...wrk },
   } as unknown as OverheadResult;
 }
 
@@ -126,6 +130,17 @@ describe('benchmark target verdicts', () => {
     assert.match(noisy.value, /inconclusive/);
     // Without a paced run there is nothing to decide.
     assert.equal(verdict({ meta: META, errors: {}, overhead: overhead(1) }, '2').met, null);
+  });
+
+  test('added p99 (2) is judged on wrk when it ran; the open-loop undici client\'s number is shown beside it', () => {
+    const at = (wrkAddedP99Ms: number, addedP99Ms: number) => verdict({ meta: META, errors: {}, overhead: overhead(1, { wrkAddedP99Ms, addedP99Ms }) }, '2');
+    const met = at(1.5, 30);
+    assert.equal(met.met, true);
+    assert.match(met.value, /^1\.50 ms at 1,000 req\/s \(wrk, 64 connections/);
+    assert.match(met.value, /open-loop undici client measured 30\.00 ms/);
+    assert.equal(at(2.5, 1).met, false);
+    // No "inconclusive" band for wrk: it does not measure how late it sent, and it does not stall.
+    assert.equal(at(2.1, 1).met, false);
   });
 
   test('TTFT (3) compares p90 at the 80 % step only: met at 0.5 × round-robin, not above', () => {
