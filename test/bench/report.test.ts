@@ -62,6 +62,10 @@ describe('benchmark report', () => {
         assert.match(row, v.met === null ? /not measured|inconclusive/ : v.met ? /✅ met/ : /❌ \*\*not met\*\*/, v.id);
       }
       assert.doesNotMatch(md, /undefined|\bNaN\b|\[object /);
+      // The added latency by both instruments: wrk (judged) and the open-loop undici client.
+      assert.match(md, /### Added latency at half of Sluice's maximum[^\n]*\n\nwrk with 64 connections/);
+      assert.match(md, /### The same with an open-loop Node client/);
+      assert.match(res.targets.find((v) => v.id === '2')!.value, /\(wrk, 64 connections/);
       for (const chart of charts) {
         assert.ok(existsSync(join(dir, chart)), chart);
         assert.ok(md.includes(`](${chart})`), `REPORT.md does not link ${chart}`);
