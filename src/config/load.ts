@@ -276,6 +276,7 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
   const ensured = ensure(config, registry);
   checkReferences(ensured.config, registry, sink, pluginState, flowControlValid, detectorRefPath);
   collectWarnings(raw, ensured.config, sink);
+  if (sink.problems.length === 0) collectPluginWarnings(raw, ensured.config, registry, sink);
 
   if (sink.problems.length > 0) throw new ConfigError(sortProblems(sink.problems));
   return { file, config: ensured.config, injections: ensured.injections, warnings: sortProblems(sink.warnings) };
@@ -549,6 +550,41 @@ function checkReferences(
 
 // ---------------------------------------------------------------------------------------------
 // Warnings
+
+/** `true` when the user's document sets the value at `path`. */
+function rawHas(raw: Record<string, unknown>, path: readonly PathSegment[]): boolean {
+  let node: unknown = raw;
+  for (const seg of path) {
+    if (Array.isArray(node) && typeof seg === 'number') node = node[seg];
+    else if (isPlainObject(node)) node = node[String(seg)];
+    else return false;
+  }
+  return node !== undefined;
+}
+
+/**
+ * Each plugin's own checks against the rest of the configuration (PluginDefinition.configWarnings),
+ * shown at the conflicting setting when the user wrote it, else at the plugin's parameter.
+ */
+function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfig, registry: PluginRegistry, sink: ProblemSink): void {
+  const rawPlugins = Array.isArray(raw.plugins) ? raw.plugins : [];
+  for (const spec of config.plugins) {
+    const def = registry.get(spec.type);
+    if (def?.configWarnings === undefined) continue;
+    const params = def.params.safeParse(spec.parameters ?? {});
+    if (!params.success) continue;
+    const index = rawPlugins.findIndex((p) => isPlainObject(p) && (p.name ?? p.type) === spec.name);
+    for (const w of def.configWarnings(params.data, { metricsIntervalMs: config.pool.metrics.interval })) {
+      const at: readonly PathSegment[] =
+        w.setting !== undefined && rawHas(raw, w.setting)
+          ? w.setting
+          : index >= 0
+            ? ['plugins', index, 'parameters', ...(w.parameter !== undefined ? [w.parameter] : [])]
+            : (w.setting ?? ['plugins']);
+      sink.warn(at, w.message);
+    }
+  }
+}
 
 function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sink: ProblemSink): void {
   if (raw.apiVersion === DEPRECATED_API_VERSION) {

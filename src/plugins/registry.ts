@@ -59,7 +59,26 @@ export interface PluginDefinition<P = unknown> {
   readonly params: z.ZodType<P>;
   /** Names in the parsed parameters that must resolve (paths relative to `parameters`). */
   references?(params: P): PluginReference[];
+  /**
+   * Warnings about how the parsed parameters meet the rest of the configuration (a threshold the
+   * metrics scrape interval cannot meet, say). The loader places each at the user's key.
+   */
+  configWarnings?(params: P, context: PluginConfigContext): PluginConfigWarning[];
   create(name: string, params: P, deps: PluginDeps): Plugin;
+}
+
+/** What a plugin may check its parameters against (see PluginDefinition.configWarnings). */
+export interface PluginConfigContext {
+  /** pool.metrics.interval, ms. */
+  metricsIntervalMs: number;
+}
+
+export interface PluginConfigWarning {
+  /** The plugin's parameter the warning is about. */
+  parameter?: string;
+  /** The setting outside the plugin it conflicts with (a config path): shown there when the user wrote it. */
+  setting?: readonly string[];
+  message: string;
 }
 
 export class PluginRegistry {

@@ -33,7 +33,7 @@
  *   only, as llm-d does
  */
 import { z } from 'zod';
-import { parseDuration } from '../config/units.js';
+import { formatDuration, parseDuration } from '../config/units.js';
 import type { Endpoint, EndpointMetrics } from '../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../plugins/registry.js';
 import type { CycleContext, SchedulingRequest } from '../scheduling/framework.js';
@@ -172,6 +172,22 @@ export const utilizationDetectorDefinition: PluginDefinition<UtilizationDetector
   type: UTILIZATION_DETECTOR_TYPE,
   kinds: ['filter', 'saturationDetector'],
   params: utilizationDetectorParams,
+  configWarnings(params, { metricsIntervalMs }) {
+    // Metrics age up to one interval (plus the scrape) before the next lands: with the threshold no
+    // longer than that, every endpoint reads stale, hence saturated, for part of every interval.
+    if (params.stalenessPolicy !== 'saturated' || metricsIntervalMs < params.metricsStalenessThreshold) return [];
+    return [
+      {
+        parameter: 'metricsStalenessThreshold',
+        setting: ['pool', 'metrics', 'interval'],
+        message:
+          `pool.metrics.interval (${formatDuration(metricsIntervalMs)}) is not shorter than ${UTILIZATION_DETECTOR_TYPE} metricsStalenessThreshold ` +
+          `(${formatDuration(params.metricsStalenessThreshold)}): every endpoint's metrics go stale before the next scrape lands, so each reads saturated ` +
+          'and requests wait in the flow-control queue for a scrape. Scrape a few times per threshold (the defaults are 50ms and 200ms), ' +
+          'raise the threshold, or set stalenessPolicy: ignore',
+      },
+    ];
+  },
   create(name, params, deps) {
     if (params.headroom > 1) {
       deps.logger.warn({ plugin: name, headroom: params.headroom }, 'headroom is a fraction (0.2 = 20%), not a percentage');
