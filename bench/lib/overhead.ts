@@ -375,7 +375,13 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
       paced.low = low;
       if (opts.loadgen === 'wrk') {
         log(`  wrk at the same rate (${PACED_CONNECTIONS} connections, exponential think time), ${opts.pacedRounds} rounds × ${opts.pacedSeconds} s per target, interleaved:`);
-        paced.wrk = { connections: PACED_CONNECTIONS, ...(await interleaved((u) => runWrkPaced(`${u}${path}`, body, PACED_CONNECTIONS, rate, opts.pacedSeconds, tmp))) };
+        try {
+          paced.wrk = { connections: PACED_CONNECTIONS, ...(await interleaved((u) => runWrkPaced(`${u}${path}`, body, PACED_CONNECTIONS, rate, opts.pacedSeconds, tmp))) };
+        } catch (err) {
+          // Keep everything measured so far; the added latency is then judged on the undici client.
+          skipped['wrk paced'] = (err as Error).message;
+          log(`    NOT MEASURED — ${(err as Error).message.split('\n')[0]}`);
+        }
       }
     }
   } finally {
