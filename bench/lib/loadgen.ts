@@ -20,9 +20,8 @@ export interface LoadResult {
   meanMs: number;
   /** Non-2xx answers plus connection/read/time-out errors. */
   errors: number;
-  /** wrk only. */
-  p90Ms?: number;
-  maxMs?: number;
+  p90Ms: number;
+  maxMs: number;
 }
 
 const WRK_SCRIPT = `
@@ -31,10 +30,9 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.body = os.getenv("BENCH_BODY")
 done = function(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format("WRKJSON {\\"requests\\":%d,\\"duration_us\\":%d,\\"p50_us\\":%d,\\"p99_us\\":%d,\\"mean_us\\":%f,\\"errors\\":%d}\\n",
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.mean,
+  io.write(string.format("WRKJSON {\\"requests\\":%d,\\"duration_us\\":%d,\\"p50_us\\":%d,\\"p90_us\\":%d,\\"p99_us\\":%d,\\"max_us\\":%d,\\"mean_us\\":%f,\\"errors\\":%d}\\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max, latency.mean,
     e.connect + e.read + e.write + e.status + e.timeout))
-  io.write(string.format("WRKTAIL {\\"p90_us\\":%d,\\"max_us\\":%d}\\n", latency:percentile(90), latency.max))
 end
 `;
 
@@ -120,19 +118,27 @@ export async function runWrk(
   process.off('exit', kill);
   const line = out.split('\n').find((l) => l.startsWith('WRKJSON '));
   if (code !== 0 || line === undefined) throw new Error(`wrk failed (exit ${code}):\n${out}`);
-  const r = JSON.parse(line.slice('WRKJSON '.length)) as { requests: number; duration_us: number; p50_us: number; p99_us: number; mean_us: number; errors: number };
+  const r = JSON.parse(line.slice('WRKJSON '.length)) as {
+    requests: number;
+    duration_us: number;
+    p50_us: number;
+    p90_us: number;
+    p99_us: number;
+    max_us: number;
+    mean_us: number;
+    errors: number;
+  };
   const secs = r.duration_us / 1e6;
-  const tail = out.split('\n').find((l) => l.startsWith('WRKTAIL '));
-  const t = tail === undefined ? undefined : (JSON.parse(tail.slice('WRKTAIL '.length)) as { p90_us: number; max_us: number });
   return {
     requests: r.requests,
     seconds: secs,
     rps: r.requests / secs,
     p50Ms: r.p50_us / 1000,
+    p90Ms: r.p90_us / 1000,
     p99Ms: r.p99_us / 1000,
+    maxMs: r.max_us / 1000,
     meanMs: r.mean_us / 1000,
     errors: r.errors,
-    ...(t ? { p90Ms: t.p90_us / 1000, maxMs: t.max_us / 1000 } : {}),
   };
 }
 
@@ -151,7 +157,7 @@ export async function runWrkPaced(url: string, body: string, connections: number
     sent: r.requests,
     completed: r.requests - r.errors,
     errors: r.errors,
-    latencyMs: { n: r.requests, p50: r.p50Ms, p90: r.p90Ms ?? NaN, p99: r.p99Ms, mean: r.meanMs, max: r.maxMs ?? NaN },
+    latencyMs: { n: r.requests, p50: r.p50Ms, p90: r.p90Ms, p99: r.p99Ms, mean: r.meanMs, max: r.maxMs },
     sendLagMs: summarize([]),
   };
 }
@@ -159,7 +165,7 @@ export async function runWrkPaced(url: string, body: string, connections: number
 /** The part of autocannon's programmatic API used here (the package ships no types). */
 interface AutocannonResult {
   requests: { total: number };
-  latency: { p50: number; p99: number; mean: number };
+  latency: { p50: number; p90: number; p99: number; max: number; mean: number };
   duration: number;
   non2xx: number;
   errors: number;
@@ -177,7 +183,9 @@ export async function runAutocannon(url: string, template: string, concurrency: 
     seconds: r.duration,
     rps: r.requests.total / r.duration,
     p50Ms: r.latency.p50,
+    p90Ms: r.latency.p90,
     p99Ms: r.latency.p99,
+    maxMs: r.latency.max,
     meanMs: r.latency.mean,
     errors: r.non2xx + r.errors + r.timeouts,
   };

@@ -71,7 +71,7 @@ export interface OverheadRatio {
 /** The open-loop rounds compare these; `node-proxy` shows what any Node gateway adds on this box. */
 export const PACED_TARGETS = ['direct', 'nginx', 'node-proxy', 'sluice'] as const;
 export type PacedTarget = (typeof PACED_TARGETS)[number];
-type PacedResults = Partial<Record<PacedTarget, PacedResult>>;
+export type PacedResults = Partial<Record<PacedTarget, PacedResult>>;
 
 /** What Sluice (and the bare Node proxy) add over direct, from the median-p99 round of each. */
 export interface AddedLatency {

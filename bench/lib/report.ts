@@ -3,8 +3,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { PACED_TARGETS, type OverheadRatio, type OverheadResult, type PacedTarget } from './overhead.js';
-import type { PacedResult } from './loadgen.js';
+import { PACED_TARGETS, type OverheadRatio, type OverheadResult, type PacedResults } from './overhead.js';
 import type { QualityResult, RouterResult, StepResult } from './quality.js';
 import type { ScaleResult } from './scale.js';
 import { fmt, fmtInt, mdTable } from './stats.js';
@@ -229,7 +228,7 @@ function ms(v: number, d = 0): string {
 }
 
 /** One row per paced target: rate, outcomes, latency, and the gateway thread's CPU and run-queue shares. */
-function pacedTable(results: Partial<Record<PacedTarget, PacedResult>>, withSendLag: boolean): string {
+function pacedTable(results: PacedResults, withSendLag: boolean): string {
   const rows = PACED_TARGETS.filter((t) => results[t] !== undefined).map((t) => {
     const r = results[t]!;
     const g = r.gateway;

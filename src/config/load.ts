@@ -571,10 +571,9 @@ function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfi
   for (const spec of config.plugins) {
     const def = registry.get(spec.type);
     if (def?.configWarnings === undefined) continue;
-    const params = def.params.safeParse(spec.parameters ?? {});
-    if (!params.success) continue;
     const index = rawPlugins.findIndex((p) => isPlainObject(p) && (p.name ?? p.type) === spec.name);
-    for (const w of def.configWarnings(params.data, { metricsIntervalMs: config.pool.metrics.interval })) {
+    // Only called on a config without problems: every plugin's parameters are parsed, defaults filled.
+    for (const w of def.configWarnings(spec.parameters ?? {}, { metricsIntervalMs: config.pool.metrics.interval })) {
       const at: readonly PathSegment[] =
         w.setting !== undefined && rawHas(raw, w.setting)
           ? w.setting
