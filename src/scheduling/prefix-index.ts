@@ -235,11 +235,16 @@ export class PrefixIndex {
     return matched;
   }
 
-  /** Records that `endpointName` now caches these blocks (most recent), evicting down to `capacity`. */
+  /**
+   * Records that `endpointName` now caches these blocks (most recent), evicting down to `capacity`.
+   * The last block is learned first and the first block last, so a prompt's tail is forgotten before
+   * its head: vLLM frees a finished request's blocks in reverse order for the same reason, and a
+   * prefix that lost its tail still matches, while one that lost its first block matches nothing.
+   */
   learn(endpointName: string, hashes: readonly number[], capacity: number): void {
     let e = this.idByName.get(endpointName);
     if (e === undefined) e = this.addEndpoint(endpointName);
-    for (let k = 0; k < hashes.length; k++) {
+    for (let k = hashes.length - 1; k >= 0; k--) {
       const hash = hashes[k]!;
       let block = this.find(hash);
       if (block === NONE) block = this.addBlock(hash);

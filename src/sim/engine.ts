@@ -1,6 +1,7 @@
 /**
  * The model of one vLLM instance, free of HTTP: `maxNumSeqs` running slots, a FIFO waiting queue,
- * a per-instance LRU of chained prompt-block hashes (prefix cache), and a latency model
+ * a per-instance LRU of chained prompt-block hashes (prefix cache; a prompt's tail is evicted
+ * before its head, as vLLM frees a request's blocks in reverse order), and a latency model
  * (TTFT = overhead + cost per uncached prompt token; then one token every `itlMs`).
  *
  * Prefill/decode disaggregation (vLLM NixlConnector, as the llm-d simulator): a prefill request
@@ -242,15 +243,22 @@ export class BlockLru {
     this.entries.set(hash, true);
   }
 
-  /** Number of leading hashes present (consecutive from the first), touching the ones that hit. */
+  /** Number of leading hashes present (consecutive from the first), touching the ones that hit (see touchChain). */
   matchPrefix(hashes: readonly number[], limit: number): number {
     let hits = 0;
     const n = Math.min(limit, hashes.length);
-    while (hits < n && this.entries.has(hashes[hits]!)) {
-      this.touch(hashes[hits]!);
-      hits++;
-    }
+    while (hits < n && this.entries.has(hashes[hits]!)) hits++;
+    this.touchChain(hashes, hits);
     return hits;
+  }
+
+  /**
+   * Touches the first `count` hashes of a prompt's chain, the last one first: the head of the prompt
+   * ends most recent and is evicted last. vLLM frees a finished request's blocks in reverse order so
+   * that the tail blocks are evicted first and the prefix stays reusable.
+   */
+  touchChain(hashes: readonly number[], count = hashes.length): void {
+    for (let i = count - 1; i >= 0; i--) this.touch(hashes[i]!);
   }
 
   clear(): void {
@@ -523,7 +531,7 @@ export class SimEngine {
     r.timer = undefined;
     if (r.state !== 'running') return;
     // Blocks become reusable once computed, i.e. after prefill.
-    for (const h of r.blockHashes) this.lru.touch(h);
+    this.lru.touchChain(r.blockHashes);
     this.counters.promptTokens += r.promptTokens;
     this.observeTtft((r.firstTokenAt - r.arrivedAt) / 1000);
 

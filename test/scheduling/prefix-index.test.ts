@@ -95,10 +95,19 @@ describe('PrefixIndex', () => {
     index.learn('a', first, 4);
     index.learn('a', second, 4);
     assert.equal(index.size('a'), 4);
-    // first[0] and first[1] evicted (oldest); first[2] survives but no longer matches from the start
-    assert.deepEqual([...index.match(first, [a])], [0]);
+    // A chain is learned tail first, so first's tail (first[2], then first[1]) is the oldest and goes;
+    // its head first[0] survives and still matches.
+    assert.deepEqual([...index.match(first, [a])], [1]);
     assert.deepEqual([...index.match(second, [a])], [3]);
     assert.equal(index.distinctBlocks, 4);
+  });
+
+  test('a chain longer than the capacity keeps its head', () => {
+    const index = new PrefixIndex();
+    const hashes = blockHashes(text(1, 64 * 10), 0, OPTS);
+    index.learn('a', hashes, 4);
+    assert.equal(index.size('a'), 4);
+    assert.deepEqual([...index.match(hashes, [a])], [4]);
   });
 
   test('re-learning refreshes recency', () => {
@@ -124,14 +133,14 @@ describe('PrefixIndex', () => {
   });
 });
 
-/** The index's contract, kept simple: per endpoint an insertion-ordered Map used as an LRU. */
+/** The index's contract, kept simple: per endpoint an insertion-ordered Map used as an LRU, a chain learned tail first. */
 class ReferenceIndex {
   readonly lru = new Map<string, Map<number, true>>();
 
   learn(name: string, hashes: readonly number[], capacity: number): void {
     let held = this.lru.get(name);
     if (held === undefined) this.lru.set(name, (held = new Map()));
-    for (const h of hashes) {
+    for (const h of [...hashes].reverse()) {
       held.delete(h);
       held.set(h, true);
     }

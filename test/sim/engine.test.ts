@@ -291,6 +291,21 @@ describe('SimEngine prefix cache', () => {
     assert.equal(run(a), 64);
   });
 
+  test('under pressure a prompt loses its tail blocks first, so its head still hits (as vLLM frees blocks in reverse)', () => {
+    const { vt, engine } = setup({ numGpuBlocks: 6, itlMs: 0 });
+    const a = blockText('a', 4) + '!';
+    const b = blockText('b', 4) + '!';
+    const run = (prompt: string): number => {
+      const l = collect();
+      submitOk(engine, prompt, l, 1);
+      vt.runAll();
+      return l.results[0]!.cachedTokens;
+    };
+    assert.equal(run(a), 0);
+    assert.equal(run(b), 0); // 8 blocks for 6 places: two of a's go, the last two
+    assert.equal(run(a), 32); // a's first two blocks still hit
+  });
+
   test('BlockLru: touching refreshes recency; matchPrefix stops at the first miss', () => {
     const lru = new BlockLru(3);
     lru.touch(1);

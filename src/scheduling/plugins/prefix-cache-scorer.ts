@@ -7,8 +7,9 @@
  * + (1 − w) × matched / total`, with w = `matchLengthWeight` (default 0: the plain ratio of leading
  * blocks the endpoint is believed to cache); 0 when the prompt is shorter than one block.
  * After scheduling, preRequest() teaches the index the request's blocks on the primary target and on
- * the target of a profile literally named `prefill` (as llm-d). Endpoints that left the pool are
- * purged at most every 2 minutes.
+ * the target of a profile literally named `prefill` (as llm-d), last block first, so that under
+ * pressure a prompt's tail is forgotten before its head (as vLLM evicts). Endpoints that left the
+ * pool are purged at most every 2 minutes.
  *
  * Parameters (defaults, llm-d/GIE compatible):
  * - `autoTune` true — per-endpoint LRU capacity from `vllm:cache_config_info` num_gpu_blocks when known
