@@ -21,6 +21,7 @@ import { errors as undiciErrors, type Dispatcher } from 'undici';
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
 import type { Disaggregation, SchedulingRequest } from '../scheduling/framework.js';
+import type { DecisionTrace, SchedulingOutcome } from '../scheduling/scheduler.js';
 import type { Clock } from '../util/clock.js';
 import { errorBody, sendError } from './errors.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
@@ -96,9 +97,12 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let decisionCounted = false;
   let prepared: DecodeLeg | undefined;
   for (let attempt = 0; ; attempt++) {
+    // At debug level every decision is logged with what each filter dropped and each scorer gave.
+    const trace: DecisionTrace | undefined = ctx.logger.isLevelEnabled('debug') ? [] : undefined;
     const t0 = performance.now();
-    const outcome = rt.scheduler.schedule(ctx.sreq, candidates);
+    const outcome = rt.scheduler.schedule(ctx.sreq, candidates, trace);
     metrics.schedulerDuration((performance.now() - t0) / 1000);
+    if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
     if (!outcome.ok) {
       metrics.schedulerAttempt('failure', '');
       if (attempt > 0) {
@@ -131,6 +135,15 @@ export async function forward(ctx: ForwardContext): Promise<number> {
     }
     candidates = candidates.filter((c) => c !== ep);
   }
+}
+
+function logDecision(ctx: ForwardContext, attempt: number, outcome: SchedulingOutcome, profiles: DecisionTrace): void {
+  ctx.logger.debug(
+    outcome.ok
+      ? { requestId: ctx.requestId, model: ctx.sreq.model, attempt, target: outcome.target.name, disaggregation: outcome.result.disaggregation?.decision, profiles }
+      : { requestId: ctx.requestId, model: ctx.sreq.model, attempt, refused: outcome.reason, message: outcome.message, profiles },
+    'scheduling decision',
+  );
 }
 
 async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): Promise<AttemptResult> {

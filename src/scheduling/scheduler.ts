@@ -21,6 +21,26 @@ import type {
   SchedulingResult,
 } from './framework.js';
 
+/**
+ * What one profile run saw and decided, for the debug log ("why did it go there?"): filled only when
+ * the caller passes a trace, so an untraced decision pays one check per step and allocates nothing.
+ */
+export interface ProfileTrace {
+  profile: string;
+  candidates: number;
+  /** Each filter in run order: how many endpoints it kept and which it dropped. */
+  filters: { filter: string; kept: number; dropped: string[] }[];
+  /** Scorer weights of the profile, by scorer name. */
+  weights: Record<string, number>;
+  /** Per endpoint that passed the filters: the weighted total, and each scorer's score clamped to [0, 1]. */
+  scores: Record<string, { total: number; scorers: Record<string, number> }>;
+  picked: string[];
+  failure?: string;
+}
+
+/** The profile runs of one scheduling decision, in the order the profile handler asked for them. */
+export type DecisionTrace = ProfileTrace[];
+
 export type SchedulingOutcome =
   | { ok: true; result: SchedulingResult; target: Endpoint }
   /** `no-endpoints` → 503 rejected-no-endpoints; `filtered` → 429 rejected-saturated. */
@@ -55,9 +75,29 @@ export function runProfile(
   req: SchedulingRequest,
   candidates: readonly Endpoint[],
   skip?: Filter,
+  trace?: DecisionTrace,
 ): ProfileRunResult {
-  const remaining = runFilters(ctx, profile, req, candidates, skip);
-  return typeof remaining === 'string' ? { targets: [], failure: remaining } : scoreAndPick(ctx, profile, req, remaining);
+  const t = trace === undefined ? undefined : startTrace(trace, profile, candidates.length);
+  const remaining = runFilters(ctx, profile, req, candidates, skip, t);
+  const result = typeof remaining === 'string' ? { targets: [], failure: remaining } : scoreAndPick(ctx, profile, req, remaining, t);
+  if (t !== undefined) {
+    t.picked = result.targets.map((e) => e.name);
+    if (result.failure !== undefined) t.failure = result.failure;
+    if (result.scored !== undefined) for (const { endpoint, score } of result.scored) scoresOf(t, endpoint).total = score;
+  }
+  return result;
+}
+
+function scoresOf(trace: ProfileTrace, endpoint: Endpoint): { total: number; scorers: Record<string, number> } {
+  return (trace.scores[endpoint.name] ??= { total: 0, scorers: {} });
+}
+
+function startTrace(trace: DecisionTrace, profile: SchedulingProfile, candidates: number): ProfileTrace {
+  const weights: Record<string, number> = {};
+  for (const { scorer, weight } of profile.scorers) weights[scorer.name] = weight;
+  const t: ProfileTrace = { profile: profile.name, candidates, filters: [], weights, scores: {}, picked: [] };
+  trace.push(t);
+  return t;
 }
 
 /** The candidates a profile's filters (but `skip`) keep, in order; or why none is left. */
@@ -67,19 +107,31 @@ function runFilters(
   req: SchedulingRequest,
   candidates: readonly Endpoint[],
   skip?: Filter,
+  trace?: ProfileTrace,
 ): readonly Endpoint[] | string {
   if (candidates.length === 0) return `profile ${profile.name}: no candidate endpoints`;
   let remaining = candidates;
   for (const filter of profile.filters) {
     if (filter === skip) continue;
+    const before = remaining;
     remaining = filter.filter(ctx, req, remaining);
+    if (trace !== undefined) {
+      const kept = new Set(remaining);
+      trace.filters.push({ filter: filter.name, kept: remaining.length, dropped: before.filter((e) => !kept.has(e)).map((e) => e.name) });
+    }
     if (remaining.length === 0) return `profile ${profile.name}: filter ${filter.name} left no endpoints`;
   }
   return remaining;
 }
 
 /** A profile's weighted scorers over endpoints that passed its filters, then its picker. */
-function scoreAndPick(ctx: CycleContext, profile: SchedulingProfile, req: SchedulingRequest, remaining: readonly Endpoint[]): ProfileRunResult {
+function scoreAndPick(
+  ctx: CycleContext,
+  profile: SchedulingProfile,
+  req: SchedulingRequest,
+  remaining: readonly Endpoint[],
+  trace?: ProfileTrace,
+): ProfileRunResult {
   const n = remaining.length;
   const scored: ScoredEndpoint[] = new Array(n);
   for (let i = 0; i < n; i++) scored[i] = { endpoint: remaining[i]!, score: 0 };
@@ -95,6 +147,7 @@ function scoreAndPick(ctx: CycleContext, profile: SchedulingProfile, req: Schedu
         if (!(s > 0)) s = 0;
         else if (s > 1) s = 1;
         scored[i]!.score += s * weight;
+        if (trace !== undefined) scoresOf(trace, remaining[i]!).scorers[scorer.name] = s;
       }
     }
   }
@@ -116,11 +169,12 @@ export class Scheduler {
     readonly saturationFilter?: Filter,
   ) {}
 
-  schedule(req: SchedulingRequest, candidates: readonly Endpoint[]): SchedulingOutcome {
+  /** One decision; with `trace`, every profile run is also recorded into it (for the debug log). */
+  schedule(req: SchedulingRequest, candidates: readonly Endpoint[], trace?: DecisionTrace): SchedulingOutcome {
     if (candidates.length === 0) {
       return { ok: false, reason: 'no-endpoints', message: 'no endpoints available for scheduling' };
     }
-    const result = this.decide(req, candidates);
+    const result = this.decide(req, candidates, undefined, trace);
     const primary = result.profileResults.get(result.primaryProfile);
     const target = primary?.targets[0];
     if (target === undefined) {
@@ -167,7 +221,7 @@ export class Scheduler {
   }
 
   /** The profile handler's rounds over the candidates (profiles run without `skip`). */
-  private decide(req: SchedulingRequest, candidates: readonly Endpoint[], skip?: Filter): SchedulingResult {
+  private decide(req: SchedulingRequest, candidates: readonly Endpoint[], skip?: Filter, trace?: DecisionTrace): SchedulingResult {
     const { ctx, handler, profiles } = this;
     const results = new Map<string, ProfileRunResult>();
     for (let round = 0; ; round++) {
@@ -176,7 +230,7 @@ export class Scheduler {
       if (round >= MAX_HANDLER_ROUNDS) {
         throw new Error(`profile handler ${handler.name} still picking profiles after ${MAX_HANDLER_ROUNDS} rounds`);
       }
-      for (const profile of next) results.set(profile.name, runProfile(ctx, profile, req, candidates, skip));
+      for (const profile of next) results.set(profile.name, runProfile(ctx, profile, req, candidates, skip, trace));
     }
     return handler.processResults(req, results);
   }

@@ -7,7 +7,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
-import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import type { DecisionTrace } from '../../src/scheduling/scheduler.js';
+import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
 import { okJson, slowJson, startFakeBackend, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -280,6 +281,52 @@ schedulingProfiles:
       } finally {
         await closeAll(gw, full, free);
       }
+    }
+  });
+});
+
+describe('the scheduling decision in the debug log', () => {
+  test('debug: one line per decision with the target, what each filter dropped and each scorer gave; info: none', async () => {
+    const loaded = await startFakeBackend(okJson);
+    const idle = await startFakeBackend(okJson);
+    loaded.metrics = vllmPage(9, 4, 0.5); // 9 waiting: the injected saturation filter drops it
+    idle.metrics = vllmPage(0, 0, 0.1);
+    const endpoints = [
+      { name: 'loaded', port: loaded.port },
+      { name: 'idle', port: idle.port },
+    ];
+    const debug = captureLogger('debug');
+    const info = captureLogger('info');
+    const gw = await gatewayFor(fleetConfig(endpoints), { logger: debug.logger });
+    const quiet = await gatewayFor(fleetConfig(endpoints), { logger: info.logger });
+    try {
+      await waitForMetrics(gw);
+      await waitForMetrics(quiet);
+      const r = await post(gw, chat('hello', SYSTEM_PROMPT), { 'x-request-id': 'trace-1' });
+      assert.equal(r.status, 200);
+      const decisions = debug.lines().filter((l) => l.msg === 'scheduling decision');
+      assert.equal(decisions.length, 1);
+      const d = decisions[0] as { requestId: string; model: string; attempt: number; target: string; profiles: DecisionTrace };
+      assert.equal(d.requestId, 'trace-1');
+      assert.equal(d.model, MODEL);
+      assert.equal(d.attempt, 0);
+      assert.equal(d.target, 'idle');
+      const [p] = d.profiles;
+      assert.equal(d.profiles.length, 1);
+      assert.equal(p!.profile, 'default');
+      assert.equal(p!.candidates, 2);
+      assert.deepEqual(p!.weights, { 'queue-scorer': 2, 'kv-cache-utilization-scorer': 2, 'prefix-cache-scorer': 3 });
+      assert.deepEqual(p!.filters, [{ filter: 'utilization-detector', kept: 1, dropped: ['loaded'] }]);
+      assert.deepEqual(Object.keys(p!.scores), ['idle']);
+      assert.deepEqual(Object.keys(p!.scores.idle!.scorers).sort(), ['kv-cache-utilization-scorer', 'prefix-cache-scorer', 'queue-scorer']);
+      assert.equal(p!.scores.idle!.scorers['kv-cache-utilization-scorer'], 0.9);
+      assert.deepEqual(p!.picked, ['idle']);
+
+      assert.equal((await post(quiet, chat('hello', SYSTEM_PROMPT))).status, 200);
+      assert.equal(info.lines().filter((l) => l.msg === 'scheduling decision').length, 0);
+    } finally {
+      await quiet.close();
+      await closeAll(gw, loaded, idle);
     }
   });
 });

@@ -14,7 +14,7 @@ import type {
   SchedulingRequest,
   SchedulingResult,
 } from '../../src/scheduling/framework.js';
-import { runProfile, Scheduler } from '../../src/scheduling/scheduler.js';
+import { runProfile, Scheduler, type DecisionTrace } from '../../src/scheduling/scheduler.js';
 import { SingleProfileHandler } from '../../src/scheduling/plugins/single-profile-handler.js';
 import { makeContext, makeEndpoint, makeRequest, names } from './helpers.js';
 
@@ -259,6 +259,53 @@ describe('Scheduler', () => {
     const outcome = s.schedule(makeRequest(), [a]);
     assert.ok(outcome.ok);
     assert.ok(outcome.result.profileResults.get('prefill')!.failure);
+  });
+
+  test('a trace records each profile run: filters with what they dropped, weights, clamped scores, totals, the pick', () => {
+    const p = profile('default', {
+      filters: [keepFilter('no-a', (e) => e.name !== 'a'), keepFilter('all', () => true)],
+      scorers: [
+        { scorer: fixedScorer('q', { b: 0.5, c: 2 }), weight: 2 },
+        { scorer: fixedScorer('k', { b: NaN, c: 0.25 }), weight: 1 },
+      ],
+    });
+    const s = new Scheduler(new SingleProfileHandler('h'), new Map([['default', p]]), [], makeContext());
+    const trace: DecisionTrace = [];
+    const outcome = s.schedule(makeRequest(), [a, b, c], trace);
+    assert.ok(outcome.ok);
+    assert.equal(outcome.target.name, 'c');
+    assert.deepEqual(trace, [
+      {
+        profile: 'default',
+        candidates: 3,
+        filters: [
+          { filter: 'no-a', kept: 2, dropped: ['a'] },
+          { filter: 'all', kept: 2, dropped: [] },
+        ],
+        weights: { q: 2, k: 1 },
+        scores: {
+          b: { total: 1, scorers: { q: 0.5, k: 0 } },
+          c: { total: 2.25, scorers: { q: 1, k: 0.25 } },
+        },
+        picked: ['c'],
+      },
+    ]);
+    // Tracing changes nothing about the decision.
+    const plain = s.schedule(makeRequest(), [a, b, c]);
+    assert.ok(plain.ok);
+    assert.equal(plain.target.name, 'c');
+  });
+
+  test('a trace of a refused decision names the filter that left nothing', () => {
+    const p = profile('default', { filters: [keepFilter('none', () => false)] });
+    const s = new Scheduler(new SingleProfileHandler('h'), new Map([['default', p]]), [], makeContext());
+    const trace: DecisionTrace = [];
+    assert.equal(s.schedule(makeRequest(), [a, b], trace).ok, false);
+    assert.equal(trace.length, 1);
+    assert.deepEqual(trace[0]!.filters, [{ filter: 'none', kept: 0, dropped: ['a', 'b'] }]);
+    assert.deepEqual(trace[0]!.picked, []);
+    assert.deepEqual(trace[0]!.scores, {});
+    assert.match(trace[0]!.failure!, /filter none left no endpoints/);
   });
 
   test('a handler that never stops is cut off with an error', () => {
