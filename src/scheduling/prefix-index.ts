@@ -7,13 +7,19 @@
  * new request, an endpoint's match is the number of leading blocks it has learned. This estimates
  * what vLLM's prefix cache holds without asking it.
  *
- * Storage (PrefixIndex): flat typed arrays, no JS Map per block. A block table (open addressing,
- * linear probing, keyed by the 53-bit hash) gives a block record; a membership record ties one
+ * Storage (PrefixIndex): flat typed arrays, no JS Map per block. A membership record ties one
  * endpoint to one block and sits on two linked lists: the endpoint's LRU list (oldest first) and the
  * block's owner list (so a block nobody has ends the walk at once, and eviction drops a block the
- * moment its last owner forgets it). With prompts that are all distinct every request learns and
- * evicts a block per 64 characters, so these are the operations that must be cheap: a few array
- * reads and writes each, no allocation, nothing for the garbage collector to trace.
+ * moment its last owner forgets it). Blocks are found by walking a prompt from its first block: a
+ * block links one next block, the first one learned after it, and a block no other block links (a
+ * prompt's first block, or the first block of a suffix branching off a prefix whose link is taken)
+ * is an anchor, the only kind in the hash table (open addressing, linear probing, keyed by the
+ * 53-bit hash). This relies on
+ * what chained hashes guarantee: a block's hash stands for its whole prefix, and an endpoint never
+ * holds a block without the one before it (it forgets tails first). With prompts that are all
+ * distinct every request learns and evicts a block per 64 characters; as a run, those are a few
+ * sequential array writes each and one table entry per request, instead of a random table access
+ * per block (which, with a table larger than the CPU caches, cost more than all the rest).
  */
 import type { Endpoint } from '../datalayer/endpoint.js';
 
@@ -171,16 +177,22 @@ export class PrefixIndex {
   private lruSize = new Int32Array(8);
   private endpointTop = 0;
 
-  // --- blocks: hash and the head of the owner list; free records chain through `blockOwners`
+  // --- blocks: hash, head of the owner list, and the run links. `blockNext` is the block that
+  // continues this one's prompt in the same run (or NONE); `blockParent` is the block whose
+  // `blockNext` this one is, or NONE for an anchor: a block found through the table instead.
+  // Free records chain through `blockOwners`.
   private blockHash = new Float64Array(1024);
   private blockOwners = new Int32Array(1024);
+  private blockNext = new Int32Array(1024);
+  private blockParent = new Int32Array(1024);
   private blockTop = 0;
   private blockFree = NONE;
   private blockCount = 0;
 
-  // --- block table: open addressing over block records, at most half full
+  // --- anchor table: open addressing over anchor blocks, at most half full
   private slots = new Int32Array(2048).fill(NONE);
   private mask = 2047;
+  private anchorCount = 0;
 
   // --- memberships (endpoint holds block): LRU links, owner-list link; free records chain through `memNext`
   private memBlock = new Int32Array(1024);
@@ -193,6 +205,8 @@ export class PrefixIndex {
 
   /** Scratch: candidate endpoint ids of one match() call. */
   private candidateIds = new Int32Array(16);
+  /** Scratch: the block records of one learn() call's hashes. */
+  private chainBlocks = new Int32Array(256);
 
   /**
    * Matched leading blocks per candidate: `out[i]` is how many of `hashes`, from the first on,
@@ -216,8 +230,9 @@ export class PrefixIndex {
     const owners = this.blockOwners;
     const memEndpoint = this.memEndpoint;
     const memOwnerNext = this.memOwnerNext;
+    let block = first;
     for (let b = 0; b < hashes.length && alive > 0; b++) {
-      const block = b === 0 ? first : this.find(hashes[b]!);
+      if (b > 0) block = this.step(block, hashes[b]!);
       if (block === NONE) break;
       alive = 0;
       for (let i = 0; i < n; i++) {
@@ -244,11 +259,23 @@ export class PrefixIndex {
   learn(endpointName: string, hashes: readonly number[], capacity: number): void {
     let e = this.idByName.get(endpointName);
     if (e === undefined) e = this.addEndpoint(endpointName);
-    for (let k = hashes.length - 1; k >= 0; k--) {
-      const hash = hashes[k]!;
-      let block = this.find(hash);
-      if (block === NONE) block = this.addBlock(hash);
-      else {
+    const n = hashes.length;
+    if (this.chainBlocks.length < n) this.chainBlocks = new Int32Array(Math.max(n, this.chainBlocks.length * 2));
+    const blocks = this.chainBlocks;
+    // The blocks known already, from the first on: an endpoint never holds a block without the one
+    // before it (it forgets tails first), so nothing after the first unknown block is known either.
+    let known = 0;
+    let previous = NONE;
+    while (known < n) {
+      const b = this.step(previous, hashes[known]!);
+      if (b === NONE) break;
+      blocks[known++] = previous = b;
+    }
+    // The rest are new: one run, hanging from the last known block unless another run already does.
+    for (let k = known; k < n; k++) blocks[k] = previous = this.addBlock(hashes[k]!, previous);
+    for (let k = n - 1; k >= 0; k--) {
+      const block = blocks[k]!;
+      if (k < known) {
         const held = this.membership(block, e);
         if (held !== NONE) {
           this.touch(e, held);
@@ -308,7 +335,20 @@ export class PrefixIndex {
 
   // ------------------------------------------------------------------------------ block table
 
-  /** The block record of `hash`, or NONE. */
+  /**
+   * The block after `previous` (a block record, or NONE before a prompt's first block) whose hash is
+   * `hash`, or NONE: the next block of `previous`'s run, else an anchor. A new prompt's blocks after
+   * the first, or a new suffix's after its first, are found without touching the table.
+   */
+  private step(previous: number, hash: number): number {
+    if (previous !== NONE) {
+      const next = this.blockNext[previous]!;
+      if (next !== NONE && this.blockHash[next] === hash) return next;
+    }
+    return this.find(hash);
+  }
+
+  /** The anchor block of `hash`, or NONE. */
   private find(hash: number): number {
     const slots = this.slots;
     const mask = this.mask;
@@ -319,8 +359,8 @@ export class PrefixIndex {
     }
   }
 
-  private addBlock(hash: number): number {
-    if ((this.blockCount + 1) * 2 > this.slots.length) this.rehash(this.slots.length * 2);
+  /** A new block after `parent` (NONE for a prompt's first block): the next of its run, or an anchor. */
+  private addBlock(hash: number, parent: number): number {
     let b = this.blockFree;
     if (b !== NONE) this.blockFree = this.blockOwners[b]!;
     else {
@@ -331,20 +371,46 @@ export class PrefixIndex {
         hashes.set(this.blockHash);
         this.blockHash = hashes;
         this.blockOwners = grownInt32(this.blockOwners, length);
+        this.blockNext = grownInt32(this.blockNext, length);
+        this.blockParent = grownInt32(this.blockParent, length);
       }
     }
     this.blockHash[b] = hash;
     this.blockOwners[b] = NONE;
+    this.blockNext[b] = NONE;
     this.blockCount++;
-    const mask = this.mask;
-    let i = home(hash, mask);
-    while (this.slots[i] !== NONE) i = (i + 1) & mask;
-    this.slots[i] = b;
+    if (parent !== NONE && this.blockNext[parent] === NONE) {
+      this.blockNext[parent] = b;
+      this.blockParent[b] = parent;
+    } else this.addAnchor(b);
     return b;
   }
 
-  /** Drops a block nobody owns any more: out of the table (backward-shift deletion), record freed. */
+  private addAnchor(b: number): void {
+    if ((this.anchorCount + 1) * 2 > this.slots.length) this.rehash(this.slots.length * 2);
+    this.blockParent[b] = NONE;
+    this.anchorCount++;
+    const mask = this.mask;
+    let i = home(this.blockHash[b]!, mask);
+    while (this.slots[i] !== NONE) i = (i + 1) & mask;
+    this.slots[i] = b;
+  }
+
+  /** Drops a block nobody owns any more: unlinked from its run or out of the table, record freed. */
   private removeBlock(b: number): void {
+    const parent = this.blockParent[b]!;
+    if (parent !== NONE) this.blockNext[parent] = NONE;
+    else this.removeAnchor(b);
+    // Only hashes that do not chain (a collision) leave a block after one nobody holds: keep it findable.
+    const next = this.blockNext[b]!;
+    if (next !== NONE) this.addAnchor(next);
+    this.blockOwners[b] = this.blockFree;
+    this.blockFree = b;
+    this.blockCount--;
+  }
+
+  /** Takes an anchor out of the table (backward-shift deletion). */
+  private removeAnchor(b: number): void {
     const slots = this.slots;
     const mask = this.mask;
     const blockHash = this.blockHash;
@@ -361,9 +427,7 @@ export class PrefixIndex {
       i = j;
     }
     slots[i] = NONE;
-    this.blockOwners[b] = this.blockFree;
-    this.blockFree = b;
-    this.blockCount--;
+    this.anchorCount--;
   }
 
   private rehash(size: number): void {

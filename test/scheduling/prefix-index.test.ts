@@ -168,34 +168,57 @@ class ReferenceIndex {
 }
 
 describe('PrefixIndex against a reference model', () => {
+  /**
+   * Hash chains as blockHashes makes them: a block's hash stands for its whole prefix, so each hash
+   * has one predecessor. The chains form a random tree; new hashes collide in their low 32 bits in
+   * pairs and crowd the table slots, so probing, backward-shift deletion and tag checks are exercised.
+   */
+  function chainTree(random: () => number) {
+    const int = (n: number) => Math.floor(random() * n);
+    const children = new Map<number, number[]>(); // predecessor hash (−1: none) → continuations
+    let lastLow = -1;
+    const newHash = (): number => {
+      const low = lastLow >= 0 && random() < 0.5 ? lastLow : int(64) * 1024 + int(7);
+      lastLow = low;
+      return 2 ** 32 * (1 + int(1 << 20)) + low;
+    };
+    /** A chain of 1–12 blocks, following existing branches mostly. */
+    return (): number[] => {
+      const chain: number[] = [];
+      let previous = -1;
+      for (let length = 1 + int(12); chain.length < length; ) {
+        let next = children.get(previous);
+        if (next === undefined) children.set(previous, (next = []));
+        const hash = next.length > 0 && random() < 0.75 ? next[int(next.length)]! : newHash();
+        if (!next.includes(hash)) next.push(hash);
+        chain.push((previous = hash));
+      }
+      return chain;
+    };
+  }
+
   for (const seed of [1, 2, 3, 4]) {
-    test(`random learn / match / purge, hashes colliding in their low 32 bits (seed ${seed})`, () => {
+    test(`random learn / match / purge over hash chains (seed ${seed})`, () => {
       const random = seededRandom(seed);
       const int = (n: number) => Math.floor(random() * n);
-      // A small universe of hashes whose low 32 bits collide in pairs and whose table slots crowd,
-      // so probing, backward-shift deletion and tag checks are all exercised.
-      const universe: number[] = [];
-      for (let i = 0; i < 300; i++) {
-        const low = int(64) * 1024 + (i % 7);
-        universe.push(2 ** 32 * (1 + int(1 << 20)) + low);
-        universe.push(2 ** 32 * (1 + int(1 << 20)) + low);
-      }
+      const nextChain = chainTree(random);
       const names = ['a', 'b', 'c', 'd'];
       const endpoints = names.map((n) => makeEndpoint(n));
       const index = new PrefixIndex();
       const ref = new ReferenceIndex();
+      const learned: number[][] = [];
       for (let step = 0; step < 4000; step++) {
         const op = int(20);
-        const chain = Array.from({ length: 1 + int(12) }, () => universe[int(universe.length)]!);
         if (op < 12) {
+          const chain = nextChain();
           const name = names[int(names.length)]!;
           const capacity = 5 + int(60);
           index.learn(name, chain, capacity);
           ref.learn(name, chain, capacity);
+          learned.push(chain);
         } else if (op < 19) {
           // Often a prefix of something learned, so matches run deep.
-          const held = [...(ref.lru.get(names[int(names.length)]!)?.keys() ?? [])];
-          const probe = held.length > 0 && op < 17 ? held.slice(int(held.length)) : chain;
+          const probe = learned.length > 0 && op < 17 ? learned[int(learned.length)]!.slice(0, 1 + int(12)) : nextChain();
           assert.deepEqual([...index.match(probe, endpoints)], ref.match(probe, names), `step ${step}`);
         } else {
           const live = new Set(names.filter(() => random() < 0.75));
@@ -207,8 +230,29 @@ describe('PrefixIndex against a reference model', () => {
           for (const name of names) assert.equal(index.size(name), ref.lru.get(name)?.size ?? 0, `${name} at step ${step}`);
         }
       }
+      index.purge(new Set());
+      assert.equal(index.distinctBlocks, 0);
     });
   }
+
+  test('hashes that do not chain (a collision) keep the index whole: everything stays findable and purges to empty', () => {
+    const random = seededRandom(9);
+    const int = (n: number) => Math.floor(random() * n);
+    const universe = Array.from({ length: 40 }, (_, i) => 2 ** 32 * (1 + i) + (i % 5));
+    const index = new PrefixIndex();
+    const e = makeEndpoint('a');
+    for (let step = 0; step < 3000; step++) {
+      const chain = Array.from({ length: 1 + int(8) }, () => universe[int(universe.length)]!);
+      index.learn(int(2) === 0 ? 'a' : 'b', chain, 3 + int(30));
+      // A chain just learned by an endpoint matches in full on it, whatever it repeats or shares.
+      if (int(4) === 0) {
+        index.learn('a', chain, 1000);
+        assert.equal(index.match(chain, [e])[0], chain.length, `step ${step}`);
+      }
+    }
+    index.purge(new Set());
+    assert.equal(index.distinctBlocks, 0);
+  });
 });
 
 describe('prefix-cache-scorer', () => {
