@@ -14,9 +14,9 @@
  * block links one next block, the first one learned after it, and a block no other block links (a
  * prompt's first block, or the first block of a suffix branching off a prefix whose link is taken)
  * is an anchor, the only kind in the hash table (open addressing, linear probing, keyed by the
- * 53-bit hash). This relies on
- * what chained hashes guarantee: a block's hash stands for its whole prefix, and an endpoint never
- * holds a block without the one before it (it forgets tails first). With prompts that are all
+ * 53-bit hash). This relies on what chained hashes guarantee: a block's hash stands for its whole
+ * prefix, and an endpoint never holds a block without the one before it (it forgets tails first),
+ * so a walk that stops at an unknown block has missed nothing after it. With prompts that are all
  * distinct every request learns and evicts a block per 64 characters; as a run, those are a few
  * sequential array writes each and one table entry per request, instead of a random table access
  * per block (which, with a table larger than the CPU caches, cost more than all the rest).
