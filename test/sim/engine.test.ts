@@ -274,16 +274,21 @@ describe('SimEngine prefix cache', () => {
     assert.equal(same.results[0]!.cachedTokens, 48);
   });
 
-  test('the LRU evicts the least recently used blocks at numGpuBlocks', () => {
-    const { vt, engine } = setup({ numGpuBlocks: 4, itlMs: 0 });
-    const a = blockText('a', 4) + '!'; // 4 full blocks, 65 tokens → all 4 blocks can hit
-    const b = blockText('b', 4) + '!';
-    const run = (prompt: string): number => {
+  /** An engine of `numGpuBlocks` and a runner: one prompt at a time, to completion, returning its cached tokens. */
+  function cacheOf(numGpuBlocks: number): (prompt: string) => number {
+    const { vt, engine } = setup({ numGpuBlocks, itlMs: 0 });
+    return (prompt) => {
       const l = collect();
       submitOk(engine, prompt, l, 1);
       vt.runAll();
       return l.results[0]!.cachedTokens;
     };
+  }
+
+  test('the LRU evicts the least recently used blocks at numGpuBlocks', () => {
+    const run = cacheOf(4);
+    const a = blockText('a', 4) + '!'; // 4 full blocks, 65 tokens → all 4 blocks can hit
+    const b = blockText('b', 4) + '!';
     assert.equal(run(a), 0);
     assert.equal(run(a), 64);
     assert.equal(run(b), 0); // fills the cache with b's blocks, evicting all of a's
@@ -292,15 +297,9 @@ describe('SimEngine prefix cache', () => {
   });
 
   test('under pressure a prompt loses its tail blocks first, so its head still hits (as vLLM frees blocks in reverse)', () => {
-    const { vt, engine } = setup({ numGpuBlocks: 6, itlMs: 0 });
+    const run = cacheOf(6);
     const a = blockText('a', 4) + '!';
     const b = blockText('b', 4) + '!';
-    const run = (prompt: string): number => {
-      const l = collect();
-      submitOk(engine, prompt, l, 1);
-      vt.runAll();
-      return l.results[0]!.cachedTokens;
-    };
     assert.equal(run(a), 0);
     assert.equal(run(b), 0); // 8 blocks for 6 places: two of a's go, the last two
     assert.equal(run(a), 32); // a's first two blocks still hit
