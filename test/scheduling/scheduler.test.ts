@@ -230,12 +230,21 @@ describe('Scheduler', () => {
       [hook],
       makeContext(),
     );
-    const outcome = s.schedule(makeRequest(), [a, b, c]);
+    const trace: DecisionTrace = [];
+    const outcome = s.schedule(makeRequest(), [a, b, c], trace);
     assert.deepEqual(rounds, [[], ['decode'], ['decode', 'prefill']]);
     assert.ok(outcome.ok);
     assert.equal(outcome.target.name, 'c');
     assert.deepEqual(names(outcome.result.profileResults.get('prefill')!.targets), ['a']);
     assert.equal(hook.calls.length, 1);
+    // The trace has both runs, in the handler's order.
+    assert.deepEqual(
+      trace.map((t) => [t.profile, t.filters.map((f) => f.dropped), t.picked]),
+      [
+        ['decode', [['a']], ['c']],
+        ['prefill', [['b', 'c']], ['a']],
+      ],
+    );
   });
 
   test('a failing non-primary profile does not fail the request', () => {
