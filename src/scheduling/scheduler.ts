@@ -83,13 +83,8 @@ export function runProfile(
   if (t !== undefined) {
     t.picked = result.targets.map((e) => e.name);
     if (result.failure !== undefined) t.failure = result.failure;
-    if (result.scored !== undefined) for (const { endpoint, score } of result.scored) scoresOf(t, endpoint).total = score;
   }
   return result;
-}
-
-function scoresOf(trace: ProfileTrace, endpoint: Endpoint): { total: number; scorers: Record<string, number> } {
-  return (trace.scores[endpoint.name] ??= { total: 0, scorers: {} });
 }
 
 function startTrace(trace: DecisionTrace, profile: SchedulingProfile, candidates: number): ProfileTrace {
@@ -135,6 +130,7 @@ function scoreAndPick(
   const n = remaining.length;
   const scored: ScoredEndpoint[] = new Array(n);
   for (let i = 0; i < n; i++) scored[i] = { endpoint: remaining[i]!, score: 0 };
+  const traced = trace === undefined ? undefined : remaining.map((e) => (trace.scores[e.name] = { total: 0, scorers: {} as Record<string, number> }));
 
   if (profile.scorers.length > 0) {
     const out = scoreBuffer(n);
@@ -147,10 +143,11 @@ function scoreAndPick(
         if (!(s > 0)) s = 0;
         else if (s > 1) s = 1;
         scored[i]!.score += s * weight;
-        if (trace !== undefined) scoresOf(trace, remaining[i]!).scorers[scorer.name] = s;
+        if (traced !== undefined) traced[i]!.scorers[scorer.name] = s;
       }
     }
   }
+  if (traced !== undefined) for (let i = 0; i < n; i++) traced[i]!.total = scored[i]!.score;
 
   const targets = profile.picker.pick(ctx, req, scored);
   if (targets.length === 0) {

@@ -9,7 +9,9 @@ import { request } from 'undici';
 import OpenAI from 'openai';
 import type { Gateway } from '../../src/app.js';
 import { startSimulator } from '../../src/sim/server.js';
-import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import type { Logger } from 'pino';
+import type { DecisionTrace } from '../../src/scheduling/scheduler.js';
+import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend, type Received } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -102,6 +104,7 @@ interface PdOptions {
   decode?: Behaviour;
   decodeCount?: number;
   extra?: string;
+  logger?: Logger;
 }
 
 /** One prefill and N decode fake backends, labelled, behind a gateway with the disagg handler. */
@@ -137,6 +140,7 @@ ${opts.extra ?? ''}`;
       ],
       extra,
     ),
+    { logger: opts.logger },
   );
   await waitForMetrics(gw);
   return {
@@ -381,7 +385,8 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
   });
 
   test('a refused decode endpoint is retried on another with the same decode leg; the prefill runs once', async () => {
-    const f = await pdFleet({ decodeCount: 2 });
+    const debug = captureLogger('debug');
+    const f = await pdFleet({ decodeCount: 2, logger: debug.logger });
     try {
       // decode-0 looks idle (preferred by the queue scorer) but refuses connections.
       f.decode[1]!.metrics = vllmPage(3);
@@ -396,6 +401,15 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       const m = await metricsText(f.gw);
       assert.equal(sample(m, 'llm_d_epp_upstream_retries_total', 'endpoint_name="decode-0"'), 1);
       assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 1, 'counted once per request');
+      // The debug log has both decisions: the decode profile's pick, then the prefill profile's, per attempt.
+      const decisions = debug.lines().filter((l) => l.msg === 'scheduling decision') as { attempt: number; target: string; disaggregation: string; profiles: DecisionTrace }[];
+      assert.deepEqual(
+        decisions.map((d) => [d.attempt, d.target, d.disaggregation, d.profiles.map((p) => [p.profile, p.picked[0]])]),
+        [
+          [0, 'decode-0', 'prefill-decode', [['decode', 'decode-0'], ['prefill', 'prefill-0']]],
+          [1, 'decode-1', 'prefill-decode', [['decode', 'decode-1'], ['prefill', 'prefill-0']]],
+        ],
+      );
     } finally {
       await f.close();
     }
