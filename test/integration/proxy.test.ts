@@ -91,7 +91,10 @@ describe('gateway in front of simulators', () => {
       }),
     );
     assert.equal(counts.size, 3, `all endpoints used: ${JSON.stringify([...counts])}`);
-    for (const [pod, c] of counts) assert.ok(c <= (N / 3) * 2, `${pod} got ${c} of ${N}`);
+    // The burst is not spread by scores alone: requests between two scrapes (20 ms) go where the last
+    // scrape looked best. Locally the busiest endpoint got 22–32 of 60 in twelve runs, and a slow CI
+    // run saw 44; a hotspot takes (nearly) all of them.
+    for (const [pod, c] of counts) assert.ok(c <= N * 0.8, `${pod} got ${c} of ${N}`);
   });
 
   test('a repeated long prompt goes back to the endpoint that cached it', async () => {
