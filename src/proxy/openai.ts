@@ -13,6 +13,8 @@ export const API_ROUTES: Readonly<Record<string, ApiKind>> = {
 };
 
 export interface ValidRequest {
+  /** The parsed body. */
+  body: Record<string, unknown>;
   model: string;
   promptText: string;
   stream: boolean;
@@ -76,12 +78,27 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
   }
   const so = body.stream_options;
   const includeUsage = stream === true && isObject(so) && so.include_usage === true;
-  return { model, promptText, stream: stream === true, includeUsage };
+  return { body, model, promptText, stream: stream === true, includeUsage };
+}
+
+/**
+ * Decodes, parses and validates a request body: on arrival, and again when a request that waited
+ * in the queue without its parsed form is dispatched (same bytes, same result).
+ */
+export function parseOpenAIRequest(api: ApiKind, raw: Buffer): ValidRequest | InvalidRequest {
+  const text = raw.toString('utf8');
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (err) {
+    return { message: `invalid JSON body: ${(err as Error).message}`, param: null };
+  }
+  return validateOpenAIRequest(api, body, text);
 }
 
 const memberText = (source: string | undefined, key: string): string | undefined =>
   source === undefined ? undefined : topLevelMemberText(source, key);
 
-export function isInvalid(v: ValidRequest | InvalidRequest): v is InvalidRequest {
-  return (v as InvalidRequest).message !== undefined;
+export function isInvalid<T extends object>(v: T | InvalidRequest): v is InvalidRequest {
+  return (v as Partial<InvalidRequest>).message !== undefined;
 }

@@ -14,7 +14,7 @@ import type { Clock } from '../util/clock.js';
 import { BodyTooLargeError, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, firstHeader } from './headers.js';
-import { API_ROUTES, isInvalid, validateOpenAIRequest } from './openai.js';
+import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest, type ValidRequest } from './openai.js';
 import { forward, type ForwardContext } from './forward.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { Upstreams } from './upstreams.js';
@@ -141,50 +141,17 @@ export class ApiServer {
         }
         return; // client went away mid-body: nothing to answer
       }
-      let body: unknown;
-      const text = raw.toString('utf8');
-      try {
-        body = JSON.parse(text);
-      } catch (err) {
-        return sendError(res, 400, `invalid JSON body: ${(err as Error).message}`, { requestId });
-      }
-      const valid = validateOpenAIRequest(api, body, text);
-      if (isInvalid(valid)) return sendError(res, 400, valid.message, { param: valid.param, requestId });
+      const ctx = this.forwardContext(req, res, api, raw, requestId, rt);
+      if (isInvalid(ctx)) return sendError(res, 400, ctx.message, { param: ctx.param, requestId });
 
       const objective = firstHeader(req.headers, OBJECTIVE_HEADERS);
       const priority = objective !== undefined ? (rt.objectives.get(objective) ?? 0) : 0;
       const fairnessId = firstHeader(req.headers, FAIRNESS_HEADERS) ?? 'default-flow';
 
-      const started = deps.clock.now();
-      const modelMetrics = deps.metrics.forModel(valid.model);
+      const { modelMetrics, started } = ctx;
       modelMetrics.started();
       let status = 0;
       try {
-        const sreq: SchedulingRequest = {
-          requestId,
-          model: valid.model,
-          api,
-          body: body as Record<string, unknown>,
-          promptText: valid.promptText,
-          headers: req.headers,
-          state: new Map(),
-        };
-        const ctx: ForwardContext = {
-          req,
-          res,
-          raw,
-          sreq,
-          stream: valid.stream,
-          requestId,
-          started,
-          rt,
-          pool: deps.pool,
-          upstreams: deps.upstreams,
-          metrics: deps.metrics,
-          modelMetrics,
-          logger: deps.logger,
-          clock: deps.clock,
-        };
         if (rt.flowControl) {
           const slo = req.headers['x-llm-d-slo-ttft-ms'];
           const sloTtftMs = parseSloTtftHeader(typeof slo === 'string' ? slo : undefined);
@@ -207,7 +174,52 @@ export class ApiServer {
       sendError(res, 500, 'internal error in the gateway');
     }
   }
+
+  /**
+   * The request's forwarding context, or why its body is not a valid API request. Built outside
+   * handleApi so that the parsed body is no local of its suspended frame: a queued request can drop
+   * it (Queued.compact).
+   */
+  private forwardContext(
+    req: IncomingMessage,
+    res: ServerResponse,
+    api: ApiKind,
+    raw: Buffer,
+    requestId: string,
+    rt: ProxyRuntime,
+  ): ForwardContext | InvalidRequest {
+    const valid = parseOpenAIRequest(api, raw);
+    if (isInvalid(valid)) return valid;
+    const { deps } = this;
+    return {
+      req,
+      res,
+      raw,
+      sreq: schedulingRequest(requestId, api, valid, req.headers, new Map()),
+      stream: valid.stream,
+      requestId,
+      started: deps.clock.now(),
+      rt,
+      pool: deps.pool,
+      upstreams: deps.upstreams,
+      metrics: deps.metrics,
+      modelMetrics: deps.metrics.forModel(valid.model),
+      logger: deps.logger,
+      clock: deps.clock,
+    };
+  }
 }
+
+/** A queued request's body while it waits without it (Queued.compact). */
+const NO_BODY: Readonly<Record<string, unknown>> = Object.freeze({});
+
+const schedulingRequest = (
+  requestId: string,
+  api: ApiKind,
+  valid: ValidRequest,
+  headers: SchedulingRequest['headers'],
+  state: SchedulingRequest['state'],
+): SchedulingRequest => ({ requestId, model: valid.model, api, body: valid.body, promptText: valid.promptText, headers, state });
 
 /**
  * Holds the request in the flow-control queue until it is dispatched (then forwards it — called
@@ -226,6 +238,7 @@ function throughFlowControl(
     const q = new Queued(ctx, runtime, priority, fairnessId, sloTtftMs, resolve);
     watchClient(ctx.res, q);
     q.ticket = fc.enqueue(q);
+    q.compact();
   });
 }
 
@@ -234,6 +247,10 @@ class Queued implements FlowRequest, ClientWatcher {
   ticket: FlowTicket | undefined = undefined;
   readonly byteSize: number;
   readonly receivedAt: number;
+  /** Its outcome is known (it may come inside `enqueue`). */
+  private settled = false;
+  /** Waiting without its parsed body and prompt text (compact). */
+  private compacted = false;
 
   constructor(
     private readonly ctx: ForwardContext,
@@ -251,19 +268,47 @@ class Queued implements FlowRequest, ClientWatcher {
     this.ticket?.cancel();
   }
 
+  /**
+   * Drops the parsed body and the prompt text while the request waits: they hold two more copies
+   * of its bytes (decoded text, parsed JSON), so a queued request costs about its size instead of
+   * three times it. `hydrate` rebuilds them from the bytes when scheduling needs them.
+   */
+  compact(): void {
+    if (this.settled) return;
+    const { sreq } = this.ctx;
+    this.ctx.sreq = { requestId: sreq.requestId, model: sreq.model, api: sreq.api, body: NO_BODY, promptText: '', headers: sreq.headers, state: sreq.state };
+    this.compacted = true;
+  }
+
+  /** Parses the bytes again after `compact`; false if they no longer parse (cannot happen: the same bytes were valid on arrival). */
+  private hydrate(): boolean {
+    if (!this.compacted) return true;
+    const { ctx } = this;
+    const valid = parseOpenAIRequest(ctx.sreq.api, ctx.raw);
+    if (isInvalid(valid)) return false;
+    ctx.sreq = schedulingRequest(ctx.requestId, ctx.sreq.api, valid, ctx.sreq.headers, ctx.sreq.state);
+    this.compacted = false;
+    return true;
+  }
+
   /** Its favourite endpoint is saturated and the alternative clearly worse: a later request may go first (affinityLookahead). */
   prefersToWait(): boolean {
     const { ctx } = this;
-    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.endpoints);
+    return this.hydrate() && this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.endpoints);
   }
 
   onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
     const { ctx } = this;
     const { res, requestId } = ctx;
+    this.settled = true;
     unwatchClient(res, this);
     ctx.metrics.flowControlOutcome(outcome, this.priority, this.fairnessId, queuedMs / 1000);
     if (outcome === 'Dispatched') {
       ctx.rt = this.runtime(); // a reload while it waited: schedule with the profiles now in force
+      if (!this.hydrate()) {
+        sendError(res, 500, 'internal error in the gateway: a queued request body no longer parses', { requestId });
+        return this.resolve(500);
+      }
       return this.resolve(forward(ctx));
     }
     const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);

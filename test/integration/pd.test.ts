@@ -469,7 +469,8 @@ describe('P/D and flow control', () => {
     try {
       f.prefill[0]!.metrics = vllmPage(10); // 10 waiting / threshold 5 → prefill stage at 2.0
       await until(() => f.gw.pool.byName('prefill-0')!.metrics?.waiting === 10);
-      const held = post(f.gw, chatBody('held'));
+      const body = chatBody('held');
+      const held = post(f.gw, body);
       await until(async () => (sample(await metricsText(f.gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="default-flow"') ?? 0) === 1, 3000, 'request queued');
       const m = await metricsText(f.gw);
       assert.equal(sample(m, 'llm_d_epp_flow_control_pool_saturation', 'stage="prefill"'), 2);
@@ -481,6 +482,10 @@ describe('P/D and flow control', () => {
       assert.equal(r.status, 200);
       assert.equal(f.prefill[0]!.received.length, 1);
       assert.equal(f.decode[0]!.received.length, 1);
+      // It waited without its parsed body (see Queued.compact): both legs are built from the whole one.
+      const p = json(f.prefill[0]!.received[0]!);
+      assert.deepEqual([p.model, p.messages, p.max_tokens, p.temperature], [MODEL, body.messages, 1, 0.5]);
+      assert.deepEqual(json(f.decode[0]!.received[0]!), { ...body, kv_transfer_params: KV_FROM_PREFILL });
     } finally {
       await f.close();
     }
