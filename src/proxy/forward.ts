@@ -33,6 +33,7 @@ import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import type { DecodeLeg, PdStep, PrefillLegResult, SendPrefill } from './connectors/types.js';
 import { unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
+import { withoutParsedForm } from './scheduling-request.js';
 
 export interface ForwardContext {
   req: IncomingMessage;
@@ -291,6 +292,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     for (const hook of ctx.rt.responseHooks) {
       hook.onResponseHeaders(ctx.sreq, ep, (name, value) => (headers[name.toLowerCase()] = value));
     }
+    // The answer has started: no retry will schedule it again, so a long stream keeps only the bytes.
+    ctx.sreq = withoutParsedForm(ctx.sreq);
     this.headers = headers;
     const contentType = upHeaders['content-type'];
     const sse = (this.sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream'));

@@ -9,12 +9,13 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
-import type { ApiKind, SchedulingRequest } from '../scheduling/framework.js';
+import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import { BodyTooLargeError, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, firstHeader } from './headers.js';
-import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest, type ValidRequest } from './openai.js';
+import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
+import { reparsed, schedulingRequest, withoutParsedForm } from './scheduling-request.js';
 import { forward, type ForwardContext } from './forward.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { Upstreams } from './upstreams.js';
@@ -177,8 +178,8 @@ export class ApiServer {
 
   /**
    * The request's forwarding context, or why its body is not a valid API request. Built outside
-   * handleApi so that the parsed body is no local of its suspended frame: a queued request can drop
-   * it (Queued.compact).
+   * handleApi so that the parsed body is no local of its suspended frame: a queued or answered
+   * request can drop it (scheduling-request.ts).
    */
   private forwardContext(
     req: IncomingMessage,
@@ -209,17 +210,6 @@ export class ApiServer {
     };
   }
 }
-
-/** A queued request's body while it waits without it (Queued.compact). */
-const NO_BODY: Readonly<Record<string, unknown>> = Object.freeze({});
-
-const schedulingRequest = (
-  requestId: string,
-  api: ApiKind,
-  valid: ValidRequest,
-  headers: SchedulingRequest['headers'],
-  state: SchedulingRequest['state'],
-): SchedulingRequest => ({ requestId, model: valid.model, api, body: valid.body, promptText: valid.promptText, headers, state });
 
 /**
  * Holds the request in the flow-control queue until it is dispatched (then forwards it — called
@@ -268,25 +258,19 @@ class Queued implements FlowRequest, ClientWatcher {
     this.ticket?.cancel();
   }
 
-  /**
-   * Drops the parsed body and the prompt text while the request waits: they hold two more copies
-   * of its bytes (decoded text, parsed JSON), so a queued request costs about its size instead of
-   * three times it. `hydrate` rebuilds them from the bytes when scheduling needs them.
-   */
+  /** Waits with only its bytes (scheduling-request.ts); `hydrate` parses them again when scheduling needs the rest. */
   compact(): void {
     if (this.settled) return;
-    const { sreq } = this.ctx;
-    this.ctx.sreq = { requestId: sreq.requestId, model: sreq.model, api: sreq.api, body: NO_BODY, promptText: '', headers: sreq.headers, state: sreq.state };
+    this.ctx.sreq = withoutParsedForm(this.ctx.sreq);
     this.compacted = true;
   }
 
-  /** Parses the bytes again after `compact`; false if they no longer parse (cannot happen: the same bytes were valid on arrival). */
+  /** false if the bytes no longer parse (cannot happen: they were valid on arrival). */
   private hydrate(): boolean {
     if (!this.compacted) return true;
-    const { ctx } = this;
-    const valid = parseOpenAIRequest(ctx.sreq.api, ctx.raw);
-    if (isInvalid(valid)) return false;
-    ctx.sreq = schedulingRequest(ctx.requestId, ctx.sreq.api, valid, ctx.sreq.headers, ctx.sreq.state);
+    const whole = reparsed(this.ctx.sreq, this.ctx.raw);
+    if (whole === undefined) return false;
+    this.ctx.sreq = whole;
     this.compacted = false;
     return true;
   }

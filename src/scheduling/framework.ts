@@ -14,7 +14,11 @@ export interface SchedulingRequest {
   /** `model` from the body. */
   readonly model: string;
   readonly api: ApiKind;
-  /** Parsed JSON body (read-only for plugins). */
+  /**
+   * Parsed JSON body (read-only for plugins). Whole while the request is scheduled and in
+   * `onResponseHeaders`; `{}` (and `promptText` '') while it waits in the queue and once its answer
+   * has started, when the request keeps only its bytes (proxy/scheduling-request.ts).
+   */
   readonly body: Readonly<Record<string, unknown>>;
   /**
    * Text the prefix index hashes (chat: the messages JSON as the client sent it; completions: the
