@@ -48,6 +48,13 @@ export function errorBody(status: number, message: string, param: string | null 
   return JSON.stringify({ error: { message, type: errorType(status), param, code: status } });
 }
 
+const kSentError = Symbol('sluice.sentError');
+
+/** The error Sluice answered on this response, if any (for the debug-level `request done` line). */
+export function sentError(res: ServerResponse): { message: string; droppedReason?: DroppedReason } | undefined {
+  return (res as ServerResponse & { [kSentError]?: { message: string; droppedReason?: DroppedReason } })[kSentError];
+}
+
 /** Writes an OpenAI-shaped error unless headers already went out (then the socket is ended). */
 export function sendError(
   res: ServerResponse,
@@ -59,6 +66,7 @@ export function sendError(
     res.destroy();
     return;
   }
+  (res as ServerResponse & { [kSentError]?: object })[kSentError] = { message, droppedReason: opts.droppedReason };
   const body = errorBody(status, message, opts.param ?? null);
   const headers: Record<string, string | number> = {
     'content-type': 'application/json',

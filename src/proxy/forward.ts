@@ -50,6 +50,14 @@ export interface ForwardContext {
   modelMetrics: ModelRequestMetrics;
   logger: Logger;
   clock: Clock;
+  // What the debug-level `request done` line reports, filled in as the request goes.
+  /** The endpoint of the last attempt. */
+  endpoint: string | undefined;
+  /** Time spent in the flow-control queue (0 when it went straight through). */
+  queuedMs: number;
+  /** Arrival → first byte of the answer relayed; undefined before it. */
+  ttftMs: number | undefined;
+  usage: Usage | undefined;
 }
 
 /** Errors that prove the request never reached the model server, so another endpoint may take it. */
@@ -118,6 +126,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       return 429;
     }
     const ep = outcome.target;
+    ctx.endpoint = ep.name;
     metrics.schedulerAttempt('success', ep.name);
     const pd = outcome.result.disaggregation;
     if (pd !== undefined && !decisionCounted) {
@@ -325,7 +334,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const { ctx } = this;
     if (this.first) {
       this.first = false;
-      ctx.modelMetrics.ttft((ctx.clock.now() - ctx.started) / 1000, ctx.stream);
+      const ttftMs = (ctx.ttftMs = ctx.clock.now() - ctx.started);
+      ctx.modelMetrics.ttft(ttftMs / 1000, ctx.stream);
     }
     if (this.mode === Mode.Buffer) {
       this.captured!.push(chunk);
@@ -395,7 +405,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
           : this.captured !== undefined && this.mode === Mode.Stream
             ? usageFromJson(Buffer.concat(this.captured, this.capturedBytes))
             : undefined;
-    if (usage) ctx.modelMetrics.tokens(usage.promptTokens, usage.completionTokens);
+    if (usage) {
+      ctx.usage = usage;
+      ctx.modelMetrics.tokens(usage.promptTokens, usage.completionTokens);
+    }
     this.done({ kind: 'done', status: this.status });
   }
 

@@ -12,7 +12,7 @@ import type { Pool } from '../datalayer/pool.js';
 import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import { BodyTooLargeError, readBody } from './body.js';
-import { GatewayError, errorBody, sendError, sendGatewayError } from './errors.js';
+import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { reparsed, schedulingRequest, withoutParsedForm } from './scheduling-request.js';
@@ -129,7 +129,8 @@ export class ApiServer {
       const requestId = typeof idHeader === 'string' && idHeader.length > 0 && idHeader.length <= 256 ? idHeader : randomUUID();
       if (this.draining) {
         req.resume();
-        return sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
+        sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
+        return this.logDone(res, requestId, 503);
       }
       const rt = deps.runtime();
       let raw: Buffer;
@@ -138,12 +139,16 @@ export class ApiServer {
       } catch (err) {
         if (err instanceof BodyTooLargeError) {
           res.once('finish', () => req.destroy());
-          return sendError(res, 413, err.message, { requestId, close: true });
+          sendError(res, 413, err.message, { requestId, close: true });
+          return this.logDone(res, requestId, 413);
         }
-        return; // client went away mid-body: nothing to answer
+        return this.logDone(res, requestId, 0); // client went away mid-body: nothing to answer
       }
       const ctx = this.forwardContext(req, res, api, raw, requestId, rt);
-      if (isInvalid(ctx)) return sendError(res, 400, ctx.message, { param: ctx.param, requestId });
+      if (isInvalid(ctx)) {
+        sendError(res, 400, ctx.message, { param: ctx.param, requestId });
+        return this.logDone(res, requestId, 400);
+      }
 
       const objective = firstHeader(req.headers, OBJECTIVE_HEADERS);
       const priority = objective !== undefined ? (rt.objectives.get(objective) ?? 0) : 0;
@@ -169,11 +174,40 @@ export class ApiServer {
         modelMetrics.ended();
         modelMetrics.duration((deps.clock.now() - started) / 1000);
         if (status >= 400) modelMetrics.error(status);
+        this.logDone(res, requestId, status, ctx);
       }
     } catch (err) {
       this.deps.logger.error({ err }, 'unexpected error handling request');
       sendError(res, 500, 'internal error in the gateway');
     }
+  }
+
+  /**
+   * At debug level, one line per API request when it ends (`request done`): its status (0: the
+   * client went away first), the error Sluice answered and why, where it went, how long it queued,
+   * its time to first byte, duration and tokens. The line to find a slow or failed request by its
+   * `x-request-id`; `scheduling decision` lines say why it went there.
+   */
+  private logDone(res: ServerResponse, requestId: string, status: number, ctx?: ForwardContext): void {
+    const { logger, clock } = this.deps;
+    if (!logger.isLevelEnabled('debug')) return;
+    const error = sentError(res);
+    logger.debug(
+      {
+        requestId,
+        model: ctx?.sreq.model,
+        status,
+        error: error?.message,
+        droppedReason: error?.droppedReason,
+        endpoint: ctx?.endpoint,
+        queuedMs: ctx?.queuedMs,
+        ttftMs: ctx?.ttftMs,
+        durationMs: ctx !== undefined ? clock.now() - ctx.started : undefined,
+        promptTokens: ctx?.usage?.promptTokens,
+        completionTokens: ctx?.usage?.completionTokens,
+      },
+      'request done',
+    );
   }
 
   /**
@@ -207,6 +241,10 @@ export class ApiServer {
       modelMetrics: deps.metrics.forModel(valid.model),
       logger: deps.logger,
       clock: deps.clock,
+      endpoint: undefined,
+      queuedMs: 0,
+      ttftMs: undefined,
+      usage: undefined,
     };
   }
 }
@@ -285,6 +323,7 @@ class Queued implements FlowRequest, ClientWatcher {
     const { ctx } = this;
     const { res, requestId } = ctx;
     this.settled = true;
+    ctx.queuedMs = queuedMs;
     unwatchClient(res, this);
     ctx.metrics.flowControlOutcome(outcome, this.priority, this.fairnessId, queuedMs / 1000);
     if (outcome === 'Dispatched') {

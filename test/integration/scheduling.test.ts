@@ -286,7 +286,7 @@ schedulingProfiles:
 });
 
 describe('the scheduling decision in the debug log', () => {
-  test('debug: one line per decision with the target, what each filter dropped and each scorer gave; info: none', async () => {
+  test('debug: one line per decision with the target, what each filter dropped and each scorer gave, one when the request is done; info: none', async () => {
     const loaded = await startFakeBackend(okJson);
     const idle = await startFakeBackend(okJson);
     loaded.metrics = vllmPage(9, 4, 0.5); // 9 waiting: the injected saturation filter drops it
@@ -322,8 +322,22 @@ describe('the scheduling decision in the debug log', () => {
       assert.equal(p!.scores.idle!.scorers['kv-cache-utilization-scorer'], 0.9);
       assert.deepEqual(p!.picked, ['idle']);
 
+      // ... and one line when it ends: where it went, how long it took, its tokens.
+      const [done, ...more] = debug.lines().filter((l) => l.msg === 'request done') as Record<string, unknown>[];
+      assert.equal(more.length, 0);
+      const { ttftMs, durationMs, ...rest } = done!;
+      assert.ok(typeof ttftMs === 'number' && typeof durationMs === 'number' && ttftMs >= 0 && durationMs >= ttftMs, `${ttftMs} ${durationMs}`);
+      assert.deepEqual(
+        [rest.requestId, rest.model, rest.status, rest.endpoint, rest.queuedMs, rest.promptTokens, rest.completionTokens, rest.error],
+        ['trace-1', MODEL, 200, 'idle', 0, 3, 1, undefined],
+      );
+      assert.equal((await post(gw, '{"model":', { 'x-request-id': 'bad-1' })).status, 400);
+      const bad = debug.lines().find((l) => l.msg === 'request done' && l.requestId === 'bad-1')!;
+      assert.equal(bad.status, 400);
+      assert.match(String(bad.error), /^invalid JSON body/);
+
       assert.equal((await post(quiet, chat('hello', SYSTEM_PROMPT))).status, 200);
-      assert.equal(info.lines().filter((l) => l.msg === 'scheduling decision').length, 0);
+      assert.equal(info.lines().filter((l) => l.msg === 'scheduling decision' || l.msg === 'request done').length, 0);
     } finally {
       await quiet.close();
       await closeAll(gw, loaded, idle);

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
-import { fleetConfig, gatewayFor } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, type Behaviour } from '../helpers/fake-backend.js';
 import { seededRandom } from '../../src/util/clock.js';
 
@@ -57,6 +57,7 @@ flowControl:
   saturationDetector: { pluginRef: concurrency-detector }
   defaultRequestTTL: 60ms
 `;
+  const log = captureLogger('debug');
   const gw = await gatewayFor(
     fleetConfig(
       [
@@ -66,6 +67,7 @@ flowControl:
       ],
       extra,
     ),
+    { logger: log.logger },
   );
   try {
     // The dead endpoint never gets metrics; wait for the two live ones.
@@ -81,7 +83,7 @@ flowControl:
         try {
           const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
             method: 'POST',
-            headers: { 'content-type': 'application/json' },
+            headers: { 'content-type': 'application/json', 'x-request-id': `q${i}` },
             body: JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: `q${i}` }] }),
             signal: ac.signal,
           });
@@ -125,6 +127,22 @@ flowControl:
     assert.equal(sum(sample(m, 'llm_d_epp_endpoint_inflight_requests')), 0);
     assert.equal(gw.pool.releaseUnderflows, 0, 'no double release');
     assert.deepEqual(unhandled, []);
+
+    // At debug level each request that reached the handler logged one `request done` line: what the
+    // client got (a stream cut mid-way: 502, though its status line said 200), and why.
+    const done = log.lines().filter((l) => l.msg === 'request done') as { requestId: string; status: number; droppedReason?: string; endpoint?: string }[];
+    const byId = new Map(done.map((d) => [d.requestId, d]));
+    assert.equal(byId.size, done.length, 'one line per request');
+    assert.ok(done.length >= accepted, `${done.length} lines for ${accepted} accepted`);
+    results.forEach((r, i) => {
+      const d = byId.get(`q${i}`);
+      if (r === 'aborted') return; // the gateway may have answered before the abort reached it
+      assert.ok(d !== undefined, `q${i} (${r}) logged`);
+      assert.ok(d.status === r || (r === 200 && d.status === 502), `q${i}: client ${r}, log ${d.status}`);
+    });
+    assert.equal(done.filter((d) => d.droppedReason === 'rejected-ttl-expired').length, ttlEvicted, 'TTL evictions say so');
+    assert.ok(done.filter((d) => d.status === 200).every((d) => d.endpoint === 'good' || d.endpoint === 'flaky'));
+    assert.ok(done.filter((d) => d.status === 0).length >= cancelled, 'client cancels logged as status 0');
   } finally {
     process.off('unhandledRejection', onUnhandled);
     await gw.close();
