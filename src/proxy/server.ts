@@ -132,10 +132,9 @@ export class ApiServer {
         sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
         return this.logDone(res, requestId, 503);
       }
-      const rt = deps.runtime();
       let raw: Buffer;
       try {
-        raw = await readBody(req, rt.config.server.bodyLimit);
+        raw = await readBody(req, deps.runtime().config.server.bodyLimit);
       } catch (err) {
         if (err instanceof BodyTooLargeError) {
           res.once('finish', () => req.destroy());
@@ -144,6 +143,8 @@ export class ApiServer {
         }
         return this.logDone(res, requestId, 0); // client went away mid-body: nothing to answer
       }
+      // Read after the body: a reload while it arrived retired the runtime (and queue) before.
+      const rt = deps.runtime();
       const ctx = this.forwardContext(req, res, api, raw, requestId, rt);
       if (isInvalid(ctx)) {
         sendError(res, 400, ctx.message, { param: ctx.param, requestId });

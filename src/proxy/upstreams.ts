@@ -11,9 +11,22 @@ export class Upstreams {
 
   constructor(private opts: UpstreamConfig) {}
 
-  /** New settings apply to pools created from now on (a reload); existing connections keep theirs. */
+  /**
+   * A reload. A pool takes its settings when it is made, so when a setting it holds changed, every
+   * pool is retired (gracefully: its requests in flight finish on their connections) and the next
+   * request makes a new one with the new settings. `retries` is read per request.
+   */
   configure(opts: UpstreamConfig): void {
+    const old = this.opts;
     this.opts = opts;
+    const same =
+      opts.connectTimeout === old.connectTimeout &&
+      opts.headersTimeout === old.headersTimeout &&
+      opts.bodyTimeout === old.bodyTimeout &&
+      opts.connections === old.connections;
+    if (same) return;
+    for (const p of this.pools.values()) p.close().catch(() => undefined);
+    this.pools.clear();
   }
 
   get(ep: Endpoint): Pool {

@@ -2,6 +2,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import http from 'node:http';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -82,6 +83,69 @@ describe('live reload', () => {
       await gw.close();
       await a.close();
       await b.close();
+    }
+  });
+
+  test('a request still sending its body when a reload lands is served under the new configuration', async () => {
+    const a = await startFakeBackend();
+    const file = join(dir, 'mid-body.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]));
+    const registry = builtinRegistry();
+    const { logger } = captureLogger();
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0 });
+    try {
+      await waitForMetrics(gw);
+      const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'slow upload' }] });
+      const answer = new Promise<{ status: number; text: string }>((resolve, reject) => {
+        const req = http.request(
+          { host: '127.0.0.1', port: gw.apiPort, method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+          },
+        );
+        req.on('error', reject);
+        req.write(body.slice(0, 10));
+        // The rest after the reload (the gateway has the headers and is reading the body by then).
+        setTimeout(() => {
+          writeFileSync(file, config([{ name: 'a', port: a.port }], 'objectives:\n- { name: gold, priority: 5 }\n'));
+          void reloader.reloadNow('test').then(() => req.end(body.slice(10)), reject);
+        }, 100);
+      });
+      const r = await answer;
+      assert.equal(r.status, 200, r.text);
+      assert.equal(gw.config.objectives[0]?.name, 'gold', 'the reload was applied');
+      assert.equal(a.received.length, 1);
+    } finally {
+      reloader.stop();
+      await gw.close();
+      await a.close();
+    }
+  });
+
+  test('changed upstream time-outs apply to endpoints that stay', async () => {
+    const a = await startFakeBackend();
+    const file = join(dir, 'upstream.yaml');
+    const withTimeout = (t: string) => config([{ name: 'a', port: a.port }]).replace('shutdownGracePeriod: 3s }', `shutdownGracePeriod: 3s, upstream: { headersTimeout: ${t} } }`);
+    writeFileSync(file, withTimeout('10s'));
+    const registry = builtinRegistry();
+    const { logger } = captureLogger();
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0 });
+    try {
+      await waitForMetrics(gw);
+      assert.equal((await post(gw, 'before')).status, 200); // the endpoint's connection pool exists
+      writeFileSync(file, withTimeout('300ms'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      a.behave = slowJson(1500); // within the old time-out, past the new one
+      const r = await post(gw, 'after');
+      assert.equal(r.status, 504, r.text);
+    } finally {
+      reloader.stop();
+      await gw.close();
+      await a.close();
     }
   });
 
