@@ -14,8 +14,9 @@ import { runSimCli } from './sim/cli.js';
 import { runDemo } from './demo.js';
 import { handleSignals } from './util/signals.js';
 import { ConfigReloader } from './config/reload.js';
+import { UsageError } from './util/usage.js';
+import pino from 'pino';
 
-class UsageError extends Error {}
 
 const USAGE = `usage:
   sluice serve --config FILE [--port N] [--metrics-port N] [--log-level L]
@@ -28,6 +29,15 @@ function intFlag(v: string | undefined, name: string): number | undefined {
   const n = Number(v);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`--${name} must be a port number (0-65535), got '${v}'`);
   return n;
+}
+
+const LOG_LEVELS = [...Object.keys(pino.levels.values), 'silent'];
+
+/** `--log-level`, else `LOG_LEVEL`, checked here so that a typo is a usage error (exit 1), not a crash. */
+function logLevelFlag(v: string | undefined): string | undefined {
+  const level = v ?? process.env.LOG_LEVEL;
+  if (level === undefined || LOG_LEVELS.includes(level)) return level;
+  throw new UsageError(`${v !== undefined ? '--log-level' : 'LOG_LEVEL'} must be one of ${LOG_LEVELS.join(', ')}, got '${level}'`);
 }
 
 function parse(argv: string[]) {
@@ -72,18 +82,16 @@ async function main(argv: string[]): Promise<number> {
         console.log(USAGE);
         return 0;
       }
+      const port = intFlag(flags.port, 'port');
+      const metricsPort = intFlag(flags['metrics-port'], 'metrics-port');
+      const level = logLevelFlag(flags['log-level']);
       const registry = builtinRegistry();
       const loaded = loadOrExit(flags.config, registry);
-      const logger = createLogger({ level: flags['log-level'], pretty: flags['log-level'] !== undefined && process.stdout.isTTY });
+      const logger = createLogger({ level });
       const signals = handleSignals(logger, { hangup: true }); // before 'listening' is logged
       let gw: Gateway;
       try {
-        gw = await startGateway(loaded, {
-          logger,
-          registry,
-          port: intFlag(flags.port, 'port'),
-          metricsPort: intFlag(flags['metrics-port'], 'metrics-port'),
-        });
+        gw = await startGateway(loaded, { logger, registry, port, metricsPort });
       } catch (err) {
         logger.fatal({ err: (err as Error).message }, 'could not start the gateway');
         return 2;
@@ -120,7 +128,7 @@ async function main(argv: string[]): Promise<number> {
       await runDemo({
         port: intFlag(flags.port, 'port') ?? 8080,
         metricsPort: intFlag(flags['metrics-port'], 'metrics-port') ?? 9090,
-        logLevel: flags['log-level'],
+        logLevel: logLevelFlag(flags['log-level']),
       });
       return -1;
     }

@@ -1,5 +1,6 @@
 /** `sluice sim [flags]`: argument parsing and the foreground run loop of the simulator. */
 import { startSimulator, type SimOptions } from './server.js';
+import { UsageError } from '../util/usage.js';
 
 type NumericKey =
   | 'port'
@@ -47,7 +48,7 @@ const STRING_FLAGS: Readonly<Record<string, 'host' | 'name' | 'model'>> = {
   '--model': 'model',
 };
 
-/** Parses `--flag value` and `--flag=value`; throws an Error naming the offending flag. */
+/** Parses `--flag value` and `--flag=value`; throws a UsageError naming the offending flag. */
 export function parseSimArgs(argv: string[]): SimOptions {
   const opts: SimOptions = {};
   for (let i = 0; i < argv.length; i++) {
@@ -57,18 +58,18 @@ export function parseSimArgs(argv: string[]): SimOptions {
     const numeric = NUMERIC_FLAGS[flag];
     const stringKey = STRING_FLAGS[flag];
     if (numeric === undefined && stringKey === undefined) {
-      throw new Error(arg.startsWith('-') ? `unknown flag ${flag}` : `unexpected argument ${arg}`);
+      throw new UsageError(arg.startsWith('-') ? `unknown flag ${flag}` : `unexpected argument ${arg}`);
     }
     let value: string;
     if (flag !== arg) value = arg.slice(eq + 1);
     else {
       const next = argv[i + 1];
-      if (next === undefined || next.startsWith('--')) throw new Error(`${flag} needs a value`);
+      if (next === undefined || next.startsWith('--')) throw new UsageError(`${flag} needs a value`);
       value = next;
       i++;
     }
     if (stringKey !== undefined) {
-      if (value === '') throw new Error(`${flag} must not be empty`);
+      if (value === '') throw new UsageError(`${flag} must not be empty`);
       opts[stringKey] = value;
     } else if (numeric !== undefined) {
       opts[numeric.key] = parseNumber(flag, value, numeric);
@@ -82,7 +83,7 @@ function parseNumber(flag: string, raw: string, spec: NumericFlag): number {
   const kind = spec.integer ? 'an integer' : 'a number';
   const range = spec.max === undefined ? `≥ ${spec.min}` : `in [${spec.min}, ${spec.max}]`;
   if (!Number.isFinite(n) || (spec.integer && !Number.isInteger(n)) || n < spec.min || (spec.max !== undefined && n > spec.max)) {
-    throw new Error(`${flag} must be ${kind} ${range} (got "${raw}")`);
+    throw new UsageError(`${flag} must be ${kind} ${range} (got "${raw}")`);
   }
   return n;
 }

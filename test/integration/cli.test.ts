@@ -49,6 +49,26 @@ describe('sluice CLI', () => {
     assert.equal(bad.code, 1);
   });
 
+  test('bad arguments exit 1 with a message naming them, before anything starts', async () => {
+    const config = join(import.meta.dirname, '../../config/single-pool.yaml');
+    const cases: [string[], Record<string, string>, RegExp][] = [
+      [['serve', '--config', config, '--port', 'abc'], {}, /--port must be a port number \(0-65535\), got 'abc'/],
+      [['serve', '--config', config, '--metrics-port', '70000'], {}, /--metrics-port must be a port number/],
+      [['serve', '--config', config, '--log-level', 'bogus'], {}, /--log-level must be one of .*debug.*, got 'bogus'/],
+      [['serve', '--config', config], { LOG_LEVEL: 'loud' }, /LOG_LEVEL must be one of .*, got 'loud'/],
+      [['serve', '--config', config, '--bogus'], {}, /Unknown option '--bogus'/],
+      [['sim', '--bogus', '1'], {}, /unknown flag --bogus/],
+      [['sim', '--max-num-seqs', '-3'], {}, /--max-num-seqs must be an integer/],
+    ];
+    const results = await Promise.all(cases.map(([args, env]) => run(args, env)));
+    results.forEach((r, i) => {
+      const [args, env, message] = cases[i]!;
+      const what = `${Object.entries(env).map(([k, v]) => `${k}=${v} `).join('')}${args.join(' ')}`;
+      assert.equal(r.code, 1, `${what}: ${r.stderr}${r.stdout}`);
+      assert.match(r.stderr, message, what);
+    });
+  });
+
   test('serve answers, then drains and exits 0 on SIGTERM; a busy port exits 2', async () => {
     const backend = await startFakeBackend();
     const file = join(dir, 'serve.yaml');
