@@ -103,6 +103,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   const retries = rt.config.server.upstream.retries;
   let candidates: readonly Endpoint[] = pool.endpoints;
   let lastError = '';
+  let failedOn: Endpoint | undefined;
   let decisionCounted = false;
   let prepared: DecodeLeg | undefined;
   for (let attempt = 0; ; attempt++) {
@@ -126,6 +127,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       return 429;
     }
     const ep = outcome.target;
+    // A retry is counted when it happens, against the endpoint whose connection failed.
+    if (failedOn !== undefined) metrics.upstreamRetry(failedOn.name);
     ctx.endpoint = ep.name;
     metrics.schedulerAttempt('success', ep.name);
     const pd = outcome.result.disaggregation;
@@ -137,7 +140,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
     if (r.kind === 'done') return r.status;
     if (r.prepared !== undefined) prepared = r.prepared;
     lastError = `${ep.name}: ${r.error}`;
-    metrics.upstreamRetry(ep.name);
+    failedOn = ep;
     ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
     if (attempt >= retries) {
       sendError(res, 502, `upstream connection failed after ${attempt + 1} attempt(s): ${lastError}`, { requestId });

@@ -7,6 +7,7 @@ import { request } from 'undici';
 import { fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
+import type { Gateway } from '../../src/app.js';
 
 const MODEL = 'sim-model';
 const chat = (content = 'hi', extra: Record<string, unknown> = {}) =>
@@ -141,20 +142,37 @@ schedulingProfiles:
     }
   });
 
-  test('all endpoints refusing connections → 502 after the retries, OpenAI-shaped', async () => {
-    const dead = http.createServer();
-    await new Promise<void>((r) => dead.listen(0, '127.0.0.1', r));
-    const port = (dead.address() as AddressInfo).port;
-    await new Promise<void>((r) => dead.close(() => r()));
+  test('all endpoints refusing connections → 502 after the retries, OpenAI-shaped; each retry counted once', async () => {
+    const deadPorts: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      const dead = http.createServer();
+      await new Promise<void>((r) => dead.listen(0, '127.0.0.1', r));
+      deadPorts.push((dead.address() as AddressInfo).port);
+      await new Promise<void>((r) => dead.close(() => r()));
+    }
+    const retries = async (gw: Gateway) =>
+      (await (await request(`${gw.metricsUrl}/metrics`)).body.text())
+        .split('\n')
+        .filter((l) => l.startsWith('llm_d_epp_upstream_retries_total{'))
+        .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
     // Flow control off: with it on, an endpoint that never answered a scrape is stale, so the request
     // would wait in the queue (the flow-control tests cover that) instead of reaching the dead server.
-    const gw = await gatewayFor(fleetConfig([{ name: 'dead', port }], 'featureGates: ["flowControl=false"]\n'));
+    const off = 'featureGates: ["flowControl=false"]\n';
+    const four = await gatewayFor(fleetConfig(deadPorts.map((port, i) => ({ name: `dead-${i}`, port })), off));
+    const one = await gatewayFor(fleetConfig([{ name: 'dead', port: deadPorts[0]! }], off));
     try {
-      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
+      const r = await post(`${four.apiUrl}/v1/chat/completions`, chat());
       assert.equal(r.status, 502);
       assert.equal(JSON.parse(r.text).error.type, 'BadGatewayError');
+      assert.match(JSON.parse(r.text).error.message, /after 3 attempt\(s\)/);
+      assert.equal(await retries(four), 2, 'retries: 2 → two retries, the third failure is not retried');
+      const alone = await post(`${one.apiUrl}/v1/chat/completions`, chat());
+      assert.equal(alone.status, 502);
+      assert.match(JSON.parse(alone.text).error.message, /no other endpoint is eligible/);
+      assert.equal(await retries(one), 0, 'nowhere to retry: no retry counted');
     } finally {
-      await gw.close();
+      await four.close();
+      await one.close();
     }
   });
 
