@@ -84,6 +84,8 @@ export class UtilizationDetector implements SaturationDetector {
   private readonly queueLimit: number;
   private readonly kvLimit: number;
   private lastStaleWarningAt = -Infinity;
+  /** Endpoints named by the warning(s) of instant `lastStaleWarningAt`. */
+  private warnedAtLast = new Set<string>();
 
   constructor(
     readonly name: string,
@@ -110,8 +112,11 @@ export class UtilizationDetector implements SaturationDetector {
 
   saturation(now: number, endpoints: readonly Endpoint[]): SaturationReading {
     if (endpoints.length === 0) return { value: 1, stale: 0 };
-    const warnDue = now - this.lastStaleWarningAt >= STALE_WARNING_INTERVAL_MS;
-    let staleNames: string[] | undefined;
+    // Stage-aware saturation reads each stage's endpoints in its own call at the same instant: each
+    // call may warn then, so stale endpoints of every stage are named, each once.
+    const sameInstant = now === this.lastStaleWarningAt;
+    const warnDue = sameInstant || now - this.lastStaleWarningAt >= STALE_WARNING_INTERVAL_MS;
+    let toName: Endpoint[] | undefined;
     let sum = 0;
     let counted = 0;
     let stale = 0;
@@ -119,7 +124,7 @@ export class UtilizationDetector implements SaturationDetector {
       const m = endpoint.metrics;
       if (m === undefined || endpoint.metricsAge(now) > this.stalenessMs) {
         stale++;
-        if (warnDue) (staleNames ??= []).push(`${endpoint.name} (${endpoint.lastError ?? 'no recent scrape'})`);
+        if (warnDue && !(sameInstant && this.warnedAtLast.has(endpoint.name))) (toName ??= []).push(endpoint);
         if (!this.ignoreStale) {
           sum += 1;
           counted++;
@@ -129,11 +134,15 @@ export class UtilizationDetector implements SaturationDetector {
       sum += Math.max(this.waiting(endpoint, m) / this.queueDepthThreshold, m.kvUsage / this.kvCacheUtilThreshold);
       counted++;
     }
-    if (staleNames !== undefined && this.logger !== undefined) {
+    if (toName !== undefined && this.logger !== undefined) {
+      if (!sameInstant) this.warnedAtLast.clear();
       this.lastStaleWarningAt = now;
+      for (const e of toName) this.warnedAtLast.add(e.name);
       this.logger.warn(
-        { detector: this.name, staleEndpoints: staleNames },
-        'endpoints with missing or stale metrics are read as saturated',
+        { detector: this.name, staleEndpoints: toName.map((e) => `${e.name} (${e.lastError ?? 'no recent scrape'})`) },
+        this.ignoreStale
+          ? 'endpoints with missing or stale metrics are left out of the saturation reading'
+          : 'endpoints with missing or stale metrics are read as saturated',
       );
     }
     return { value: counted === 0 ? 1 : sum / counted, stale };

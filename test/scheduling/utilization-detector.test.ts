@@ -85,6 +85,24 @@ describe('utilization-detector stale count and warning', () => {
     assert.equal(logger.warnings.length, 2);
   });
 
+  test('stale endpoints of every stage are named: one call per stage at the same instant, each endpoint once', () => {
+    const logger = recordingLogger();
+    const d = detector({}, logger);
+    const prefill = fleet({ waiting: 0 }, { noMetrics: true }); // e1 stale
+    const decode = [makeEndpoint('d0', { noMetrics: true }, NOW), makeEndpoint('d1', { waiting: 0 }, NOW)];
+    d.saturation(NOW, prefill);
+    d.saturation(NOW, decode);
+    d.saturation(NOW, prefill); // e.g. a second dispatch cycle in the same millisecond
+    const named = logger.warnings.map((w) => (w.obj as { staleEndpoints: string[] }).staleEndpoints.map((n) => n.split(' ')[0]));
+    assert.deepEqual(named, [['e1'], ['d0']]);
+    d.saturation(NOW + 1, decode);
+    assert.equal(logger.warnings.length, 2, 'then quiet for 30 s');
+    assert.match(logger.warnings[0]!.msg ?? "", /read as saturated/);
+    const ignoring = recordingLogger();
+    detector({ stalenessPolicy: 'ignore' }, ignoring).saturation(NOW, prefill);
+    assert.match(ignoring.warnings[0]!.msg ?? "", /left out of the saturation reading/);
+  });
+
   test('stalenessPolicy ignore: stale endpoints left out of the mean, still counted; all stale → 1.0', () => {
     const d = detector({ stalenessPolicy: 'ignore' });
     const r = d.saturation(NOW, fleet({ waiting: 1, kv: 0 }, { noMetrics: true }, { waiting: 0, age: 10_000 }));
