@@ -607,7 +607,7 @@ export class GatewayMetrics {
     });
     this.staleEndpoints = gauge({
       name: 'llm_d_epp_flow_control_stale_endpoints',
-      help: 'Endpoints the saturation detector scored as saturated because their metrics are missing or stale, as of its latest evaluation.',
+      help: 'Endpoints the saturation detector scored as saturated (with stalenessPolicy ignore: left out) because their metrics are missing or stale, as of its latest evaluation.',
       labelNames: ['detector'],
       collect: () => this.collectStaleEndpoints(),
     });
