@@ -88,7 +88,7 @@ const MAX_PREFILL_ANSWER = 4 << 20;
 type AttemptResult =
   | { kind: 'done'; status: number }
   /** `prepared`: the decode leg a prefill leg produced, for the next attempt to reuse. */
-  | { kind: 'retry'; error: string; prepared?: DecodeLeg };
+  | { kind: 'retry'; error: string; timedOut: boolean; prepared?: DecodeLeg };
 
 /** What one attempt sends: the client's request, a P/D decision to carry out, or a prepared decode leg. */
 type AttemptPlan = Disaggregation | DecodeLeg | undefined;
@@ -104,6 +104,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let candidates: readonly Endpoint[] = pool.endpoints;
   let lastError = '';
   let failedOn: Endpoint | undefined;
+  let lastTimedOut = false;
   let decisionCounted = false;
   let prepared: DecodeLeg | undefined;
   for (let attempt = 0; ; attempt++) {
@@ -115,10 +116,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
     if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
     if (!outcome.ok) {
       metrics.schedulerAttempt('failure', '');
-      if (attempt > 0) {
-        sendError(res, 502, `upstream connection failed and no other endpoint is eligible: ${lastError}`, { requestId });
-        return 502;
-      }
+      if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`);
       if (outcome.reason === 'no-endpoints') {
         sendError(res, 503, outcome.message, { droppedReason: 'rejected-no-endpoints', requestId });
         return 503;
@@ -140,14 +138,20 @@ export async function forward(ctx: ForwardContext): Promise<number> {
     if (r.kind === 'done') return r.status;
     if (r.prepared !== undefined) prepared = r.prepared;
     lastError = `${ep.name}: ${r.error}`;
+    lastTimedOut = r.timedOut;
     failedOn = ep;
     ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
-    if (attempt >= retries) {
-      sendError(res, 502, `upstream connection failed after ${attempt + 1} attempt(s): ${lastError}`, { requestId });
-      return 502;
-    }
+    if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`);
     candidates = candidates.filter((c) => c !== ep);
   }
+}
+
+/** The last attempt could not connect: 504 when its connect timed out (an upstream time-out, SPEC §2), else 502. */
+function connectFailed(ctx: ForwardContext, timedOut: boolean, detail: string): number {
+  const status = timedOut ? 504 : 502;
+  const what = timedOut ? 'upstream connection timed out' : 'upstream connection failed';
+  sendError(ctx.res, status, `${what} ${detail}`, { requestId: ctx.requestId });
+  return status;
 }
 
 function logDecision(ctx: ForwardContext, attempt: number, outcome: SchedulingOutcome, profiles: DecisionTrace): void {
@@ -423,7 +427,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (this.headers === undefined) {
       // No answer yet.
       if (isConnectError(err)) {
-        return this.done(this.prepared !== undefined ? { kind: 'retry', error: err.message, prepared: this.prepared } : { kind: 'retry', error: err.message });
+        const timedOut = (err as { code?: string }).code === 'UND_ERR_CONNECT_TIMEOUT';
+        return this.done({ kind: 'retry', error: err.message, timedOut, prepared: this.prepared });
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
         sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId });

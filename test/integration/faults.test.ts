@@ -2,6 +2,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import net from 'node:net';
+import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
@@ -173,6 +175,28 @@ schedulingProfiles:
     } finally {
       await four.close();
       await one.close();
+    }
+  });
+
+  test('an endpoint that never accepts the connection → 504 after connectTimeout (an upstream time-out)', async () => {
+    // A listener in a stopped process whose accept queue is full: the kernel drops further SYNs, so
+    // connecting times out (loopback refuses or accepts at once otherwise).
+    const holder = spawn(process.execPath, ['-e', `require('net').createServer().listen({ port: 0, host: '127.0.0.1', backlog: 1 }, function () { console.log(this.address().port); })`]);
+    const port = await new Promise<number>((resolve) => holder.stdout.once('data', (d: Buffer) => resolve(Number(d.toString().trim()))));
+    holder.kill('SIGSTOP');
+    const fillers = Array.from({ length: 4 }, () => net.connect(port, '127.0.0.1').on('error', () => undefined));
+    const gw = await gatewayFor(
+      fleetConfig([{ name: 'silent', port }], 'featureGates: ["flowControl=false"]\n').replace('connectTimeout: 1s', 'connectTimeout: 300ms'),
+    );
+    try {
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
+      assert.equal(r.status, 504, r.text);
+      assert.equal(JSON.parse(r.text).error.type, 'GatewayTimeoutError');
+      assert.match(JSON.parse(r.text).error.message, /upstream connection timed out/);
+    } finally {
+      await gw.close();
+      for (const f of fillers) f.destroy();
+      holder.kill('SIGKILL');
     }
   });
 
