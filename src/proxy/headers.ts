@@ -4,6 +4,7 @@
  * (anti-spoofing: only Sluice may tell a decode sidecar where to prefill).
  */
 import type { IncomingHttpHeaders } from 'node:http';
+import { SLO_TTFT_HEADER, SLO_TTFT_HEADER_DEPRECATED } from '../flowcontrol/policies/slo-deadline-ordering-policy.js';
 
 const HOP_BY_HOP = new Set([
   'connection',
@@ -19,10 +20,12 @@ const HOP_BY_HOP = new Set([
 
 export const OBJECTIVE_HEADERS = ['x-llm-d-inference-objective', 'x-gateway-inference-objective'] as const;
 export const FAIRNESS_HEADERS = ['x-llm-d-inference-fairness-id', 'x-gateway-inference-fairness-id'] as const;
+/** The TTFT SLO in milliseconds, for `slo-deadline-ordering-policy`; then the GIE's older name. */
+export const SLO_TTFT_HEADERS = [SLO_TTFT_HEADER, SLO_TTFT_HEADER_DEPRECATED] as const;
 export const PREFILLER_HEADER = 'x-prefiller-host-port';
 
 /** Headers consumed by Sluice that must not reach the model server. */
-const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, 'x-llm-d-slo-ttft-ms', PREFILLER_HEADER]);
+const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...SLO_TTFT_HEADERS, PREFILLER_HEADER]);
 
 /** Request headers sent upstream: minus hop-by-hop (incl. those named in `Connection`), host, length and routing. */
 export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId: string): Record<string, string | string[]> {

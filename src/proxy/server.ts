@@ -13,7 +13,7 @@ import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import { BodyTooLargeError, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
-import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, firstHeader } from './headers.js';
+import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { reparsed, schedulingRequest, withoutParsedForm } from './scheduling-request.js';
 import { forward, type ForwardContext } from './forward.js';
@@ -160,8 +160,7 @@ export class ApiServer {
       let status = 0;
       try {
         if (rt.flowControl) {
-          const slo = req.headers['x-llm-d-slo-ttft-ms'];
-          const sloTtftMs = parseSloTtftHeader(typeof slo === 'string' ? slo : undefined);
+          const sloTtftMs = parseSloTtftHeader(firstHeader(req.headers, SLO_TTFT_HEADERS));
           status = await throughFlowControl(rt.flowControl, ctx, deps.runtime, priority, fairnessId, sloTtftMs);
         } else {
           const refusal = rt.admitWithoutQueue(priority);

@@ -148,13 +148,56 @@ flowControl:
       await until(() => backend.received.length === 1);
       const lows = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-objective': 'low' }, `low-${i}`));
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'priority="1"') ?? 0) === 3);
-      const highs = [1, 2].map((i) => post(gw, { 'x-llm-d-inference-objective': 'high' }, `high-${i}`));
+      // The GIE header name works as well.
+      const highs = [1, 2].map((i) => post(gw, { 'x-gateway-inference-objective': 'high' }, `high-${i}`));
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'priority="10"') ?? 0) === 2);
       release();
       for (const r of await Promise.all([first, ...lows, ...highs])) assert.equal(r.status, 200);
       const order = backend.received.map((r) => JSON.parse(r.body).messages[0].content as string);
       assert.deepEqual(order, ['first', 'high-1', 'high-2', 'low-1', 'low-2', 'low-3']);
       assert.equal(backend.maxActive, 1, 'concurrency detector caps in-flight requests at 1');
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
+  test('slo-deadline ordering: queued requests go out earliest TTFT deadline first; no SLO last', async () => {
+    const backend = await startFakeBackend(slowJson(5));
+    const extra = `plugins:
+- type: slo-deadline-ordering-policy
+- type: concurrency-detector
+  parameters: { maxConcurrency: 1 }
+flowControl:
+  saturationDetector: { pluginRef: concurrency-detector }
+  defaultPriorityBand: { orderingPolicyRef: slo-deadline-ordering-policy }
+`;
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    try {
+      await waitForMetrics(gw);
+      const release = holdNext(backend);
+      const first = post(gw, {}, 'first');
+      await until(() => backend.received.length === 1);
+      const queued: Promise<{ status: number }>[] = [];
+      const sends: [Record<string, string>, string][] = [
+        [{}, 'none'],
+        [{ 'x-llm-d-slo-ttft-ms': '60000' }, 'slo-60s'],
+        [{ 'x-slo-ttft-ms': '100' }, 'slo-100ms'], // the GIE's older name
+        [{ 'x-llm-d-slo-ttft-ms': 'soon' }, 'invalid'],
+        [{ 'x-llm-d-slo-ttft-ms': '5000' }, 'slo-5s'],
+      ];
+      for (const [headers, content] of sends) {
+        queued.push(post(gw, headers, content));
+        const n = queued.length;
+        await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="default-flow"') ?? 0) === n);
+      }
+      release();
+      for (const r of await Promise.all([first, ...queued])) assert.equal(r.status, 200);
+      const order = backend.received.slice(1).map((r) => JSON.parse(r.body).messages[0].content as string);
+      assert.deepEqual(order, ['slo-100ms', 'slo-5s', 'slo-60s', 'none', 'invalid']);
+      for (const r of backend.received) {
+        assert.equal(r.headers['x-llm-d-slo-ttft-ms'], undefined, 'stripped');
+        assert.equal(r.headers['x-slo-ttft-ms'], undefined, 'stripped');
+      }
     } finally {
       await closeAll(gw, backend);
     }
@@ -178,7 +221,7 @@ flowControl:
       await until(() => backend.received.length === 1);
       const a = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-fairness-id': 'tenant-a' }, `a${i}`));
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="tenant-a"') ?? 0) === 3);
-      const b = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-fairness-id': 'tenant-b' }, `b${i}`));
+      const b = [1, 2, 3].map((i) => post(gw, { 'x-gateway-inference-fairness-id': 'tenant-b' }, `b${i}`)); // the GIE name
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="tenant-b"') ?? 0) === 3);
       release();
       for (const r of await Promise.all([first, ...a, ...b])) assert.equal(r.status, 200);
