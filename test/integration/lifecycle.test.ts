@@ -149,6 +149,37 @@ describe('live reload', () => {
     }
   });
 
+  test('a reload that changes ports or request time-outs says they need a restart, and applies the rest', async () => {
+    const a = await startFakeBackend();
+    const file = join(dir, 'restart-only.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]));
+    const registry = builtinRegistry();
+    const { logger, lines } = captureLogger();
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0 });
+    try {
+      await waitForMetrics(gw);
+      const apiPort = gw.apiPort;
+      writeFileSync(
+        file,
+        config([{ name: 'a', port: a.port }], 'objectives:\n- { name: gold, priority: 5 }\n').replace(
+          'server: { port: 0, metricsPort: 0,',
+          'server: { port: 0, metricsPort: 9, requestTimeout: 1m,',
+        ),
+      );
+      assert.equal(await reloader.reloadNow('test'), true);
+      const warning = lines().find((l) => l.msg === 'config reload: these settings need a restart; the rest is applied');
+      assert.deepEqual(warning?.keys, ['server.metricsPort', 'server.requestTimeout']);
+      assert.equal(gw.config.objectives[0]?.name, 'gold', 'the rest applied');
+      assert.equal(gw.apiPort, apiPort);
+      assert.equal((await post(gw, 'still on the old ports')).status, 200);
+    } finally {
+      reloader.stop();
+      await gw.close();
+      await a.close();
+    }
+  });
+
   test('an invalid new file is rejected with its errors logged; the old config keeps serving', async () => {
     const a = await startFakeBackend();
     const file = join(dir, 'invalid.yaml');
@@ -305,5 +336,24 @@ describe('graceful drain', () => {
     await assert.rejects(post(gw, 'after'), /ECONNREFUSED/);
     assert.equal(a.received.length, 1, 'the queued request never reached the model server');
     await a.close();
+  });
+
+  test('an in-flight request still running at the end of shutdownGracePeriod is cut, and the gateway stops', async () => {
+    const a = await startFakeBackend(() => undefined); // never answers
+    const registry = builtinRegistry();
+    const file = join(dir, 'drain-cut.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]).replace('shutdownGracePeriod: 3s', 'shutdownGracePeriod: 200ms'));
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, host: '127.0.0.1' });
+    try {
+      await waitForMetrics(gw);
+      const stuck = post(gw, 'stuck');
+      stuck.catch(() => undefined);
+      await until(() => a.received.length === 1);
+      await gw.close(); // returns: it does not wait for the stuck request
+      await assert.rejects(stuck, /other side closed|socket hang up|ECONNRESET/, 'the client sees its connection cut');
+      await assert.rejects(post(gw, 'after'), /ECONNREFUSED/);
+    } finally {
+      await a.close();
+    }
   });
 });
