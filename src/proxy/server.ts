@@ -327,7 +327,13 @@ class Queued implements FlowRequest, ClientWatcher {
     unwatchClient(res, this);
     ctx.metrics.flowControlOutcome(outcome, this.priority, this.fairnessId, queuedMs / 1000);
     if (outcome === 'Dispatched') {
-      ctx.rt = this.runtime(); // a reload while it waited: schedule with the profiles now in force
+      const rt = (ctx.rt = this.runtime()); // a reload while it waited: schedule with the profiles now in force
+      // A reload turned flow control off and emptied the queue at once: the rule without it applies.
+      const refusal = rt.flowControl === undefined ? rt.admitWithoutQueue(this.priority) : undefined;
+      if (refusal !== undefined) {
+        sendGatewayError(res, refusal, requestId);
+        return this.resolve(refusal.status);
+      }
       if (!this.hydrate()) {
         sendError(res, 500, 'internal error in the gateway: a queued request body no longer parses', { requestId });
         return this.resolve(500);

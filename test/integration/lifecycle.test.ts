@@ -12,7 +12,7 @@ import { loadConfigFile } from '../../src/config/load.js';
 import { ConfigReloader } from '../../src/config/reload.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
-import { slowJson, startFakeBackend } from '../helpers/fake-backend.js';
+import { okJson, slowJson, startFakeBackend } from '../helpers/fake-backend.js';
 import { startSimulator } from '../../src/sim/server.js';
 import { until } from '../helpers/wait.js';
 
@@ -173,6 +173,45 @@ describe('live reload', () => {
       assert.equal(gw.config.objectives[0]?.name, 'gold', 'the rest applied');
       assert.equal(gw.apiPort, apiPort);
       assert.equal((await post(gw, 'still on the old ports')).status, 200);
+    } finally {
+      reloader.stop();
+      await gw.close();
+      await a.close();
+    }
+  });
+
+  test('flow control turned off by a reload: queued requests go on at once, a sheddable one is refused while saturated', async () => {
+    let release: (() => void) | undefined;
+    const a = await startFakeBackend((r, res) => {
+      if (release === undefined) release = () => okJson(r, res);
+      else okJson(r, res);
+    });
+    const file = join(dir, 'fc-off.yaml');
+    const objectives = 'objectives:\n- { name: batch, priority: -1 }\n';
+    writeFileSync(file, config([{ name: 'a', port: a.port }], objectives));
+    const registry = builtinRegistry();
+    const { logger } = captureLogger();
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0 });
+    try {
+      await waitForMetrics(gw);
+      const first = post(gw, 'holds the only slot');
+      await until(() => a.received.length === 1);
+      const normal = post(gw, 'normal');
+      const batch = post(gw, 'batch', { 'x-llm-d-inference-objective': 'batch' });
+      await until(async () => ((await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { totals: { requests: number } }).totals.requests === 2);
+      writeFileSync(file, config([{ name: 'a', port: a.port }], `${objectives}featureGates: ["flowControl=false"]\n`));
+      assert.equal(await reloader.reloadNow('test'), true);
+      const shed = await batch;
+      assert.equal(shed.status, 429, shed.text);
+      assert.equal(shed.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
+      assert.equal((await normal).status, 200, 'sent on at once, though the slot is taken');
+      release!();
+      assert.equal((await first).status, 200);
+      assert.deepEqual(
+        a.received.map((r) => JSON.parse(r.body).messages[0].content),
+        ['holds the only slot', 'normal'],
+      );
     } finally {
       reloader.stop();
       await gw.close();
