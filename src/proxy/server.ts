@@ -118,15 +118,14 @@ export class ApiServer {
         return;
       }
     }
-    sendError(res, 404, `no route for ${req.method} ${path}`);
+    sendError(res, 404, `no route for ${req.method} ${path}`, { requestId: requestIdOf(req) });
   }
 
   /** Never rejects: a bug must cost one request a 500, never the process. */
   private async handleApi(req: IncomingMessage, res: ServerResponse, api: ApiKind): Promise<void> {
+    const requestId = requestIdOf(req);
     try {
       const { deps } = this;
-      const idHeader = req.headers['x-request-id'];
-      const requestId = typeof idHeader === 'string' && idHeader.length > 0 && idHeader.length <= 256 ? idHeader : randomUUID();
       if (this.draining) {
         req.resume();
         sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
@@ -178,7 +177,7 @@ export class ApiServer {
       }
     } catch (err) {
       this.deps.logger.error({ err }, 'unexpected error handling request');
-      sendError(res, 500, 'internal error in the gateway');
+      sendError(res, 500, 'internal error in the gateway', { requestId });
     }
   }
 
@@ -247,6 +246,12 @@ export class ApiServer {
       usage: undefined,
     };
   }
+}
+
+/** The client's `x-request-id` when it is 1–256 characters (longer ones are not trusted into logs and headers), else a new UUID. */
+function requestIdOf(req: IncomingMessage): string {
+  const id = req.headers['x-request-id'];
+  return typeof id === 'string' && id.length > 0 && id.length <= 256 ? id : randomUUID();
 }
 
 /**

@@ -126,6 +126,9 @@ describe('gateway in front of simulators', () => {
       { 'x-request-id': 'my-request-42' },
     );
     assert.equal(b.headers['x-request-id'], 'my-request-42');
+    // Longer than 256 characters: not trusted into headers and logs, replaced.
+    const long = await post(`${base}/v1/chat/completions`, { model: MODEL, max_tokens: 1, messages: [{ role: 'user', content: 'c' }] }, { 'x-request-id': 'x'.repeat(257) });
+    assert.match(String(long.headers['x-request-id']), /^[0-9a-f-]{36}$/);
   });
 
   test('upstream HTTP errors pass through unchanged', async () => {
@@ -150,7 +153,9 @@ describe('gateway in front of simulators', () => {
     assert.equal(assertOpenAIError(await post(`${base}/v1/completions`, { model: MODEL }), 400).param, 'prompt');
     assert.equal(assertOpenAIError(await post(`${base}/v1/embeddings`, { model: MODEL }), 400).param, 'input');
     assert.equal(assertOpenAIError(await post(url, [1, 2]), 400).param, null);
-    assertOpenAIError(await post(`${base}/v1/nothing-here`, { model: MODEL }), 404);
+    const notFound = await post(`${base}/v1/nothing-here`, { model: MODEL }, { 'x-request-id': 'lost-1' });
+    assertOpenAIError(notFound, 404);
+    assert.equal(notFound.headers['x-request-id'], 'lost-1', 'even a 404 carries the request id');
     const get = await request(`${base}/v1/chat/completions`);
     const getText = await get.body.text();
     assertOpenAIError({ status: get.statusCode, headers: get.headers, json: () => JSON.parse(getText) }, 404);
