@@ -42,16 +42,22 @@ const post = (gw: Gateway, content: string, headers: Record<string, string> = {}
   }).then(async (r) => ({ status: r.statusCode, headers: r.headers, text: await r.body.text() }));
 
 
+/** A gateway started from `text` (written to `name`) and a reloader of that file that does not poll: tests call reloadNow. */
+async function reloadableGateway(name: string, text: string) {
+  const file = join(dir, name);
+  writeFileSync(file, text);
+  const registry = builtinRegistry();
+  const { logger, lines } = captureLogger();
+  const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+  const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0, onResult: (ok) => gw.metrics.configReload(ok) });
+  return { file, gw, reloader, lines };
+}
+
 describe('live reload', () => {
   test('a valid new file is applied without dropping the in-flight or the queued request', async () => {
     const a = await startFakeBackend(slowJson(300));
     const b = await startFakeBackend();
-    const file = join(dir, 'reload.yaml');
-    writeFileSync(file, config([{ name: 'a', port: a.port }]));
-    const registry = builtinRegistry();
-    const { logger } = captureLogger();
-    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
-    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0, onResult: (ok) => gw.metrics.configReload(ok) });
+    const { file, gw, reloader } = await reloadableGateway('reload.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
       const inFlight = post(gw, 'in-flight');
@@ -88,12 +94,7 @@ describe('live reload', () => {
 
   test('a request still sending its body when a reload lands is served under the new configuration', async () => {
     const a = await startFakeBackend();
-    const file = join(dir, 'mid-body.yaml');
-    writeFileSync(file, config([{ name: 'a', port: a.port }]));
-    const registry = builtinRegistry();
-    const { logger } = captureLogger();
-    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
-    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0 });
+    const { file, gw, reloader } = await reloadableGateway('mid-body.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
       const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'slow upload' }] });
@@ -127,13 +128,8 @@ describe('live reload', () => {
 
   test('changed upstream time-outs apply to endpoints that stay', async () => {
     const a = await startFakeBackend();
-    const file = join(dir, 'upstream.yaml');
     const withTimeout = (t: string) => config([{ name: 'a', port: a.port }]).replace('shutdownGracePeriod: 3s }', `shutdownGracePeriod: 3s, upstream: { headersTimeout: ${t} } }`);
-    writeFileSync(file, withTimeout('10s'));
-    const registry = builtinRegistry();
-    const { logger } = captureLogger();
-    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
-    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0 });
+    const { file, gw, reloader } = await reloadableGateway('upstream.yaml', withTimeout('10s'));
     try {
       await waitForMetrics(gw);
       assert.equal((await post(gw, 'before')).status, 200); // the endpoint's connection pool exists
@@ -151,12 +147,7 @@ describe('live reload', () => {
 
   test('a reload that changes ports or request time-outs says they need a restart, and applies the rest', async () => {
     const a = await startFakeBackend();
-    const file = join(dir, 'restart-only.yaml');
-    writeFileSync(file, config([{ name: 'a', port: a.port }]));
-    const registry = builtinRegistry();
-    const { logger, lines } = captureLogger();
-    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
-    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0 });
+    const { file, gw, reloader, lines } = await reloadableGateway('restart-only.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
       const apiPort = gw.apiPort;
@@ -186,13 +177,8 @@ describe('live reload', () => {
       if (release === undefined) release = () => okJson(r, res);
       else okJson(r, res);
     });
-    const file = join(dir, 'fc-off.yaml');
     const objectives = 'objectives:\n- { name: batch, priority: -1 }\n';
-    writeFileSync(file, config([{ name: 'a', port: a.port }], objectives));
-    const registry = builtinRegistry();
-    const { logger } = captureLogger();
-    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
-    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0 });
+    const { file, gw, reloader } = await reloadableGateway('fc-off.yaml', config([{ name: 'a', port: a.port }], objectives));
     try {
       await waitForMetrics(gw);
       const first = post(gw, 'holds the only slot');
