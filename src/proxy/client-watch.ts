@@ -5,6 +5,7 @@
  * listeners of their own.
  */
 import type { ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 
 export interface ClientWatcher {
   /** The response closed (the client went away, or the answer finished: check `res.writableFinished`). */
@@ -57,4 +58,19 @@ export function watchClient(res: ServerResponse, w: ClientWatcher): void {
 /** `w` no longer hears the close (no-op when another watcher took over). */
 export function unwatchClient(res: ServerResponse, w: ClientWatcher): void {
   if ((res as Watched)[kWatcher] === w) (res as Watched)[kWatcher] = undefined;
+}
+
+/**
+ * For a pipelined request (its response has no socket yet: the ones before it on the connection are
+ * still answering). When the client leaves, Node destroys such a request but never closes its
+ * response, so nobody would hear it: the connection's close is relayed to the response instead.
+ */
+export function watchPipelined(socket: Socket, res: ServerResponse): void {
+  const onSocketClose = (): void => {
+    if (res.writableFinished) return;
+    res.destroy();
+    onResponseClose.call(res as Watched);
+  };
+  socket.once('close', onSocketClose);
+  res.once('close', () => socket.off('close', onSocketClose));
 }

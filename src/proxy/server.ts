@@ -22,7 +22,7 @@ import type { Upstreams } from './upstreams.js';
 import type { ModelsCache } from './models.js';
 import type { FlowController } from '../flowcontrol/controller.js';
 import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from '../flowcontrol/types.js';
-import { trackResponse, unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
+import { trackResponse, unwatchClient, watchClient, watchPipelined, type ClientWatcher } from './client-watch.js';
 import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
 
@@ -95,6 +95,7 @@ export class ApiServer {
   private handle(req: IncomingMessage, res: ServerResponse): void {
     this.active++;
     trackResponse(res, this.requestEnded);
+    if (res.socket === null) watchPipelined(req.socket, res);
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);

@@ -12,6 +12,7 @@ import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend, type FakeBackend } from '../helpers/fake-backend.js';
 import type { Gateway } from '../../src/app.js';
 import { ConfigError, loadConfigText } from '../../src/config/load.js';
+import { until } from '../helpers/wait.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 
 const ROUTES = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/v1/responses', '/v1/models', '/health', '/ready'];
@@ -201,3 +202,44 @@ describe('slowloris', () => {
     }
   });
 });
+
+describe('clients that leave or stall', () => {
+  const chat = (stream: boolean) => JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: 'hi' }] });
+  /** Answers the first request slowly, every later one at once with ~3 MiB of SSE. */
+  function bigSecondAnswer(): Promise<FakeBackend> {
+    let n = 0;
+    const chunk = `data: ${'x'.repeat(16 * 1024)}\n\n`;
+    return startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (++n === 1) return void setTimeout(() => res.end('data: [DONE]\n\n'), 5000);
+      let i = 0;
+      const pump = (): void => {
+        while (i++ < 200) if (!res.write(chunk)) return void res.once('drain', pump);
+        res.end('data: [DONE]\n\n');
+      };
+      pump();
+    });
+  }
+
+  test('a client that pipelines two requests and leaves: both are dropped upstream, nothing stays in flight', async () => {
+    const backend = await bigSecondAnswer();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    try {
+      await waitForMetrics(gw);
+      const body = chat(true);
+      const one = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      s.on('data', () => undefined);
+      s.write(one + one);
+      await until(() => backend.received.length === 2, 3000, 'both forwarded');
+      s.destroy();
+      // The second one's answer waits behind the first: Node never closes its response itself.
+      await until(() => gw.pool.endpoints[0]!.inFlight === 0, 3000, "nothing in flight");
+      await until(() => backend.active === 0, 3000, 'both upstream requests aborted');
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+});
+
