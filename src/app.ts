@@ -154,8 +154,19 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   // Anything that could change the dispatch answer re-runs a (coalesced) dispatch cycle.
   pool.onChange(() => live.runtime.flowControl?.kick());
   metrics.setFlowControlSource(() => live.runtime.flowControl?.metricsSnapshot());
+  let lastSourceErrorLog = -Infinity;
   metrics.setSaturationSource(() => {
-    const s = stageSaturation(live.detector, clock.now(), pool.endpoints);
+    let s: ReturnType<typeof stageSaturation>;
+    try {
+      s = stageSaturation(live.detector, clock.now(), pool.endpoints);
+    } catch (err) {
+      // A detector that throws must not take /metrics down with it: its gauges are left out.
+      if (clock.now() - lastSourceErrorLog >= 30_000) {
+        lastSourceErrorLog = clock.now();
+        logger.error({ err, detector: live.detector.name }, 'the saturation detector failed; its gauges are left out of /metrics');
+      }
+      return undefined;
+    }
     const stages: Partial<Record<'prefill' | 'decode' | 'interleaved', number>> = {};
     if (s.prefill !== undefined) stages.prefill = s.prefill;
     if (s.decode !== undefined) stages.decode = s.decode;

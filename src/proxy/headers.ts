@@ -27,7 +27,10 @@ export const PREFILLER_HEADER = 'x-prefiller-host-port';
 /** Headers consumed by Sluice that must not reach the model server. */
 const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...SLO_TTFT_HEADERS, PREFILLER_HEADER]);
 
-/** Request headers sent upstream: minus hop-by-hop (incl. those named in `Connection`), host, length and routing. */
+/**
+ * Request headers sent upstream: minus hop-by-hop (incl. those named in `Connection`), host, length,
+ * routing, and `expect` (Node has answered the client's `100-continue`; undici refuses to send it).
+ */
 export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId: string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   const conn = incoming.connection;
@@ -35,7 +38,7 @@ export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId:
   const extraHop =
     conn && conn !== 'keep-alive' && conn !== 'close' ? new Set(conn.toLowerCase().split(',').map((s) => s.trim())) : undefined;
   for (const name in incoming) {
-    if (HOP_BY_HOP.has(name) || ROUTING.has(name) || name === 'host' || name === 'content-length') continue;
+    if (HOP_BY_HOP.has(name) || ROUTING.has(name) || name === 'host' || name === 'content-length' || name === 'expect') continue;
     if (extraHop?.has(name)) continue;
     const v = incoming[name];
     if (v !== undefined) out[name] = v;

@@ -29,11 +29,9 @@ export const withoutParsedForm = (r: SchedulingRequest): SchedulingRequest => ({
   state: r.state,
 });
 
-/**
- * The whole request again from its bytes, after `withoutParsedForm`; undefined if they no longer
- * parse (cannot happen: the same bytes were valid on arrival).
- */
-export function reparsed(light: SchedulingRequest, raw: Buffer): SchedulingRequest | undefined {
+/** The whole request again from its bytes, after `withoutParsedForm` (the same bytes were valid on arrival). */
+export function reparsed(light: SchedulingRequest, raw: Buffer): SchedulingRequest {
   const valid = parseOpenAIRequest(light.api, raw);
-  return isInvalid(valid) ? undefined : schedulingRequest(light.requestId, light.api, valid, light.headers, light.state);
+  if (isInvalid(valid)) throw new Error(`a queued request's body no longer parses: ${valid.message}`);
+  return schedulingRequest(light.requestId, light.api, valid, light.headers, light.state);
 }

@@ -170,6 +170,11 @@ export class ApiServer {
           }
           status = await forward(ctx);
         }
+      } catch (err) {
+        // A bug (e.g. a plugin that throws) costs this request a 500, counted and logged as one.
+        status = 500;
+        deps.logger.error({ err, requestId }, 'unexpected error handling request');
+        sendError(res, 500, 'internal error in the gateway', { requestId });
       } finally {
         modelMetrics.ended();
         modelMetrics.duration((deps.clock.now() - started) / 1000);
@@ -309,23 +314,29 @@ class Queued implements FlowRequest, ClientWatcher {
     this.compacted = true;
   }
 
-  /** false if the bytes no longer parse (cannot happen: they were valid on arrival). */
-  private hydrate(): boolean {
-    if (!this.compacted) return true;
-    const whole = reparsed(this.ctx.sreq, this.ctx.raw);
-    if (whole === undefined) return false;
-    this.ctx.sreq = whole;
+  private hydrate(): void {
+    if (!this.compacted) return;
+    this.ctx.sreq = reparsed(this.ctx.sreq, this.ctx.raw);
     this.compacted = false;
-    return true;
   }
 
   /** Its favourite endpoint is saturated and the alternative clearly worse: a later request may go first (affinityLookahead). */
   prefersToWait(): boolean {
     const { ctx } = this;
-    return this.hydrate() && this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.endpoints);
+    this.hydrate();
+    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.endpoints);
   }
 
+  /** The flow controller swallows a callback's error: one here must still end the request (a 500 from handleApi). */
   onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
+    try {
+      this.settle(outcome, queuedMs, cause);
+    } catch (err) {
+      this.resolve(Promise.reject(err as Error));
+    }
+  }
+
+  private settle(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
     const { ctx } = this;
     const { res, requestId } = ctx;
     this.settled = true;
@@ -340,10 +351,7 @@ class Queued implements FlowRequest, ClientWatcher {
         sendGatewayError(res, refusal, requestId);
         return this.resolve(refusal.status);
       }
-      if (!this.hydrate()) {
-        sendError(res, 500, 'internal error in the gateway: a queued request body no longer parses', { requestId });
-        return this.resolve(500);
-      }
+      this.hydrate();
       return this.resolve(forward(ctx));
     }
     const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);

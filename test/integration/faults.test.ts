@@ -127,6 +127,39 @@ schedulingProfiles:
     }
   });
 
+  test('Expect: 100-continue (curl sends it for large bodies): the client is told to go on, the model server never sees it', async () => {
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    try {
+      await waitForMetrics(gw);
+      const body = chat('a long prompt');
+      const r = await new Promise<{ status: number; text: string; continued: boolean }>((resolve, reject) => {
+        let continued = false;
+        const req = http.request(
+          { host: '127.0.0.1', port: gw.apiPort, method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), expect: '100-continue' } },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, text, continued }));
+          },
+        );
+        req.on('continue', () => {
+          continued = true;
+          req.end(body);
+        });
+        req.on('error', reject);
+      });
+      assert.equal(r.status, 200, r.text);
+      assert.ok(r.continued, '100 Continue came first');
+      assert.equal(backend.received.length, 1);
+      assert.equal(backend.received[0]!.headers.expect, undefined);
+      assert.equal(backend.received[0]!.body, body);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
   test('a killed endpoint: requests still succeed via the others, and retries are counted', async () => {
     const fleet = await startFleet(3);
     try {
