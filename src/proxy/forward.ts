@@ -193,6 +193,8 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): 
 
 const DONE_GONE: AttemptResult = Object.freeze({ kind: 'done', status: 0 });
 
+const cutStalledClient = (x: Exchange): void => x.stalled();
+
 /** Non-streamed answers up to this size are relayed in one write (status line, headers and body). */
 const MAX_BUFFERED = 256 << 10;
 
@@ -235,6 +237,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private waitingDrain = false;
   /** Resumes the upstream once the client caught up (made on first backpressure). */
   private onDrain: (() => void) | undefined = undefined;
+  /** Cuts a client that reads nothing for `upstream.bodyTimeout` while the upstream is paused for it. */
+  private stallTimer: NodeJS.Timeout | undefined = undefined;
 
   constructor(
     private readonly ctx: ForwardContext,
@@ -271,7 +275,19 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (this.waitingDrain) {
       this.waitingDrain = false;
       this.ctx.res.off('drain', this.onDrain!);
+      clearTimeout(this.stallTimer);
     }
+  }
+
+  /**
+   * The client has read nothing for `upstream.bodyTimeout` while the upstream waited for it (undici
+   * suspends its own body time-out while paused): its connection is cut, which ends the attempt as a
+   * client that went away and frees the endpoint's slot.
+   */
+  stalled(): void {
+    const { ctx, ep } = this;
+    ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep.name }, 'client read nothing for upstream.bodyTimeout: connection closed');
+    ctx.res.destroy();
   }
 
   private done(r: AttemptResult): void {
@@ -376,9 +392,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       controller.pause();
       this.onDrain ??= () => {
         this.waitingDrain = false;
+        clearTimeout(this.stallTimer);
         this.controller?.resume();
       };
       ctx.res.once('drain', this.onDrain);
+      this.stallTimer = setTimeout(cutStalledClient, ctx.rt.config.server.upstream.bodyTimeout, this);
     }
   }
 

@@ -241,5 +241,37 @@ describe('clients that leave or stall', () => {
       await backend.close();
     }
   });
+
+  test('a client that stops reading a stream is cut after upstream.bodyTimeout, and its slot freed', async () => {
+    const chunk = `data: ${'x'.repeat(64 * 1024)}\n\n`;
+    const backend = await startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      let i = 0;
+      const pump = (): void => {
+        while (i++ < 4000) if (!res.write(chunk)) return void res.once('drain', pump);
+        res.end('data: [DONE]\n\n');
+      };
+      pump();
+    });
+    const gw = await gatewayFor(
+      fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', 'upstream: { connectTimeout: 1s, retries: 2, bodyTimeout: 300ms }'),
+    );
+    try {
+      await waitForMetrics(gw);
+      const body = chat(true);
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      const closed = new Promise<void>((r) => s.on('close', () => r()));
+      s.on('error', () => undefined);
+      s.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+      s.pause(); // reads nothing
+      await until(() => backend.received.length === 1, 3000, 'forwarded');
+      await until(() => gw.pool.endpoints[0]!.inFlight === 0 && backend.active === 0, 5000, 'slot freed, upstream aborted');
+      s.resume(); // what was buffered, then the cut
+      await closed;
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
 });
 
