@@ -8,6 +8,8 @@ import type { UpstreamConfig } from '../config/types.js';
 
 export class Upstreams {
   private readonly pools = new Map<string, Pool>();
+  /** Origins of the live endpoints, once a reload has named them (before: every origin is live). */
+  private live: ReadonlySet<string> | undefined;
 
   constructor(private opts: UpstreamConfig) {}
 
@@ -32,22 +34,34 @@ export class Upstreams {
   get(ep: Endpoint): Pool {
     let p = this.pools.get(ep.origin);
     if (!p) {
-      p = new Pool(ep.origin, {
-        connections: this.opts.connections,
-        pipelining: 1,
-        connect: { timeout: this.opts.connectTimeout },
-        headersTimeout: this.opts.headersTimeout,
-        bodyTimeout: this.opts.bodyTimeout,
-        keepAliveTimeout: 30_000,
-      });
+      p = this.newPool(ep.origin);
+      // An endpoint removed while a request was deciding (a retry, a P/D leg): one pool for this
+      // request alone, closed once its request is done (callers dispatch at once, in this tick).
+      if (this.live !== undefined && !this.live.has(ep.origin)) {
+        const once = p;
+        queueMicrotask(() => void once.close().catch(() => undefined));
+        return once;
+      }
       this.pools.set(ep.origin, p);
     }
     return p;
   }
 
+  private newPool(origin: string): Pool {
+    return new Pool(origin, {
+      connections: this.opts.connections,
+      pipelining: 1,
+      connect: { timeout: this.opts.connectTimeout },
+      headersTimeout: this.opts.headersTimeout,
+      bodyTimeout: this.opts.bodyTimeout,
+      keepAliveTimeout: 30_000,
+    });
+  }
+
   /** Closes pools whose origin is no longer among the live endpoints (gracefully: queued requests finish). */
   retain(live: readonly Endpoint[]): void {
     const keep = new Set(live.map((e) => e.origin));
+    this.live = keep;
     for (const [origin, p] of this.pools) {
       if (!keep.has(origin)) {
         this.pools.delete(origin);
