@@ -277,6 +277,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       const m = (c: SluiceConfig) => c.pool.metrics;
       if (m(previous.config).interval !== m(config).interval || m(previous.config).timeout !== m(config).timeout || m(previous.config).path !== m(config).path) {
         await scraper.stop();
+        if (closing) return; // shut down meanwhile: no new scraper
         scraper = newScraper(config);
         scraper.start();
       }

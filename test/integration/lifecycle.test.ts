@@ -205,6 +205,26 @@ describe('live reload', () => {
     }
   });
 
+  test('a shutdown while a reload restarts the scraper leaves no scraper running', async () => {
+    const a = await startFakeBackend();
+    let scrapes = 0;
+    const page = a.metrics;
+    Object.defineProperty(a, 'metrics', { get: () => (scrapes++, page) });
+    const { file, gw, reloader } = await reloadableGateway('scraper-race.yaml', config([{ name: 'a', port: a.port }]));
+    try {
+      await waitForMetrics(gw);
+      writeFileSync(file, config([{ name: 'a', port: a.port }]).replace('interval: 20ms', 'interval: 30ms'));
+      const reloading = reloader.reloadNow('test');
+      await Promise.all([reloading, gw.close()]);
+      const after = scrapes;
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(scrapes, after, 'no scrape after the gateway stopped');
+    } finally {
+      reloader.stop();
+      await a.close();
+    }
+  });
+
   test('an invalid new file is rejected with its errors logged; the old config keeps serving', async () => {
     const a = await startFakeBackend();
     const file = join(dir, 'invalid.yaml');
