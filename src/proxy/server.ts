@@ -173,8 +173,7 @@ export class ApiServer {
       } catch (err) {
         // A bug (e.g. a plugin that throws) costs this request a 500, counted and logged as one.
         status = 500;
-        deps.logger.error({ err, requestId }, 'unexpected error handling request');
-        sendError(res, 500, 'internal error in the gateway', { requestId });
+        this.internalError(res, requestId, err);
       } finally {
         modelMetrics.ended();
         modelMetrics.duration((deps.clock.now() - started) / 1000);
@@ -182,9 +181,13 @@ export class ApiServer {
         this.logDone(res, requestId, status, ctx);
       }
     } catch (err) {
-      this.deps.logger.error({ err }, 'unexpected error handling request');
-      sendError(res, 500, 'internal error in the gateway', { requestId });
+      this.internalError(res, requestId, err);
     }
+  }
+
+  private internalError(res: ServerResponse, requestId: string, err: unknown): void {
+    this.deps.logger.error({ err, requestId }, 'unexpected error handling request');
+    sendError(res, 500, 'internal error in the gateway', { requestId });
   }
 
   /**
