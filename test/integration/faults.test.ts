@@ -177,14 +177,17 @@ schedulingProfiles:
     }
   });
 
-  test('all endpoints refusing connections → 502 after the retries, OpenAI-shaped; each retry counted once', async () => {
-    const deadPorts: number[] = [];
-    for (let i = 0; i < 4; i++) {
-      const dead = http.createServer();
-      await new Promise<void>((r) => dead.listen(0, '127.0.0.1', r));
-      deadPorts.push((dead.address() as AddressInfo).port);
-      await new Promise<void>((r) => dead.close(() => r()));
-    }
+  test('all endpoints dropping connections → 502 after the retries, OpenAI-shaped; each retry counted once', async () => {
+    // Listening servers that reset every connection at once (a closed port could be taken meanwhile
+    // by another test's server, running in parallel).
+    const droppers = await Promise.all(
+      Array.from({ length: 4 }, async () => {
+        const server = net.createServer((socket) => socket.resetAndDestroy());
+        await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+        return server;
+      }),
+    );
+    const deadPorts = droppers.map((d) => (d.address() as AddressInfo).port);
     const retries = async (gw: Gateway) =>
       (await (await request(`${gw.metricsUrl}/metrics`)).body.text())
         .split('\n')
@@ -208,6 +211,7 @@ schedulingProfiles:
     } finally {
       await four.close();
       await one.close();
+      for (const d of droppers) d.close();
     }
   });
 
