@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { captureLogger, fleetConfig, gatewayFor } from '../helpers/fleet.js';
@@ -44,10 +44,10 @@ test('every request ends exactly once, with a reason, and nothing stays in fligh
   };
   const good = await startFakeBackend((r, res) => setTimeout(() => okJson(r, res), 10 + rnd() * 30));
   const bad = await startFakeBackend(flaky);
-  const deadServer = http.createServer();
+  // Dead: every connection reset at once (a closed port could be taken by a parallel test's server).
+  const deadServer = net.createServer((socket) => socket.resetAndDestroy());
   await new Promise<void>((r) => deadServer.listen(0, '127.0.0.1', r));
   const deadPort = (deadServer.address() as AddressInfo).port;
-  await new Promise<void>((r) => deadServer.close(() => r()));
 
   const extra = `plugins:
 - type: concurrency-detector
@@ -148,5 +148,6 @@ flowControl:
     await gw.close();
     await good.close();
     await bad.close();
+    deadServer.close();
   }
 });
