@@ -17,7 +17,6 @@ import { ConfigReloader } from './config/reload.js';
 import { UsageError } from './util/usage.js';
 import pino from 'pino';
 
-
 const USAGE = `usage:
   sluice serve --config FILE [--port N] [--metrics-port N] [--log-level L]
   sluice validate --config FILE

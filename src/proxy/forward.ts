@@ -33,7 +33,7 @@ import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import type { DecodeLeg, PdStep, PrefillLegResult, SendPrefill } from './connectors/types.js';
 import { unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
-import { withoutParsedForm } from './scheduling-request.js';
+import { dropParsedForm } from './scheduling-request.js';
 
 export interface ForwardContext {
   req: IncomingMessage;
@@ -325,7 +325,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       hook.onResponseHeaders(ctx.sreq, ep, (name, value) => (headers[name.toLowerCase()] = value));
     }
     // The answer has started: no retry will schedule it again, so a long stream keeps only the bytes.
-    ctx.sreq = withoutParsedForm(ctx.sreq);
+    dropParsedForm(ctx.sreq);
     this.headers = headers;
     const contentType = upHeaders['content-type'];
     const sse = (this.sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream'));

@@ -15,7 +15,7 @@ import { BodyTooLargeError, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
-import { reparsed, schedulingRequest, withoutParsedForm } from './scheduling-request.js';
+import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
 import { forward, type ForwardContext } from './forward.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { Upstreams } from './upstreams.js';
@@ -291,8 +291,6 @@ class Queued implements FlowRequest, ClientWatcher {
   readonly receivedAt: number;
   /** Its outcome is known (it may come inside `enqueue`). */
   private settled = false;
-  /** Waiting without its parsed body and prompt text (compact). */
-  private compacted = false;
 
   constructor(
     private readonly ctx: ForwardContext,
@@ -310,23 +308,15 @@ class Queued implements FlowRequest, ClientWatcher {
     this.ticket?.cancel();
   }
 
-  /** Waits with only its bytes (scheduling-request.ts); `hydrate` parses them again when scheduling needs the rest. */
+  /** Waits with only its bytes (scheduling-request.ts); parsed again when scheduling needs the rest. */
   compact(): void {
-    if (this.settled) return;
-    this.ctx.sreq = withoutParsedForm(this.ctx.sreq);
-    this.compacted = true;
-  }
-
-  private hydrate(): void {
-    if (!this.compacted) return;
-    this.ctx.sreq = reparsed(this.ctx.sreq, this.ctx.raw);
-    this.compacted = false;
+    if (!this.settled) dropParsedForm(this.ctx.sreq);
   }
 
   /** Its favourite endpoint is saturated and the alternative clearly worse: a later request may go first (affinityLookahead). */
   prefersToWait(): boolean {
     const { ctx } = this;
-    this.hydrate();
+    restoreParsedForm(ctx.sreq, ctx.raw);
     return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.endpoints);
   }
 
@@ -354,7 +344,7 @@ class Queued implements FlowRequest, ClientWatcher {
         sendGatewayError(res, refusal, requestId);
         return this.resolve(refusal.status);
       }
-      this.hydrate();
+      restoreParsedForm(ctx.sreq, ctx.raw);
       return this.resolve(forward(ctx));
     }
     const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);

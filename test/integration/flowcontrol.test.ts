@@ -48,6 +48,26 @@ function holdNext(backend: FakeBackend): () => void {
   };
 }
 
+/**
+ * A gateway whose only slot (concurrency detector, max 1) a held first request takes, so what is sent
+ * next queues until `release()`. `top` adds sections; `plugins` and `flowControl` add lines to those.
+ */
+async function oneSlotTaken(opts: { top?: string; plugins?: string; flowControl?: string; firstHeaders?: Record<string, string> } = {}) {
+  const backend = await startFakeBackend(slowJson(5));
+  const extra = `${opts.top ?? ''}plugins:
+${opts.plugins ?? ''}- type: concurrency-detector
+  parameters: { maxConcurrency: 1 }
+flowControl:
+  saturationDetector: { pluginRef: concurrency-detector }
+${opts.flowControl ?? ''}`;
+  const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+  await waitForMetrics(gw);
+  const release = holdNext(backend);
+  const first = post(gw, opts.firstHeaders ?? {}, 'first');
+  await until(() => backend.received.length === 1);
+  return { backend, gw, release, first };
+}
+
 const DETECTOR = `- type: utilization-detector
   parameters: { queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, metricsStalenessThreshold: 300ms }
 `;
@@ -130,22 +150,8 @@ ${DETECTOR}flowControl:
   });
 
   test('priority: high-priority requests queued after low-priority ones go first when capacity returns', async () => {
-    const backend = await startFakeBackend(slowJson(5));
-    const extra = `objectives:
-- { name: high, priority: 10 }
-- { name: low, priority: 1 }
-plugins:
-- type: concurrency-detector
-  parameters: { maxConcurrency: 1 }
-flowControl:
-  saturationDetector: { pluginRef: concurrency-detector }
-`;
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    const { backend, gw, release, first } = await oneSlotTaken({ top: 'objectives:\n- { name: high, priority: 10 }\n- { name: low, priority: 1 }\n' });
     try {
-      await waitForMetrics(gw);
-      const release = holdNext(backend); // the first request occupies the only slot until released
-      const first = post(gw, {}, 'first');
-      await until(() => backend.received.length === 1);
       const lows = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-objective': 'low' }, `low-${i}`));
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'priority="1"') ?? 0) === 3);
       // The GIE header name works as well.
@@ -162,21 +168,11 @@ flowControl:
   });
 
   test('slo-deadline ordering: queued requests go out earliest TTFT deadline first; no SLO last', async () => {
-    const backend = await startFakeBackend(slowJson(5));
-    const extra = `plugins:
-- type: slo-deadline-ordering-policy
-- type: concurrency-detector
-  parameters: { maxConcurrency: 1 }
-flowControl:
-  saturationDetector: { pluginRef: concurrency-detector }
-  defaultPriorityBand: { orderingPolicyRef: slo-deadline-ordering-policy }
-`;
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    const { backend, gw, release, first } = await oneSlotTaken({
+      plugins: '- type: slo-deadline-ordering-policy\n',
+      flowControl: '  defaultPriorityBand: { orderingPolicyRef: slo-deadline-ordering-policy }\n',
+    });
     try {
-      await waitForMetrics(gw);
-      const release = holdNext(backend);
-      const first = post(gw, {}, 'first');
-      await until(() => backend.received.length === 1);
       const queued: Promise<{ status: number }>[] = [];
       const sends: [Record<string, string>, string][] = [
         [{}, 'none'],
@@ -204,21 +200,12 @@ flowControl:
   });
 
   test('round-robin fairness alternates between flows of one band', async () => {
-    const backend = await startFakeBackend(slowJson(5));
-    const extra = `plugins:
-- type: round-robin-fairness-policy
-- type: concurrency-detector
-  parameters: { maxConcurrency: 1 }
-flowControl:
-  saturationDetector: { pluginRef: concurrency-detector }
-  defaultPriorityBand: { fairnessPolicyRef: round-robin-fairness-policy }
-`;
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
+    const { backend, gw, release, first } = await oneSlotTaken({
+      plugins: '- type: round-robin-fairness-policy\n',
+      flowControl: '  defaultPriorityBand: { fairnessPolicyRef: round-robin-fairness-policy }\n',
+      firstHeaders: { 'x-llm-d-inference-fairness-id': 'z' },
+    });
     try {
-      await waitForMetrics(gw);
-      const release = holdNext(backend);
-      const first = post(gw, { 'x-llm-d-inference-fairness-id': 'z' }, 'first');
-      await until(() => backend.received.length === 1);
       const a = [1, 2, 3].map((i) => post(gw, { 'x-llm-d-inference-fairness-id': 'tenant-a' }, `a${i}`));
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="tenant-a"') ?? 0) === 3);
       const b = [1, 2, 3].map((i) => post(gw, { 'x-gateway-inference-fairness-id': 'tenant-b' }, `b${i}`)); // the GIE name
