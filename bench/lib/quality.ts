@@ -99,6 +99,12 @@ export interface StepResult {
   /** TTFT of requests that found their prompt cached (≥ half) / that did not: separates queueing from misses. */
   ttftHitMs: Summary;
   ttftMissMs: Summary;
+  /**
+   * Instances serving each system prompt, averaged over the prompts: those that answered at least 10 %
+   * of the prompt's requests in the step (a prompt pinned to one instance queues there; one spread
+   * over several is pooled). Absent in results recorded before it was measured, and for distinct prompts.
+   */
+  instancesPerPrompt?: number;
   /** Requests routed to a P/D prefill leg (sluice-pd only). */
   prefillLegs?: number;
 }
@@ -155,6 +161,8 @@ export function estimateCapacity(instances: number, sim: SimParams, w: Workload)
 interface PlannedRequest {
   atMs: number;
   body: string;
+  /** Index of the system prompt, -1 for a distinct prompt. */
+  prompt: number;
 }
 
 /** The request sequence of one step: identical for every router (seeded by step index). */
@@ -167,19 +175,22 @@ function planStep(w: Workload, sim: SimParams, systemPrompts: string[], rate: nu
     n++;
     const maxTokens = w.outputTokensMin + Math.floor(random() * (w.outputTokensMax - w.outputTokensMin + 1));
     const user = `user-${seed}-${n}: ${text(random, w.suffixChars)}`;
+    const prompt = w.distinct ? -1 : Math.floor(random() * systemPrompts.length);
     const messages = w.distinct
       ? [{ role: 'user', content: `${n}-${seed} ${text(random, w.systemPromptChars + w.suffixChars)}` }]
       : [
-          { role: 'system', content: systemPrompts[Math.floor(random() * systemPrompts.length)]! },
+          { role: 'system', content: systemPrompts[prompt]! },
           { role: 'user', content: user },
         ];
-    out.push({ atMs: t, body: JSON.stringify({ model: sim.model, messages, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } }) });
+    out.push({ atMs: t, prompt, body: JSON.stringify({ model: sim.model, messages, max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } }) });
     t += expGapMs(rate, random);
   }
   return out;
 }
 
 interface Outcome {
+  /** Index of the system prompt (-1: distinct). */
+  prompt: number;
   sentAt: number;
   ttftMs: number;
   e2eMs: number;
@@ -200,9 +211,9 @@ async function runPlan(baseUrl: string, plan: PlannedRequest[], drainSeconds: nu
   const inflight = new Set<Promise<void>>();
   const headers = { 'content-type': 'application/json' };
   const startedAt = performance.now();
-  const one = async (body: string): Promise<void> => {
+  const one = async ({ body, prompt }: PlannedRequest): Promise<void> => {
     const sent = performance.now();
-    const o: Outcome = { sentAt: sent - startedAt, ttftMs: Infinity, e2eMs: Infinity, status: 0, pod: '', doneAt: Infinity, promptTokens: NaN, cachedTokens: NaN };
+    const o: Outcome = { prompt, sentAt: sent - startedAt, ttftMs: Infinity, e2eMs: Infinity, status: 0, pod: '', doneAt: Infinity, promptTokens: NaN, cachedTokens: NaN };
     outcomes.push(o);
     try {
       const res = await pool.request({ path: '/v1/chat/completions', method: 'POST', headers, body, signal: abort.signal });
@@ -236,7 +247,7 @@ async function runPlan(baseUrl: string, plan: PlannedRequest[], drainSeconds: nu
   while (i < plan.length) {
     const now = performance.now() - startedAt;
     while (i < plan.length && plan[i]!.atMs <= now) {
-      const p = one(plan[i]!.body);
+      const p = one(plan[i]!);
       inflight.add(p);
       void p.finally(() => inflight.delete(p));
       i++;
@@ -311,7 +322,26 @@ function stepResult(load: number, rate: number, seconds: number, outcomes: Outco
     instances: fleetNames,
     maxShareOverMean: mean > 0 ? Math.max(...share) / mean : NaN,
     cacheHitRate: queried > 0 ? (after.hits - before.hits) / queried : NaN,
+    instancesPerPrompt: instancesPerPrompt(outcomes),
   };
+}
+
+/** Mean over the shared prompts of how many instances answered ≥ 10 % of the prompt's requests (undefined: none shared). */
+export function instancesPerPrompt(outcomes: readonly { prompt: number; pod: string }[]): number | undefined {
+  const byPrompt = new Map<number, Map<string, number>>();
+  for (const { prompt, pod } of outcomes) {
+    if (prompt < 0 || pod === '') continue;
+    const pods = byPrompt.get(prompt) ?? new Map<string, number>();
+    byPrompt.set(prompt, pods.set(pod, (pods.get(pod) ?? 0) + 1));
+  }
+  if (byPrompt.size === 0) return undefined;
+  let sum = 0;
+  for (const pods of byPrompt.values()) {
+    let total = 0;
+    for (const c of pods.values()) total += c;
+    for (const c of pods.values()) if (c >= 0.1 * total) sum++;
+  }
+  return sum / byPrompt.size;
 }
 
 /** The config Sluice runs with as `router` (appended to the server and pool sections). */

@@ -431,12 +431,14 @@ export function writeReport(res: BenchResults, dir: string): string[] {
       'TTFT is measured at the client: from sending the request to the first body byte (the simulator sends headers with the first token). ' +
         '"cache hit (tokens)" is the fleet\'s prefix-cache hit rate over the step (cached / queried prompt tokens, from the simulators\' `vllm:prefix_cache_*` counters); ' +
           '"requests missing" is the share of requests whose instance had less than half of the prompt cached (from each answer\'s usage chunk, `prompt_tokens_details.cached_tokens`), ' +
-          'and the p90 TTFT of the two groups tells queueing (slow hits) from cache misses (slow misses).',
+          'and the p90 TTFT of the two groups tells queueing (slow hits) from cache misses (slow misses). ' +
+          '"instances per prompt" is how many instances answered at least 10 % of a system prompt\'s requests, averaged over the prompts: ' +
+          'a prompt held by one or two instances queues behind their slots when its traffic bunches, one spread over more is pooled.',
     );
     L.push('');
     const rows: string[][] = [];
     for (const r of q.routers) {
-      if (r.error) rows.push([r.router, '–', '–', '–', '–', '–', '–', '–', '–', '–', '–', '–', `failed: ${r.error.split('\n')[0]}`]);
+      if (r.error) rows.push([r.router, '–', '–', '–', '–', '–', '–', '–', '–', '–', '–', '–', '–', `failed: ${r.error.split('\n')[0]}`]);
       for (const st of r.steps) {
         rows.push([
           r.router,
@@ -450,12 +452,13 @@ export function writeReport(res: BenchResults, dir: string): string[] {
           `${fmt(st.missRate * 100, 0)}%`,
           ms(st.ttftHitMs.p90),
           ms(st.ttftMissMs.p90),
+          fmt(st.instancesPerPrompt, 1),
           st.share.map((x) => `${Math.round(x * 100)}`).join('/'),
           `${st.errors + st.unfinished} of ${st.sent}`,
         ]);
       }
     }
-    L.push(mdTable(['router', 'load', 'offered req/s', 'TTFT p50 ms', 'p90 ms', 'p99 ms', 'completed req/s', 'cache hit (tokens)', 'requests missing', 'p90 of hits ms', 'p90 of misses ms', 'share per instance %', 'failed'], rows, 1));
+    L.push(mdTable(['router', 'load', 'offered req/s', 'TTFT p50 ms', 'p90 ms', 'p99 ms', 'completed req/s', 'cache hit (tokens)', 'requests missing', 'p90 of hits ms', 'p90 of misses ms', 'instances per prompt', 'share per instance %', 'failed'], rows, 1));
     L.push('');
     const routers = q.routers.filter((r) => r.steps.length > 0);
     const yCap = Math.max(1000, 3 * (routers.flatMap((r) => r.steps.map((x) => x.ttftMs.p90)).filter((x) => Number.isFinite(x)).sort((a, b) => a - b)[0] ?? 1000));

@@ -46,6 +46,21 @@ describe('benchmark report', () => {
     assert.ok(v3.value.startsWith(`${Math.round(p90('sluice'))} vs ${Math.round(p90('nginx-rr'))} ms`), v3.value);
   });
 
+  test('the quality table shows how many instances served each prompt', () => {
+    const res = fromFixture();
+    res.quality!.routers.find((r) => r.router === 'sluice')!.steps.find((s) => s.load === 0.8)!.instancesPerPrompt = 1.625;
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-report-'));
+    try {
+      writeReport(res, dir);
+      const md = readFileSync(join(dir, 'REPORT.md'), 'utf8');
+      assert.match(md, /\| p90 of misses ms \| instances per prompt \| share per instance % \|/);
+      const row80 = md.split('\n').find((l) => l.startsWith('| sluice | 80% |'))!;
+      assert.equal(row80.split(' | ')[11], '1.6', row80);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('REPORT.md has the verdict table and links every chart; the charts are SVG with every number present', () => {
     const res = fromFixture();
     const dir = mkdtempSync(join(tmpdir(), 'sluice-report-'));
@@ -62,6 +77,9 @@ describe('benchmark report', () => {
         assert.match(row, v.met === null ? /not measured|inconclusive/ : v.met ? /✅ met/ : /❌ \*\*not met\*\*/, v.id);
       }
       assert.doesNotMatch(md, /undefined|\bNaN\b|\[object /);
+      // The fixture predates "instances per prompt": its column reads "–" rather than a made-up number.
+      const row80 = md.split('\n').find((l) => l.startsWith('| sluice | 80% |'))!;
+      assert.equal(row80.split(' | ')[11], '–', row80);
       // The added latency by both instruments: wrk (judged) and the open-loop undici client.
       assert.match(md, /### Added latency at half of Sluice's maximum[^\n]*\n\nwrk with 64 connections/);
       assert.match(md, /### The same with an open-loop Node client/);
