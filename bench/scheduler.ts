@@ -22,19 +22,11 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadConfigText } from '../src/config/load.js';
-import { Endpoint, ROLE_LABEL } from '../src/datalayer/endpoint.js';
-import { builtinRegistry } from '../src/plugins/builtin.js';
-import { buildScheduling } from '../src/scheduling/build.js';
-import type { SchedulingRequest } from '../src/scheduling/framework.js';
-import { ManualClock, seededRandom } from '../src/util/clock.js';
-import { benchFleet, text } from './lib/sched-sweep.js';
+import { FAMILIES, TAIL_CHARS, timeDecisions, type SweepPoint } from './lib/sched-sweep.js';
 
 const QUICK = process.argv.includes('--quick');
 const ENDPOINT_COUNTS = [8, 64, 512];
 const PROMPT_SIZES = [1024, 100 * 1024];
-const FAMILIES = 32;
-const TAIL_CHARS = 96;
 const WARMUP_DECISIONS = QUICK ? 1_000 : 4_000;
 /** Measure at least this many decisions and for at least this long. */
 const MIN_DECISIONS = QUICK ? 2_000 : 10_000;
@@ -43,59 +35,13 @@ const MIN_MS = QUICK ? 300 : 1_500;
 const TARGET_1KB_64_US = 50;
 const TARGET_100KB_US = 300;
 
-
-
-
-interface CaseResult {
-  endpoints: number;
-  promptBytes: number;
-  decisions: number;
-  medianUs: number;
-  p99Us: number;
-  meanUs: number;
+interface CaseResult extends SweepPoint {
   target?: string;
   met?: boolean;
 }
 
 function runCase(endpointCount: number, promptChars: number): CaseResult {
-  const { clock, random, endpoints, built, scheduler } = benchFleet(endpointCount);
-
-  const prefixes = Array.from({ length: FAMILIES }, () => text(random, promptChars - TAIL_CHARS));
-  let counter = 0;
-  const nextRequest = (): SchedulingRequest => {
-    const n = counter++;
-    const tail = `#${n} ${text(random, TAIL_CHARS)}`.slice(0, TAIL_CHARS);
-    const promptText = prefixes[n % FAMILIES]! + tail;
-    promptText.charCodeAt(promptText.length >> 1); // flatten the concatenation outside the timed region
-    const body = { model: 'meta-llama/Llama-3.1-8B-Instruct', prompt: promptText };
-    return { requestId: `r-${n}`, model: body.model, api: 'completions', body, promptText, headers: {}, state: new Map() };
-  };
-
-  for (let i = 0; i < WARMUP_DECISIONS; i++) {
-    const outcome = scheduler.schedule(nextRequest(), endpoints);
-    if (!outcome.ok) throw new Error(`warm-up decision failed: ${outcome.message}`);
-  }
-
-  const samples: number[] = [];
-  const started = performance.now();
-  while (samples.length < MIN_DECISIONS || performance.now() - started < MIN_MS) {
-    const req = nextRequest();
-    const t0 = process.hrtime.bigint();
-    const outcome = scheduler.schedule(req, endpoints);
-    const t1 = process.hrtime.bigint();
-    if (!outcome.ok) throw new Error(`decision failed: ${outcome.message}`);
-    samples.push(Number(t1 - t0) / 1000);
-  }
-  samples.sort((a, b) => a - b);
-  const at = (q: number) => samples[Math.min(samples.length - 1, Math.floor(q * samples.length))]!;
-  const result: CaseResult = {
-    endpoints: endpointCount,
-    promptBytes: promptChars,
-    decisions: samples.length,
-    medianUs: round(at(0.5)),
-    p99Us: round(at(0.99)),
-    meanUs: round(samples.reduce((s, v) => s + v, 0) / samples.length),
-  };
+  const result: CaseResult = timeDecisions(endpointCount, promptChars, { warmup: WARMUP_DECISIONS, minDecisions: MIN_DECISIONS, minMs: MIN_MS });
   if (endpointCount === 64 && promptChars === 1024) {
     result.target = `median < ${TARGET_1KB_64_US} µs`;
     result.met = result.medianUs < TARGET_1KB_64_US;
@@ -106,7 +52,6 @@ function runCase(endpointCount: number, promptChars: number): CaseResult {
   return result;
 }
 
-const round = (v: number) => Math.round(v * 10) / 10;
 
 function main(): void {
   const results: CaseResult[] = [];

@@ -53,8 +53,9 @@ schedulingProfiles:
   - pluginRef: max-score-picker
 `;
 
-const FAMILIES = 32;
-const TAIL_CHARS = 96;
+/** Shared prompt prefixes, and the unique tail each decision's prompt ends with. */
+export const FAMILIES = 32;
+export const TAIL_CHARS = 96;
 export const WORDS = 'the of and to in is you that it he was for on are as with his they at be this have from or one had by'.split(' ');
 
 /** Prompt-like text of `chars` characters drawn from WORDS. */
@@ -86,7 +87,19 @@ export function benchFleet(endpointCount: number) {
   return { clock, random, endpoints, built, scheduler: built.scheduler };
 }
 
-function runPoint(endpointCount: number, promptChars: number, quick: boolean): SweepPoint {
+/** How long a measurement runs: decisions before timing, then at least `minDecisions` and `minMs`. */
+export interface DecisionBudget {
+  warmup: number;
+  minDecisions: number;
+  minMs: number;
+}
+
+/**
+ * µs per decision over `endpointCount` endpoints (benchFleet), each decision with a distinct prompt of
+ * `promptChars` characters (one of FAMILIES shared prefixes + a unique tail) against a warm index,
+ * each timed on its own. Used by this sweep and by bench/scheduler.ts.
+ */
+export function timeDecisions(endpointCount: number, promptChars: number, budget: DecisionBudget): SweepPoint {
   const { random, endpoints, scheduler } = benchFleet(endpointCount);
   const prefixes = Array.from({ length: FAMILIES }, () => text(random, promptChars - TAIL_CHARS));
   let counter = 0;
@@ -97,16 +110,13 @@ function runPoint(endpointCount: number, promptChars: number, quick: boolean): S
     const body = { model: 'meta-llama/Llama-3.1-8B-Instruct', prompt: promptText };
     return { requestId: `r-${n}`, model: body.model, api: 'completions', body, promptText, headers: {}, state: new Map() };
   };
-  const warmup = quick ? 500 : 3000;
-  for (let i = 0; i < warmup; i++) {
+  for (let i = 0; i < budget.warmup; i++) {
     const outcome = scheduler.schedule(nextRequest(), endpoints);
     if (!outcome.ok) throw new Error(`warm-up decision failed: ${outcome.message}`);
   }
-  const minDecisions = quick ? 500 : 3000;
-  const minMs = quick ? 250 : 1000;
   const samples: number[] = [];
   const started = performance.now();
-  while (samples.length < minDecisions || performance.now() - started < minMs) {
+  while (samples.length < budget.minDecisions || performance.now() - started < budget.minMs) {
     const req = nextRequest();
     const t0 = process.hrtime.bigint();
     const outcome = scheduler.schedule(req, endpoints);
@@ -137,7 +147,9 @@ function main(): void {
   });
   const counts = (values.counts ?? '').split(',').map(Number).filter((n) => n > 0);
   const bytes = Number(values['prompt-bytes']);
-  const points = counts.map((n) => runPoint(n, bytes, values.quick ?? false));
+  const quick = values.quick ?? false;
+  const budget = quick ? { warmup: 500, minDecisions: 500, minMs: 250 } : { warmup: 3000, minDecisions: 3000, minMs: 1000 };
+  const points = counts.map((n) => timeDecisions(n, bytes, budget));
   process.stdout.write(`SWEEPJSON ${JSON.stringify(points)}\n`);
 }
 
