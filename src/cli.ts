@@ -21,7 +21,8 @@ const USAGE = `usage:
   sluice serve --config FILE [--port N] [--metrics-port N] [--log-level L]
   sluice validate --config FILE
   sluice sim [--port N] [--name NAME] [--model M] [...]
-  sluice demo [--port N] [--metrics-port N] [--log-level L]`;
+  sluice demo [--port N] [--metrics-port N] [--log-level L]
+  sluice version | --version`;
 
 function intFlag(v: string | undefined, name: string): number | undefined {
   if (v === undefined) return undefined;
@@ -66,7 +67,7 @@ function loadOrExit(file: string | undefined, registry = builtinRegistry()) {
 
 async function main(argv: string[]): Promise<number> {
   let [command, ...rest] = argv;
-  if (command === undefined || command.startsWith('-')) {
+  if (command === undefined || (command.startsWith('-') && command !== '--version')) {
     if (command === '--help' || command === '-h') {
       console.log(USAGE);
       return 0;

@@ -188,7 +188,7 @@ export class Scheduler {
   /**
    * Whether this request would be served clearly worse now than by the endpoint it suits best, only
    * because that endpoint is saturated: its primary profile, run without the saturation filter,
-   * scores its favourite more than `AFFINITY_MARGIN` above the endpoint it would be sent to now. (A
+   * scores the endpoint it would be sent to now more than `AFFINITY_MARGIN` below its favourite. (A
    * request the saturation filter merely moves between equally good endpoints — two that cache its
    * prompt — is content to go.) A probe for flow control (`affinityLookahead`): no PreRequest hook
    * runs, nothing is learned or counted.

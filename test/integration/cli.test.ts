@@ -2,7 +2,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
@@ -40,6 +40,18 @@ describe('sluice CLI', () => {
     const r = await run(['validate', '--config', file]);
     assert.equal(r.code, 1);
     assert.match(r.stderr, new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:2:3: server.metricPort: .*did you mean "metricsPort"`));
+  });
+
+  test('version and --version print the package version; --help the usage; exit 0', async () => {
+    const { version } = JSON.parse(readFileSync(join(import.meta.dirname, '../../package.json'), 'utf8')) as { version: string };
+    for (const args of [['version'], ['--version']]) {
+      const r = await run(args);
+      assert.equal(r.code, 0, `${args[0]}: ${r.stderr}`);
+      assert.equal(r.stdout.trim(), version, args[0]);
+    }
+    const help = await run(['--help']);
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /sluice version \| --version/);
   });
 
   test('SLUICE_CONFIG stands for --config; unknown command exits 1', async () => {

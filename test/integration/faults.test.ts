@@ -290,7 +290,7 @@ schedulingProfiles:
     }
   });
 
-  test('upstream failing mid-stream ends the SSE stream with an error event, not a hang', async () => {
+  test('upstream failing mid-stream ends the SSE stream with an error event, not a hang; counted as a 502', async () => {
     const backend = await startFakeBackend((_r, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
@@ -303,6 +303,9 @@ schedulingProfiles:
       assert.equal(r.status, 200);
       assert.match(r.text, /data: \{"error":\{.*"code":502/);
       assert.equal(gw.pool.endpoints[0]!.inFlight, 0);
+      // The client got a broken answer whatever its status line said: an error to alert on.
+      const errors = (await (await request(`${gw.metricsUrl}/metrics`)).body.text()).split('\n').filter((l) => l.startsWith('llm_d_epp_request_error_total{'));
+      assert.deepEqual(errors, [`llm_d_epp_request_error_total{model_name="${MODEL}",target_model_name="${MODEL}",error_code="502"} 1`]);
     } finally {
       await gw.close();
       await backend.close();
