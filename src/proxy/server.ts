@@ -58,6 +58,13 @@ export class ApiServer {
       },
       (req, res) => this.handle(req, res),
     );
+    // `Expect: 100-continue` (curl sends it for bodies over 1 KiB): a body declared over the limit is
+    // refused before the client sends it (413, as nginx does), not after it was uploaded for nothing.
+    this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+      const declared = req.headers['content-length'];
+      if (declared === undefined || !(Number(declared) > this.deps.runtime().config.server.bodyLimit)) res.writeContinue();
+      this.handle(req, res);
+    });
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
       // Malformed or oversized HTTP from a client: answer when the socket still can, never crash.
       if (!socket.writable || err.code === 'ECONNRESET') {

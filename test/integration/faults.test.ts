@@ -40,6 +40,36 @@ describe('request path faults and limits', () => {
     }
   });
 
+  test('Expect: 100-continue with a body declared over server.bodyLimit → 413 before the client sends it', async () => {
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Ki'));
+    try {
+      const r = await new Promise<{ status: number; text: string; continued: boolean }>((resolve, reject) => {
+        let continued = false;
+        const req = http.request(
+          { host: '127.0.0.1', port: gw.apiPort, method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', 'content-length': 17 << 20, expect: '100-continue' } },
+          (res) => {
+            let text = '';
+            res.on('data', (c: Buffer) => (text += c.toString()));
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, text, continued }));
+          },
+        );
+        req.on('continue', () => {
+          continued = true;
+          req.destroy(new Error('told to send a body that is over the limit'));
+        });
+        req.on('error', reject);
+      });
+      assert.equal(r.status, 413, r.text);
+      assert.equal(r.continued, false, 'no 100 Continue');
+      assert.match(JSON.parse(r.text).error.message, /exceeds the limit of 1024 bytes/);
+      assert.equal(backend.received.length, 0);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
   test('no endpoint at all, flow control off → 503 rejected-no-endpoints at once', async () => {
     const gw = await gatewayFor(fleetConfig([], 'featureGates: ["flowControl=false"]\n'));
     try {
