@@ -261,7 +261,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       if (closing) throw new Error('the gateway is shutting down');
       const previous = live;
       const config = next.config;
-      const restartOnly = restartOnlyChanges(previous.config, config);
+      // Against what the gateway started with: a later reload still says what awaits a restart.
+      const restartOnly = restartOnlyChanges(loaded.config, config);
       if (restartOnly.length > 0) logger.warn({ keys: restartOnly }, 'config reload: these settings need a restart; the rest is applied');
       // Build first: if the new runtime cannot be built, nothing has changed yet.
       const nextLive = build(config);

@@ -6,11 +6,15 @@
  * update swaps a symlink, which `fs.watch` on the file misses, while `stat` follows it.
  */
 import { unwatchFile, watchFile, type Stats } from 'node:fs';
+import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import type { PluginRegistry } from '../plugins/registry.js';
 import { ConfigError, loadConfigFile, type LoadResult } from './load.js';
+import type { SluiceConfig } from './types.js';
 
 export interface ReloadTarget {
+  /** The configuration in force (a file that loads to the same is not applied again). */
+  readonly config: SluiceConfig;
   reload(next: LoadResult): Promise<void>;
 }
 
@@ -25,9 +29,15 @@ export interface ConfigReloaderOptions {
   pollIntervalMs?: number;
 }
 
+/**
+ * A trigger whose file gives the same verdict as the last one (e.g. an edit followed by SIGHUP, both
+ * triggers of one change) is logged once at info and not counted: nothing was applied or rejected anew.
+ */
 export class ConfigReloader {
   private running: Promise<boolean> | undefined;
   private again = false;
+  /** The problems of the last rejected file, until a file loads. */
+  private lastRejected: string | undefined;
   private readonly onFileChange = (cur: Stats, prev: Stats) => {
     if (cur.mtimeMs !== prev.mtimeMs || cur.size !== prev.size || cur.ino !== prev.ino) void this.reloadNow('file change');
   };
@@ -43,7 +53,7 @@ export class ConfigReloader {
     unwatchFile(this.opts.file, this.onFileChange);
   }
 
-  /** One reload at a time; a trigger during a reload runs one more afterwards. Resolves true when applied. */
+  /** One reload at a time; a trigger during a reload runs one more afterwards. Resolves true when the file's configuration is in force. */
   reloadNow(trigger: string): Promise<boolean> {
     if (this.running) {
       this.again = true;
@@ -66,10 +76,21 @@ export class ConfigReloader {
       next = loadConfigFile(file, this.opts.registry);
     } catch (err) {
       const problems = err instanceof ConfigError ? err.format().split('\n') : [(err as Error).message];
+      const text = problems.join('\n');
+      if (text === this.lastRejected) {
+        logger.info({ file, trigger }, 'config reload: the file has the same problems as when it was last rejected; the previous configuration keeps serving');
+        return false;
+      }
+      this.lastRejected = text;
       for (const problem of problems) logger.error({ file, problem }, 'config reload rejected');
       logger.error({ file, trigger, problems: problems.length }, 'config reload rejected: the previous configuration keeps serving');
       this.opts.onResult?.(false);
       return false;
+    }
+    this.lastRejected = undefined;
+    if (isDeepStrictEqual(next.config, this.opts.target.config)) {
+      logger.info({ file, trigger }, 'config reload: the file gives the configuration in force; nothing to apply');
+      return true;
     }
     try {
       await this.opts.target.reload(next);

@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import http from 'node:http';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { request } from 'undici';
@@ -164,6 +164,13 @@ describe('live reload', () => {
       assert.equal(gw.config.objectives[0]?.name, 'gold', 'the rest applied');
       assert.equal(gw.apiPort, apiPort);
       assert.equal((await post(gw, 'still on the old ports')).status, 200);
+      // A later reload that changes something else says again what still awaits a restart.
+      const warnings = () => lines().filter((l) => l.msg === 'config reload: these settings need a restart; the rest is applied');
+      writeFileSync(file, readFileSync(file, 'utf8').replace('priority: 5', 'priority: 7'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      assert.equal(gw.config.objectives[0]?.priority, 7);
+      assert.equal(warnings().length, 2);
+      assert.deepEqual(warnings()[1]?.keys, ['server.metricsPort', 'server.requestTimeout']);
     } finally {
       reloader.stop();
       await gw.close();
@@ -221,6 +228,38 @@ describe('live reload', () => {
       assert.equal(scrapes, after, 'no scrape after the gateway stopped');
     } finally {
       reloader.stop();
+      await a.close();
+    }
+  });
+
+  test('a second trigger for the same file (an edit, then SIGHUP) applies and counts it once', async () => {
+    const a = await startFakeBackend();
+    const { file, gw, reloader, lines } = await reloadableGateway('twice.yaml', config([{ name: 'a', port: a.port }]));
+    try {
+      const applied = () => lines().filter((l) => l.msg === 'config reloaded').length;
+      const unchanged = () => lines().filter((l) => l.msg === 'config reload: the file gives the configuration in force; nothing to apply').length;
+      assert.equal(await reloader.reloadNow('SIGHUP'), true, 'the file as started');
+      assert.deepEqual([applied(), unchanged()], [0, 1]);
+      writeFileSync(file, config([{ name: 'a', port: a.port }], 'objectives:\n- { name: gold, priority: 5 }\n'));
+      assert.equal(await reloader.reloadNow('file change'), true);
+      assert.equal(await reloader.reloadNow('SIGHUP'), true);
+      assert.deepEqual([applied(), unchanged()], [1, 2]);
+      // Comments and key order change nothing in force either.
+      writeFileSync(file, `# edited\n${readFileSync(file, 'utf8')}`);
+      assert.equal(await reloader.reloadNow('file change'), true);
+      assert.deepEqual([applied(), unchanged()], [1, 3]);
+      // The same invalid file twice: its problems are logged and counted once.
+      writeFileSync(file, 'server:\n  prot: 8080\npool:\n  endpoints: []\n');
+      assert.equal(await reloader.reloadNow('file change'), false);
+      assert.equal(await reloader.reloadNow('SIGHUP'), false);
+      assert.equal(lines().filter((l) => l.msg === 'config reload rejected').length, 1);
+      const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(m, /sluice_config_reloads_total\{result="success"\} 1/);
+      assert.match(m, /sluice_config_reloads_total\{result="failure"\} 1/);
+      assert.equal(gw.config.objectives[0]?.name, 'gold', 'still in force');
+    } finally {
+      reloader.stop();
+      await gw.close();
       await a.close();
     }
   });
