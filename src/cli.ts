@@ -40,22 +40,31 @@ function logLevelFlag(v: string | undefined): string | undefined {
   throw new UsageError(`${v !== undefined ? '--log-level' : 'LOG_LEVEL'} must be one of ${LOG_LEVELS.join(', ')}, got '${level}'`);
 }
 
-function parse(argv: string[]) {
+type Flag = 'config' | 'port' | 'metrics-port' | 'log-level';
+
+const FLAG_OPTIONS = {
+  config: { type: 'string', short: 'c' },
+  port: { type: 'string', short: 'p' },
+  'metrics-port': { type: 'string' },
+  'log-level': { type: 'string' },
+} as const;
+
+/** The command's flags (`--help` always); any other flag, even one another command takes, is a usage error. */
+function parse(command: string, argv: string[], allowed: readonly Flag[]): Partial<Record<Flag, string>> & { help?: boolean } {
+  const options: Record<string, (typeof FLAG_OPTIONS)[Flag] | { type: 'boolean'; short: 'h' }> = { help: { type: 'boolean', short: 'h' } };
+  for (const f of allowed) options[f] = FLAG_OPTIONS[f];
   try {
-    return parseArgs({
-      args: argv,
-      options: {
-        config: { type: 'string', short: 'c' },
-        port: { type: 'string', short: 'p' },
-        'metrics-port': { type: 'string' },
-        'log-level': { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-      allowPositionals: false,
-    }).values;
+    return parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values as Partial<Record<Flag, string>> & { help?: boolean };
   } catch (err) {
-    throw new UsageError((err as Error).message);
+    throw new UsageError(`${command}: ${(err as Error).message}`);
+  }
+}
+
+/** The API and metrics ports (flags over config) must differ: it would fail at listen (exit 2); it is an argument error (1). */
+function checkPortsDiffer(port: number | undefined, metricsPort: number | undefined, config: { port: number; metricsPort: number }): void {
+  const api = port ?? config.port;
+  if (api !== 0 && api === (metricsPort ?? config.metricsPort)) {
+    throw new UsageError(`the API port and the metrics port must differ (both ${api}: see --port, --metrics-port and the config's server.port, server.metricsPort)`);
   }
 }
 
@@ -77,7 +86,7 @@ async function main(argv: string[]): Promise<number> {
   }
   switch (command) {
     case 'serve': {
-      const flags = parse(rest);
+      const flags = parse(command, rest, ['config', 'port', 'metrics-port', 'log-level']);
       if (flags.help) {
         console.log(USAGE);
         return 0;
@@ -87,6 +96,7 @@ async function main(argv: string[]): Promise<number> {
       const level = logLevelFlag(flags['log-level']);
       const registry = builtinRegistry();
       const loaded = loadOrExit(flags.config, registry);
+      checkPortsDiffer(port, metricsPort, loaded.config.server);
       const logger = createLogger({ level });
       const signals = handleSignals(logger, { hangup: true }); // before 'listening' is logged
       let gw: Gateway;
@@ -114,7 +124,11 @@ async function main(argv: string[]): Promise<number> {
       return -1; // keep running
     }
     case 'validate': {
-      const flags = parse(rest);
+      const flags = parse(command, rest, ['config']);
+      if (flags.help) {
+        console.log(USAGE);
+        return 0;
+      }
       const loaded = loadOrExit(flags.config);
       for (const w of loaded.warnings) process.stderr.write(`${formatProblem(w)} (warning)\n`);
       process.stdout.write(effectiveConfigYaml(loaded));
@@ -124,12 +138,15 @@ async function main(argv: string[]): Promise<number> {
       await runSimCli(rest); // resolves once SIGINT/SIGTERM closed the simulator
       return 0;
     case 'demo': {
-      const flags = parse(rest);
-      await runDemo({
-        port: intFlag(flags.port, 'port') ?? 8080,
-        metricsPort: intFlag(flags['metrics-port'], 'metrics-port') ?? 9090,
-        logLevel: logLevelFlag(flags['log-level']),
-      });
+      const flags = parse(command, rest, ['port', 'metrics-port', 'log-level']);
+      if (flags.help) {
+        console.log(USAGE);
+        return 0;
+      }
+      const port = intFlag(flags.port, 'port') ?? 8080;
+      const metricsPort = intFlag(flags['metrics-port'], 'metrics-port') ?? 9090;
+      checkPortsDiffer(port, metricsPort, { port: 0, metricsPort: 0 });
+      await runDemo({ port, metricsPort, logLevel: logLevelFlag(flags['log-level']) });
       return -1;
     }
     case 'version':

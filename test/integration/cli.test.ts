@@ -52,6 +52,12 @@ describe('sluice CLI', () => {
     const help = await run(['--help']);
     assert.equal(help.code, 0);
     assert.match(help.stdout, /sluice version \| --version/);
+    // Each command's --help prints the usage and starts nothing (the demo would take ports 8080 and up).
+    for (const command of ['serve', 'validate', 'demo']) {
+      const r = await run([command, '--help']);
+      assert.equal(r.code, 0, `${command} --help: ${r.stderr}`);
+      assert.match(r.stdout, /^usage:/, command);
+    }
   });
 
   test('SLUICE_CONFIG stands for --config; unknown command exits 1', async () => {
@@ -69,6 +75,11 @@ describe('sluice CLI', () => {
       [['serve', '--config', config, '--log-level', 'bogus'], {}, /--log-level must be one of .*debug.*, got 'bogus'/],
       [['serve', '--config', config], { LOG_LEVEL: 'loud' }, /LOG_LEVEL must be one of .*, got 'loud'/],
       [['serve', '--config', config, '--bogus'], {}, /Unknown option '--bogus'/],
+      [['serve', '--config', config, '--port', '19411', '--metrics-port', '19411'], {}, /the API port and the metrics port must differ \(both 19411/],
+      [['serve', '--config', config, '--port', '9090'], {}, /the API port and the metrics port must differ \(both 9090/],
+      [['demo', '--metrics-port', '8080'], {}, /the API port and the metrics port must differ \(both 8080/],
+      [['validate', '--config', config, '--port', '5'], {}, /validate: Unknown option '--port'/],
+      [['demo', '--config', config], {}, /demo: Unknown option '--config'/],
       [['sim', '--bogus', '1'], {}, /unknown flag --bogus/],
       [['sim', '--max-num-seqs', '-3'], {}, /--max-num-seqs must be an integer/],
     ];
