@@ -104,8 +104,8 @@ export interface FlowControlDebug {
   /** Saturation sampled by the latest dispatch cycle; null before the first. */
   saturation: number | null;
   poolEmpty: boolean;
-  /** Clock ms when the pool-empty regime last flipped (controller start if never). */
-  poolEmptySince: number;
+  /** Clock ms when `poolEmpty` last changed, either way (the controller's start if never). */
+  poolEmptyChangedAt: number;
   /** Ceiling of each band as of the latest cycle (null before the first). */
   ceilings: { priority: number; ceiling: number | null }[];
   bands: FlowControlBandDebug[];
@@ -591,7 +591,7 @@ export class FlowController {
     return {
       saturation: this.lastSaturation,
       poolEmpty: this.regimeEmpty,
-      poolEmptySince: this.regimeSince,
+      poolEmptyChangedAt: this.regimeSince,
       ceilings: this.bands.map((band, i) => ({
         priority: band.priority,
         ceiling: this.ceilingsSampled ? this.ceilings[i]! : null,

@@ -521,7 +521,7 @@ describe('snapshots', () => {
     const snap = h.fc.snapshot();
     assert.equal(snap.saturation, 1.25);
     assert.equal(snap.poolEmpty, false);
-    assert.equal(snap.poolEmptySince, 1000);
+    assert.equal(snap.poolEmptyChangedAt, 1000);
     assert.deepEqual(snap.ceilings, [
       { priority: 10, ceiling: 1 },
       { priority: 0, ceiling: 1 },
