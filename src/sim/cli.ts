@@ -15,6 +15,7 @@ type NumericKey =
   | 'numGpuBlocks'
   | 'defaultOutputTokens'
   | 'maxOutputTokens'
+  | 'maxModelLen'
   | 'failureRate'
   | 'failureStatus';
 
@@ -38,6 +39,7 @@ const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
   '--num-gpu-blocks': { key: 'numGpuBlocks', integer: true, min: 1 },
   '--default-output-tokens': { key: 'defaultOutputTokens', integer: true, min: 1 },
   '--max-output-tokens': { key: 'maxOutputTokens', integer: true, min: 1 },
+  '--max-model-len': { key: 'maxModelLen', integer: true, min: 0 },
   '--failure-rate': { key: 'failureRate', integer: false, min: 0, max: 1 },
   '--failure-status': { key: 'failureStatus', integer: true, min: 400, max: 599 },
 };
@@ -88,11 +90,27 @@ function parseNumber(flag: string, raw: string, spec: NumericFlag): number {
   return n;
 }
 
+/** `sluice sim --help`: every flag with what it accepts, from the tables the parser uses. */
+export function simUsage(): string {
+  const lines = ['usage: sluice sim [flags]   (each as --flag value or --flag=value)'];
+  for (const [flag, key] of Object.entries(STRING_FLAGS)) lines.push(`  ${flag.padEnd(28)} ${key}`);
+  for (const [flag, spec] of Object.entries(NUMERIC_FLAGS)) {
+    const range = spec.max === undefined ? `≥ ${spec.min}` : `${spec.min}–${spec.max}`;
+    lines.push(`  ${flag.padEnd(28)} ${spec.integer ? 'integer' : 'number'} ${range}`);
+  }
+  return lines.join('\n');
+}
+
 /**
  * Starts the simulator, logs one JSON line with its URL, and resolves once SIGINT/SIGTERM have
- * closed it (so a caller can `await` it and then exit). Bad arguments throw before listening.
+ * closed it (so a caller can `await` it and then exit). Bad arguments throw before listening;
+ * `--help` prints the flags and starts nothing.
  */
 export async function runSimCli(argv: string[]): Promise<void> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    console.log(simUsage());
+    return;
+  }
   const opts = parseSimArgs(argv);
   const sim = await startSimulator({ port: 8000, ...opts });
   // Signal handlers first: a signal sent as soon as the line below is read must not meet the default action.

@@ -15,6 +15,7 @@ import type { RandomSource } from '../util/clock.js';
 import {
   SimEngine,
   TTFT_BUCKETS_SECONDS,
+  estimateTokens,
   type GenerationInput,
   type FinishReason,
   type GenerationResult,
@@ -38,6 +39,13 @@ export interface SimOptions extends SimEngineOptions {
   failureStatus?: number;
   /** Request bodies larger than this get 413. Default 32 MiB (above the gateway's 16Mi default). */
   maxBodyBytes?: number;
+  /**
+   * Context window in tokens (vLLM --max-model-len), checked on the prompt-token estimate: a prompt
+   * of this many tokens or more, or prompt + max_tokens above it, gets a 400 at once, as from vLLM.
+   * Default 131072; 0 = no limit. Without it a huge prompt is held for its whole simulated prefill
+   * (3M tokens × 0.1 ms: past the gateway's upstream time-out).
+   */
+  maxModelLen?: number;
   random?: RandomSource;
 }
 
@@ -53,6 +61,7 @@ export interface RunningSimulator {
 export interface SimAdminSettings extends SimLatencySettings {
   failureRate: number;
   failureStatus: number;
+  maxModelLen: number;
   pin: SimPins;
 }
 
@@ -90,8 +99,14 @@ function isObject(v: unknown): v is JsonObject {
 }
 
 const ADMIN_NUMBER_KEYS = ['ttftOverheadMs', 'prefillMsPerToken', 'itlMs', 'kvTransferMs', 'kvTransferMsPerToken'] as const;
-const ADMIN_KEYS = new Set<string>([...ADMIN_NUMBER_KEYS, 'maxNumSeqs', 'maxWaiting', 'failureRate', 'pin']);
+const ADMIN_KEYS = new Set<string>([...ADMIN_NUMBER_KEYS, 'maxNumSeqs', 'maxWaiting', 'maxModelLen', 'failureRate', 'pin']);
 const PIN_KEYS = new Set<string>(['waiting', 'running', 'kvUsage']);
+
+/**
+ * OpenAI routes the gateway forwards but the simulator does not serve. They get a 404 that says so,
+ * not the generic one, which reads like a gateway problem.
+ */
+const UNIMPLEMENTED_OPENAI_ROUTES = new Set<string>(['/v1/embeddings', '/v1/responses']);
 
 export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimulator> {
   const engine = new SimEngine(opts);
@@ -102,7 +117,9 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   const maxBodyBytes = opts.maxBodyBytes ?? 32 * 1024 * 1024;
   let failureRate = opts.failureRate ?? 0;
   const failureStatus = opts.failureStatus ?? 500;
+  let maxModelLen = opts.maxModelLen ?? 131_072;
   if (!(failureRate >= 0 && failureRate <= 1)) throw new Error('failureRate must be within [0, 1]');
+  if (!(Number.isInteger(maxModelLen) && maxModelLen >= 0)) throw new Error('maxModelLen must be an integer ≥ 0 (0 = no limit)');
   if (!(Number.isInteger(failureStatus) && failureStatus >= 400 && failureStatus <= 599)) {
     throw new Error('failureStatus must be an HTTP error status (400-599)');
   }
@@ -177,6 +194,8 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     } else if (path === '/admin/config' && (method === 'POST' || method === 'GET')) {
       if (method === 'GET') sendJson(res, req, 200, JSON.stringify(adminSettings()));
       else readBody(req, res, (body) => handleAdmin(req, res, body));
+    } else if (method === 'POST' && UNIMPLEMENTED_OPENAI_ROUTES.has(path)) {
+      sendJson(res, req, 404, errorBody(404, `sluice sim does not implement POST ${path} (chat completions and completions only)`));
     } else {
       sendJson(res, req, 404, errorBody(404, `Not found: ${method} ${path}`));
     }
@@ -243,7 +262,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   }
 
   function runInference(req: IncomingMessage, res: ServerResponse, chat: boolean, body: JsonObject): void {
-    const input = toGenerationInput(body, chat, model);
+    const input = toGenerationInput(body, chat, model, maxModelLen);
     const stream = body.stream === true;
     const streamOptions = body.stream_options;
     const includeUsage = stream && isObject(streamOptions) && streamOptions.include_usage === true;
@@ -287,7 +306,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   }
 
   function adminSettings(): SimAdminSettings {
-    return { ...engine.settings, failureRate, failureStatus, pin: { ...engine.pinned } };
+    return { ...engine.settings, failureRate, failureStatus, maxModelLen, pin: { ...engine.pinned } };
   }
 
   function handleAdmin(req: IncomingMessage, res: ServerResponse, rawBody: Buffer): void {
@@ -295,6 +314,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     const patch: Partial<SimLatencySettings> = {};
     const pinPatch: Partial<SimPins> = {};
     let newFailureRate: number | undefined;
+    let newMaxModelLen: number | undefined;
     for (const [key, value] of Object.entries(body)) {
       if (!ADMIN_KEYS.has(key)) throw new SimHttpError(400, `Unknown setting: ${key}`, key);
       if (key === 'pin') {
@@ -313,6 +333,9 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
       } else if (key === 'failureRate') {
         if (value > 1) throw new SimHttpError(400, 'failureRate must be within [0, 1]', key);
         newFailureRate = value;
+      } else if (key === 'maxModelLen') {
+        if (!Number.isInteger(value)) throw new SimHttpError(400, 'maxModelLen must be an integer ≥ 0 (0 = no limit)', key);
+        newMaxModelLen = value;
       } else if (key === 'maxNumSeqs' || key === 'maxWaiting') {
         if (!Number.isInteger(value) || (key === 'maxNumSeqs' && value < 1)) {
           throw new SimHttpError(400, `${key} must be an integer ≥ ${key === 'maxNumSeqs' ? 1 : 0}`, key);
@@ -326,6 +349,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     engine.configure(patch);
     engine.pin(pinPatch);
     if (newFailureRate !== undefined) failureRate = newFailureRate;
+    if (newMaxModelLen !== undefined) maxModelLen = newMaxModelLen;
     sendJson(res, req, 200, JSON.stringify(adminSettings()));
   }
 
@@ -359,8 +383,11 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   };
 }
 
-/** Validates an OpenAI body (as vLLM does) and maps it to the engine's input; throws SimHttpError 400/404. */
-export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: string): GenerationInput {
+/**
+ * Validates an OpenAI body (as vLLM does, including its context-window check against `maxModelLen`,
+ * 0 = none) and maps it to the engine's input; throws SimHttpError 400/404.
+ */
+export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: string, maxModelLen: number): GenerationInput {
   const requested = body.model;
   if (typeof requested !== 'string' || requested === '') {
     throw new SimHttpError(400, 'Field required: model', 'model');
@@ -391,6 +418,7 @@ export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: 
   const maxTokens = optionalPositiveInt(body, chat ? 'max_completion_tokens' : undefined) ??
     optionalPositiveInt(body, 'max_tokens');
   if (maxTokens !== undefined) input.maxTokens = maxTokens;
+  if (maxModelLen > 0) assertFitsContext(estimateTokens(promptText), maxTokens, maxModelLen, chat ? 'messages' : 'prompt');
   if (typeof body.cache_salt === 'string' && body.cache_salt !== '') input.cacheSalt = body.cache_salt;
   const kv = body.kv_transfer_params;
   if (kv !== undefined && kv !== null) {
@@ -403,6 +431,26 @@ export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: 
     }
   }
   return input;
+}
+
+/** vLLM's two context-window checks, with its messages: the prompt must leave room for one token, and for max_tokens if set. */
+function assertFitsContext(promptTokens: number, maxTokens: number | undefined, maxModelLen: number, promptParam: string): void {
+  if (promptTokens >= maxModelLen) {
+    throw new SimHttpError(
+      400,
+      `This model's maximum context length is ${maxModelLen} tokens. However, your request has ${promptTokens} input tokens. ` +
+        'Please reduce the length of the input messages.',
+      promptParam,
+    );
+  }
+  if (maxTokens !== undefined && promptTokens + maxTokens > maxModelLen) {
+    throw new SimHttpError(
+      400,
+      `'max_tokens' or 'max_completion_tokens' is too large: ${maxTokens}. This model's maximum context length is ${maxModelLen} tokens ` +
+        `and your request has ${promptTokens} input tokens (${maxTokens} > ${maxModelLen} - ${promptTokens}).`,
+      'max_tokens',
+    );
+  }
 }
 
 function isTokenIdPrompt(prompt: unknown[]): boolean {

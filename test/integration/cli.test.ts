@@ -53,11 +53,12 @@ describe('sluice CLI', () => {
     assert.equal(help.code, 0);
     assert.match(help.stdout, /sluice version \| --version/);
     // Each command's --help prints the usage and starts nothing (the demo would take ports 8080 and up).
-    for (const command of ['serve', 'validate', 'demo']) {
+    for (const command of ['serve', 'validate', 'demo', 'sim']) {
       const r = await run([command, '--help']);
       assert.equal(r.code, 0, `${command} --help: ${r.stderr}`);
       assert.match(r.stdout, /^usage:/, command);
     }
+    assert.match((await run(['sim', '--help'])).stdout, /--max-num-seqs +integer ≥ 1/);
   });
 
   test('SLUICE_CONFIG stands for --config; unknown command exits 1', async () => {

@@ -11,14 +11,15 @@ describe('parseSimArgs', () => {
       '--port', '8123', '--host=0.0.0.0', '--name', 'pod-1', '--model', 'meta/llama',
       '--max-num-seqs', '4', '--max-waiting=10', '--ttft-overhead-ms', '12.5', '--prefill-ms-per-token', '0.2',
       '--itl-ms', '3', '--block-size', '32', '--num-gpu-blocks', '2048', '--default-output-tokens', '8',
-      '--failure-rate', '0.1', '--failure-status', '503',
+      '--failure-rate', '0.1', '--failure-status', '503', '--max-model-len', '4096',
     ]);
     assert.deepEqual(opts, {
       port: 8123, host: '0.0.0.0', name: 'pod-1', model: 'meta/llama', maxNumSeqs: 4, maxWaiting: 10,
       ttftOverheadMs: 12.5, prefillMsPerToken: 0.2, itlMs: 3, blockSizeTokens: 32, numGpuBlocks: 2048,
-      defaultOutputTokens: 8, failureRate: 0.1, failureStatus: 503,
+      defaultOutputTokens: 8, failureRate: 0.1, failureStatus: 503, maxModelLen: 4096,
     });
     assert.deepEqual(parseSimArgs([]), {});
+    assert.deepEqual(parseSimArgs(['--max-model-len=0']), { maxModelLen: 0 }, '0 = no limit');
   });
 
   test('unknown flags, bad numbers and missing values throw errors naming the flag', () => {
@@ -27,6 +28,7 @@ describe('parseSimArgs', () => {
     assert.throws(() => parseSimArgs(['--max-num-seqs', '2.5']), /--max-num-seqs/);
     assert.throws(() => parseSimArgs(['--max-num-seqs', '0']), /--max-num-seqs/);
     assert.throws(() => parseSimArgs(['--failure-rate', '5']), /--failure-rate/);
+    assert.throws(() => parseSimArgs(['--max-model-len', '-1']), /--max-model-len/);
     assert.throws(() => parseSimArgs(['--itl-ms', '']), /--itl-ms/);
     assert.throws(() => parseSimArgs(['--itl-ms']), /--itl-ms needs a value/);
     assert.throws(() => parseSimArgs(['--name', '--port', '1']), /--name needs a value/);

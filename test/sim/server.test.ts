@@ -279,6 +279,59 @@ describe('sim server: errors', () => {
     }
   });
 
+  test('POST /v1/embeddings and /v1/responses → 404 saying the simulator does not implement them', async () => {
+    for (const path of ['/v1/embeddings', '/v1/responses']) {
+      const r = await postJson(sim, path, { model: 'sim-model', input: 'hi' });
+      assert.equal(r.status, 404);
+      assert.equal(r.headers['x-inference-pod'], 'pod-e');
+      assert.deepEqual(r.json.error, {
+        message: `sluice sim does not implement POST ${path} (chat completions and completions only)`,
+        type: 'NotFoundError',
+        param: null,
+        code: 404,
+      });
+    }
+  });
+
+  test('a prompt over the default max-model-len (131072) → 400 at once, not a held prefill', async () => {
+    // 131072+ tokens at 0.1 ms each would hold the answer for 13 s (the user's 12 MB: past the gateway's time-out).
+    await withSim({ prefillMsPerToken: 0.1 }, async (s) => {
+      const started = Date.now();
+      const content = 'x'.repeat(4 * 131_072);
+      const chat = await postJson(s, '/v1/chat/completions', { model: 'sim-model', messages: [{ role: 'user', content }] });
+      const completion = await postJson(s, '/v1/completions', { model: 'sim-model', prompt: content });
+      assert.ok(Date.now() - started < 2000, `answered after ${Date.now() - started} ms`);
+      for (const [r, param] of [[chat, 'messages'], [completion, 'prompt']] as const) {
+        assert.equal(r.status, 400, r.text);
+        const err = r.json.error as Json;
+        assert.match(String(err.message), /^This model's maximum context length is 131072 tokens\. However, your request has \d+ input tokens\./);
+        assert.deepEqual([err.type, err.param, err.code], ['BadRequestError', param, 400]);
+      }
+      assert.equal(s.engine.counters.prefixCacheQueries, 0, 'never reached the engine');
+    });
+  });
+
+  test('maxModelLen: the prompt leaves room for one token, prompt + max_tokens must fit; 0 = no limit', async () => {
+    await withSim({ maxModelLen: 100 }, async (s) => {
+      const complete = (prompt: string, extra: Json = {}) => postJson(s, '/v1/completions', { model: 'sim-model', prompt, ...extra });
+      assert.equal((await complete('x'.repeat(396), { max_tokens: 1 })).status, 200); // 99 + 1 tokens
+      const full = await complete('x'.repeat(400)); // 100 tokens
+      assert.equal(full.status, 400);
+      assert.equal((full.json.error as Json).param, 'prompt');
+      const tooLong = await complete('x'.repeat(396), { max_tokens: 2 });
+      assert.equal(tooLong.status, 400);
+      assert.equal((tooLong.json.error as Json).param, 'max_tokens');
+      assert.equal(
+        (tooLong.json.error as Json).message,
+        "'max_tokens' or 'max_completion_tokens' is too large: 2. This model's maximum context length is 100 tokens and your request has 99 input tokens (2 > 100 - 99).",
+      );
+    });
+    await withSim({ maxModelLen: 0 }, async (s) => {
+      const r = await postJson(s, '/v1/completions', { model: 'sim-model', prompt: 'x'.repeat(4 * 140_000), max_tokens: 1 });
+      assert.equal(r.status, 200, r.text);
+    });
+  });
+
   test('failureRate injects failureStatus', async () => {
     await withSim({ failureRate: 1, failureStatus: 502, random: seededRandom(1) }, async (s) => {
       const r = await postJson(s, '/v1/completions', { model: 'sim-model', prompt: 'x' });
@@ -429,10 +482,24 @@ describe('sim server: streaming, load and admin', () => {
     });
   });
 
+  test('maxModelLen set through /admin/config takes effect', async () => {
+    await withSim({}, async (sim) => {
+      assert.equal(JSON.parse((await get(sim, '/admin/config')).text).maxModelLen, 131_072);
+      const r = await postJson(sim, '/admin/config', { maxModelLen: 10 });
+      assert.equal(r.status, 200);
+      assert.equal(r.json.maxModelLen, 10);
+      const refused = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: 'x'.repeat(40) });
+      assert.equal(refused.status, 400);
+      assert.match(String((refused.json.error as Json).message), /maximum context length is 10 tokens/);
+      await postJson(sim, '/admin/config', { maxModelLen: 0 });
+      assert.equal((await post(sim, '/v1/completions', { model: 'sim-model', prompt: 'x'.repeat(40) })).status, 200);
+    });
+  });
+
   test('/admin/config rejects bad bodies without applying any part', async () => {
     await withSim({ itlMs: 1 }, async (sim) => {
       for (const body of ['nope', { itlMs: -1 }, { bogus: 1 }, { maxNumSeqs: 1.5 }, { failureRate: 2 },
-        { pin: { kvUsage: 2 } }, { pin: { other: 1 } }, { itlMs: 9, pin: 3 }]) {
+        { pin: { kvUsage: 2 } }, { pin: { other: 1 } }, { itlMs: 9, pin: 3 }, { maxModelLen: -1 }, { itlMs: 9, maxModelLen: 2.5 }]) {
         const r = await post(sim, '/admin/config', body);
         assert.equal(r.status, 400, JSON.stringify(body));
         assert.equal((JSON.parse(r.text) as { error: { code: number } }).error.code, 400);
