@@ -8,7 +8,7 @@
  * cross-reference checks on the ensured config.
  */
 import { readFileSync } from 'node:fs';
-import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document } from 'yaml';
+import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document, type ErrorCode, type YAMLError } from 'yaml';
 import type { z } from 'zod';
 import type { PluginKind, PluginRegistry } from '../plugins/registry.js';
 import { ensure, featureEnabled } from './defaults.js';
@@ -238,6 +238,15 @@ function firstLine(message: string): string {
   return message.split('\n')[0]!.trim();
 }
 
+/**
+ * Plain hints for the YAML errors a mis-indented line causes. A line indented too far is read as the
+ * continuation of the value above it, so the error points at that value (MULTILINE_IMPLICIT_KEY).
+ */
+const YAML_HINTS: Partial<Record<ErrorCode, string>> = {
+  BAD_INDENT: 'check the indentation of this line',
+  MULTILINE_IMPLICIT_KEY: 'check the indentation of this line and the lines below it',
+};
+
 const SECTIONS = rawConfigSchema.shape;
 const SECTION_KEYS = Object.keys(SECTIONS) as RawConfigKey[];
 
@@ -248,9 +257,15 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
   const sink = new ProblemSink(file, new Locator(doc, lineCounter));
 
   if (doc.errors.length > 0) {
-    for (const err of doc.errors) {
-      const { line, col } = lineCounter.linePos(err.pos[0]);
-      sink.problems.push({ file, line, col, path: '', message: `YAML syntax error: ${firstLine(err.message)}` });
+    // One mistake often yields several errors at the same place: report the place once, with the
+    // first message and a hint from any of them.
+    const byOffset = new Map<number, YAMLError[]>();
+    for (const err of doc.errors) byOffset.set(err.pos[0], [...(byOffset.get(err.pos[0]) ?? []), err]);
+    for (const [offset, errors] of byOffset) {
+      const { line, col } = lineCounter.linePos(offset);
+      const hint = errors.map((err) => YAML_HINTS[err.code]).find((h) => h !== undefined);
+      const message = `YAML syntax error: ${firstLine(errors[0]!.message)}${hint === undefined ? '' : ` — ${hint}`}`;
+      sink.problems.push({ file, line, col, path: '', message });
     }
     throw new ConfigError(sortProblems(sink.problems));
   }
@@ -453,11 +468,19 @@ function checkReferences(
   });
   const names = [...byName.keys()];
 
+  /** What a dangling ref probably meant; naming a plugin type instead of a plugin is a common slip. */
+  const missingPluginHint = (ref: string, kinds: PluginKind[]): string => {
+    const ofType = config.plugins.find((spec) => spec.type === ref);
+    if (ofType) return ` (did you mean "${ofType.name}", the plugin of type ${ref}?)`;
+    if (kinds.some((k) => registry.is(ref, k))) return ` (it is a plugin type: declare it under plugins: with "- type: ${ref}")`;
+    return didYouMean(ref, names);
+  };
+
   /** Resolves a ref; reports a dangling ref or a wrong kind. Returns the plugin if usable. */
   const resolve = (ref: string, path: PathSegment[], kinds: PluginKind[], usage: string): PluginSpec | undefined => {
     const target = byName.get(ref);
     if (!target) {
-      if (!state.invalidNames.has(ref)) sink.error(path, `no plugin named "${ref}" is declared${didYouMean(ref, names)}`);
+      if (!state.invalidNames.has(ref)) sink.error(path, `no plugin named "${ref}" is declared${missingPluginHint(ref, kinds)}`);
       return undefined;
     }
     const { spec } = target;

@@ -59,21 +59,38 @@ export function levenshtein(a: string, b: string): number {
   return prev[b.length]!;
 }
 
-/** The candidate closest to `word`, if it is close enough to be a plausible typo. */
+/** Lower-case words of a name: `kv-cache-scorer` → kv, cache, scorer; `metricsPort` → metrics, port. */
+function words(name: string): string[] {
+  return name
+    .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
+    .toLowerCase()
+    .split(/[^a-z0-9]+/)
+    .filter((w) => w !== '');
+}
+
+/**
+ * The candidate `word` plausibly stands for, if any: the same name in another case; else the one
+ * candidate closest by edit distance, within max(2, a quarter of the word's length) edits (a typo;
+ * more would let "prefix-cache-scorer" suggest "kv-cache-scorer"); else the one candidate that starts
+ * with `word` or has all its words (a shortened name: "lora-affinity" for "lora-affinity-scorer",
+ * "kv-cache-scorer" for "kv-cache-utilization-scorer").
+ */
 export function closestMatch(word: string, candidates: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestDistance = Infinity;
   const lower = word.toLowerCase();
-  for (const candidate of candidates) {
-    // Case-only differences count as near-perfect matches ("metricsport" → "metricsPort").
-    const d = candidate.toLowerCase() === lower ? 0.5 : levenshtein(lower, candidate.toLowerCase());
-    if (d < bestDistance) {
-      bestDistance = d;
-      best = candidate;
-    }
-  }
-  const limit = Math.max(2, Math.floor(word.length / 3));
-  return best !== undefined && bestDistance <= limit ? best : undefined;
+  const sameName = candidates.find((c) => c.toLowerCase() === lower);
+  if (sameName !== undefined) return sameName;
+
+  const limit = Math.max(2, Math.floor(word.length / 4));
+  const distances = candidates.map((c) => levenshtein(lower, c.toLowerCase()));
+  const best = Math.min(...distances);
+  const closest = candidates.filter((_, i) => distances[i] === best);
+  if (best <= limit && closest.length === 1) return closest[0];
+
+  // Two letters could start almost anything.
+  if (word.length < 3) return undefined;
+  const own = words(word);
+  const longer = candidates.filter((c) => c.toLowerCase().startsWith(lower) || own.every((w) => words(c).includes(w)));
+  return longer.length === 1 ? longer[0] : undefined;
 }
 
 /** ` (did you mean "x"?)` or '' when nothing is close. */

@@ -5,13 +5,24 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { ConfigError, formatPath, loadConfigFile, loadConfigText } from '../../src/config/load.js';
+import { closestMatch } from '../../src/config/schema.js';
 import { problems, registry, yaml } from './helpers.js';
 
 describe('syntax and shape', () => {
   test('YAML syntax error with its position', () => {
     assert.deepEqual(problems(yaml('server:', '  port: 8080', ' metricsPort: 9090')), [
-      'c.yaml:3:1: YAML syntax error: All mapping items must start at the same column',
+      'c.yaml:3:1: YAML syntax error: All mapping items must start at the same column — check the indentation of this line',
     ]);
+  });
+
+  test('a line indented too far: one error at the value above it, with a plain hint', () => {
+    assert.deepEqual(problems(yaml('server:', '  port: 8080', '   metricsPort: 9090')), [
+      'c.yaml:2:9: YAML syntax error: Nested mappings are not allowed in compact mappings — check the indentation of this line and the lines below it',
+    ]);
+  });
+
+  test('YAML errors without an indentation cause get no hint', () => {
+    assert.deepEqual(problems(yaml('a: "x', 'b: 3')), ['c.yaml:3:1: YAML syntax error: Missing closing "quote']);
   });
 
   test('duplicate YAML keys', () => {
@@ -192,6 +203,12 @@ describe('plugins', () => {
     ]);
   });
 
+  test('a shortened plugin type suggests the full one', () => {
+    assert.deepEqual(problems(yaml('plugins:', '- type: kv-cache-scorer')), [
+      'c.yaml:2:9: plugins[0].type: unknown plugin type "kv-cache-scorer" (did you mean "kv-cache-utilization-scorer"?)',
+    ]);
+  });
+
   test('bad plugin parameter names the plugin', () => {
     const text = yaml('plugins:', '- name: sat', '  type: utilization-detector', '  parameters:', '    headroom: -1', '    headrom: 1');
     assert.deepEqual(problems(text), [
@@ -225,6 +242,28 @@ describe('profiles and references', () => {
     const text = yaml('plugins:', '- type: queue-scorer', 'schedulingProfiles:', '- name: default', '  plugins:', '  - pluginRef: queue-scorr');
     assert.deepEqual(problems(text), [
       'c.yaml:6:16: schedulingProfiles[0].plugins[0].pluginRef: no plugin named "queue-scorr" is declared (did you mean "queue-scorer"?)',
+    ]);
+  });
+
+  test('a dangling pluginRef sharing only a suffix with a declared plugin gets no suggestion', () => {
+    const text = yaml('plugins:', '- type: queue-scorer', 'schedulingProfiles:', '- name: default', '  plugins:', '  - pluginRef: cache-scorer');
+    assert.deepEqual(problems(text), [
+      'c.yaml:6:16: schedulingProfiles[0].plugins[0].pluginRef: no plugin named "cache-scorer" is declared',
+    ]);
+  });
+
+  test('a pluginRef naming an undeclared plugin type says how to declare it', () => {
+    const text = yaml('plugins:', '- type: kv-cache-scorer', 'schedulingProfiles:', '- name: default', '  plugins:', '  - pluginRef: prefix-cache-scorer');
+    assert.deepEqual(problems(text), [
+      'c.yaml:2:9: plugins[0].type: unknown plugin type "kv-cache-scorer" (did you mean "kv-cache-utilization-scorer"?)',
+      'c.yaml:6:16: schedulingProfiles[0].plugins[0].pluginRef: no plugin named "prefix-cache-scorer" is declared (it is a plugin type: declare it under plugins: with "- type: prefix-cache-scorer")',
+    ]);
+  });
+
+  test('a pluginRef naming the type of a plugin declared under another name suggests that name', () => {
+    const text = yaml('plugins:', '- type: prefix-cache-scorer', '  name: pcs', 'schedulingProfiles:', '- name: default', '  plugins:', '  - pluginRef: prefix-cache-scorer');
+    assert.deepEqual(problems(text), [
+      'c.yaml:7:16: schedulingProfiles[0].plugins[0].pluginRef: no plugin named "prefix-cache-scorer" is declared (did you mean "pcs", the plugin of type prefix-cache-scorer?)',
     ]);
   });
 
@@ -421,5 +460,31 @@ describe('collection and reporting', () => {
     assert.equal(formatPath(['schedulingProfiles', 0, 'plugins', 1, 'pluginRef']), 'schedulingProfiles[0].plugins[1].pluginRef');
     assert.equal(formatPath(['pool', 'endpoints', 0, 'labels', 'llm-d.ai/role']), 'pool.endpoints[0].labels["llm-d.ai/role"]');
     assert.equal(formatPath([]), '');
+  });
+});
+
+describe('suggestions (closestMatch)', () => {
+  const types = ['kv-cache-utilization-scorer', 'lora-affinity-scorer', 'prefix-cache-scorer', 'queue-scorer', 'session-affinity-scorer'];
+
+  test('typos and case differences', () => {
+    assert.equal(closestMatch('metricPort', ['port', 'metricsPort', 'host']), 'metricsPort');
+    assert.equal(closestMatch('flowcontrol', ['flowControl', 'haPopulateNonLeaderDatastore']), 'flowControl');
+    assert.equal(closestMatch('prot', ['port', 'metricsPort', 'host']), 'port');
+    assert.equal(closestMatch('queue-scorr', types), 'queue-scorer');
+  });
+
+  test('a prefix of, or the words of, exactly one name', () => {
+    assert.equal(closestMatch('lora-affinity', types), 'lora-affinity-scorer');
+    assert.equal(closestMatch('kv-cache-scorer', types), 'kv-cache-utilization-scorer');
+    assert.equal(closestMatch('kv-cache-util', types), 'kv-cache-utilization-scorer');
+    assert.equal(closestMatch('metric', ['port', 'metricsPort']), 'metricsPort');
+  });
+
+  test('nothing when the match is ambiguous or only shares a part', () => {
+    assert.equal(closestMatch('affinity-scorer', types), undefined);
+    assert.equal(closestMatch('cache', types), undefined);
+    assert.equal(closestMatch('prefix-cache-scorer', ['queue-scorer', 'kv-cache-scorer', 'utilization-detector']), undefined);
+    assert.equal(closestMatch('zzz', ['path', 'interval', 'timeout']), undefined);
+    assert.equal(closestMatch('a', ['address', 'name']), undefined);
   });
 });
