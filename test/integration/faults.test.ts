@@ -21,6 +21,29 @@ async function post(url: string, body: string, headers: Record<string, string> =
   return { status: r.statusCode, headers: r.headers, text };
 }
 
+/**
+ * A POST with `Expect: 100-continue` declaring `length` bytes: on `100 Continue` it sends `body`, or
+ * gives up when there is none to send. Resolves with the final answer and whether it was told to go on.
+ */
+function postExpectingContinue(port: number, length: number, body?: string) {
+  return new Promise<{ status: number; text: string; continued: boolean }>((resolve, reject) => {
+    let continued = false;
+    const req = http.request(
+      { host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', 'content-length': length, expect: '100-continue' } },
+      (res) => {
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text, continued }));
+      },
+    );
+    req.on('continue', () => {
+      continued = true;
+      if (body !== undefined) req.end(body);
+      else req.destroy(new Error('told to send a body it has not got'));
+    });
+    req.on('error', reject);
+  });
+}
 
 describe('request path faults and limits', () => {
   test('a body over server.bodyLimit gets 413 without being buffered', async () => {
@@ -44,22 +67,7 @@ describe('request path faults and limits', () => {
     const backend = await startFakeBackend();
     const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Ki'));
     try {
-      const r = await new Promise<{ status: number; text: string; continued: boolean }>((resolve, reject) => {
-        let continued = false;
-        const req = http.request(
-          { host: '127.0.0.1', port: gw.apiPort, method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', 'content-length': 17 << 20, expect: '100-continue' } },
-          (res) => {
-            let text = '';
-            res.on('data', (c: Buffer) => (text += c.toString()));
-            res.on('end', () => resolve({ status: res.statusCode ?? 0, text, continued }));
-          },
-        );
-        req.on('continue', () => {
-          continued = true;
-          req.destroy(new Error('told to send a body that is over the limit'));
-        });
-        req.on('error', reject);
-      });
+      const r = await postExpectingContinue(gw.apiPort, 17 << 20);
       assert.equal(r.status, 413, r.text);
       assert.equal(r.continued, false, 'no 100 Continue');
       assert.match(JSON.parse(r.text).error.message, /exceeds the limit of 1024 bytes/);
@@ -163,22 +171,7 @@ schedulingProfiles:
     try {
       await waitForMetrics(gw);
       const body = chat('a long prompt');
-      const r = await new Promise<{ status: number; text: string; continued: boolean }>((resolve, reject) => {
-        let continued = false;
-        const req = http.request(
-          { host: '127.0.0.1', port: gw.apiPort, method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), expect: '100-continue' } },
-          (res) => {
-            let text = '';
-            res.on('data', (c: Buffer) => (text += c.toString()));
-            res.on('end', () => resolve({ status: res.statusCode ?? 0, text, continued }));
-          },
-        );
-        req.on('continue', () => {
-          continued = true;
-          req.end(body);
-        });
-        req.on('error', reject);
-      });
+      const r = await postExpectingContinue(gw.apiPort, Buffer.byteLength(body), body);
       assert.equal(r.status, 200, r.text);
       assert.ok(r.continued, '100 Continue came first');
       assert.equal(backend.received.length, 1);
