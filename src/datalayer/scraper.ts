@@ -25,6 +25,8 @@ export interface ScraperOptions {
   clock: Clock;
   /** Called after every failed scrape (already recorded on the endpoint); for logs and metrics. */
   onError?: (ep: Endpoint, err: string) => void;
+  /** Called after the first good scrape that follows failed ones (for logs). */
+  onRecovered?: (ep: Endpoint) => void;
   /** Largest accepted body; default 4 MiB. */
   maxBytes?: number;
 }
@@ -73,6 +75,7 @@ export class Scraper {
   private readonly timeoutMs: number;
   private readonly clock: Clock;
   private readonly onError: ((ep: Endpoint, err: string) => void) | undefined;
+  private readonly onRecovered: ((ep: Endpoint) => void) | undefined;
   private readonly maxBytes: number;
 
   private running = false;
@@ -88,6 +91,7 @@ export class Scraper {
     this.timeoutMs = opts.timeoutMs;
     this.clock = opts.clock;
     this.onError = opts.onError;
+    this.onRecovered = opts.onRecovered;
     this.maxBytes = opts.maxBytes ?? DEFAULT_SCRAPE_MAX_BYTES;
   }
 
@@ -206,6 +210,7 @@ export class Scraper {
     }
 
     if (scrape.abortReason === 'stopped' || scrape.abortReason === 'removed') return;
+    const wasFailing = ep.lastError !== undefined;
     try {
       this.pool.recordScrape(ep, result, this.clock.now());
     } catch (err) {
@@ -213,6 +218,13 @@ export class Scraper {
       this.reportError(ep, `pool listener failed after scrape: ${describeError(err)}`);
     }
     if ('error' in result) this.reportError(ep, result.error);
+    else if (wasFailing && this.onRecovered !== undefined) {
+      try {
+        this.onRecovered(ep);
+      } catch {
+        // A failing hook must not break the loop.
+      }
+    }
   }
 
   private reportError(ep: Endpoint, message: string): void {

@@ -145,6 +145,24 @@ describe('Scraper.scrapeOnce', () => {
     }
   });
 
+  test('onRecovered: once, on the first good scrape after failed ones; never for a good scrape after a good one', async () => {
+    const answers = [200, 500, 500, 200, 200, 503, 200];
+    const server = await startServer((_req, res, n) => {
+      res.statusCode = answers[n - 1]!;
+      res.end(res.statusCode === 200 ? page(1) : 'down');
+    });
+    const pool = poolFor(server.port);
+    const events: string[] = [];
+    const scraper = new Scraper(pool, options({ onError: () => events.push('error'), onRecovered: (ep) => events.push(`recovered ${ep.name}`) }));
+    try {
+      for (let i = 0; i < answers.length; i++) await scraper.scrapeOnce(pool.endpoints[0]!);
+      assert.deepEqual(events, ['error', 'error', 'recovered ep-0', 'error', 'recovered ep-0']);
+    } finally {
+      await scraper.stop();
+      await server.close();
+    }
+  });
+
   test('a garbage page is an error, not zeros', async () => {
     const server = await startServer((_req, res) => res.end('<html><body>hello</body></html>'));
     const pool = poolFor(server.port);

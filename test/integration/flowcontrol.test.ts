@@ -114,10 +114,10 @@ ${DETECTOR}schedulingProfiles:
     }
   });
 
-  test('every /metrics failing: stale gauge = endpoints, saturation 1.0, TTL 429, one warning; recovery lets traffic flow', async () => {
+  test('every /metrics failing: stale gauge = endpoints, saturation 1.0, TTL 429, one warning; recovery lets traffic flow and is logged', async () => {
     const a = await startFakeBackend();
     const b = await startFakeBackend();
-    const { logger, lines } = captureLogger('warn');
+    const { logger, lines } = captureLogger('info');
     const extra = `plugins:
 ${DETECTOR}flowControl:
   defaultRequestTTL: 400ms
@@ -142,6 +142,12 @@ ${DETECTOR}flowControl:
       b.metrics = vllmPage();
       await until(async () => gauge(await metricsText(gw), 'llm_d_epp_flow_control_stale_endpoints', 'detector=') === 0, 3000, 'stale gauge back to 0');
       assert.equal((await post(gw)).status, 200);
+      // Each endpoint's failure is logged once (throttled), and so is its recovery, with how long it lasted.
+      const byMsg = (msg: string) => lines().filter((l) => l.msg === msg).map((l) => l.endpoint).sort();
+      assert.deepEqual(byMsg('metrics scrape failed'), ['a', 'b']);
+      await until(() => byMsg('metrics scrape recovered').length === 2, 3000, 'both recoveries logged');
+      assert.deepEqual(byMsg('metrics scrape recovered'), ['a', 'b']);
+      for (const l of lines().filter((x) => x.msg === 'metrics scrape recovered')) assert.ok(Number(l.failingMs) > 0, JSON.stringify(l));
       const outcomes = await metricsText(gw);
       assert.ok((gauge(outcomes, 'llm_d_epp_flow_control_requests_total', 'outcome="EvictedTTL"') ?? 0) >= 1);
     } finally {
