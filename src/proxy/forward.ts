@@ -51,8 +51,16 @@ export interface ForwardContext {
   logger: Logger;
   clock: Clock;
   // What the debug-level `request done` line reports, filled in as the request goes.
-  /** The endpoint of the last attempt. */
+  /** The request's objective header, its priority and fairness id (set once admitted). */
+  objective: string | undefined;
+  priority: number;
+  fairnessId: string;
+  /** The endpoint of the last attempt, and how many attempts were made (retries after connection failures). */
   endpoint: string | undefined;
+  attempts: number;
+  /** P/D: the prefill endpoint picked (whichever connector), and how long the prefill leg Sluice ran took (nixlv2, shared-storage). */
+  prefillEndpoint: string | undefined;
+  prefillMs: number | undefined;
   /** Time spent in the flow-control queue (0 when it went straight through). */
   queuedMs: number;
   /** Arrival → first byte of the answer relayed; undefined before it. */
@@ -128,6 +136,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
     // A retry is counted when it happens, against the endpoint whose connection failed.
     if (failedOn !== undefined) metrics.upstreamRetry(failedOn.name);
     ctx.endpoint = ep.name;
+    ctx.attempts = attempt + 1;
     metrics.schedulerAttempt('success', ep.name);
     const pd = outcome.result.disaggregation;
     if (pd !== undefined && !decisionCounted) {
@@ -170,6 +179,7 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): 
     let prepared: DecodeLeg | undefined;
     if (isDecodeLeg(plan)) leg = plan;
     else if (plan?.prefill !== undefined) {
+      ctx.prefillEndpoint = plan.prefill.name;
       const connector = connectorFor(plan.connector);
       const input = { raw: ctx.raw, body: ctx.sreq.body, api: ctx.sreq.api, prefill: plan.prefill };
       // Only a prefill leg needs a signal (the decode leg is aborted through undici's controller).
@@ -475,6 +485,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, signal: AbortSign
     const { pool } = ctx;
     if (signal.aborted) return { kind: 'aborted' };
     pool.acquire(prefill);
+    const started = ctx.clock.now();
     try {
       const headers = upstreamRequestHeaders(ctx.req.headers, ctx.requestId);
       headers['accept-encoding'] = 'identity';
@@ -493,6 +504,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, signal: AbortSign
       const e = err as Error & { code?: string };
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {
+      ctx.prefillMs = ctx.clock.now() - started;
       pool.release(prefill);
     }
   };

@@ -158,9 +158,9 @@ export class ApiServer {
         return this.logDone(res, requestId, 400);
       }
 
-      const objective = firstHeader(req.headers, OBJECTIVE_HEADERS);
-      const priority = objective !== undefined ? (rt.objectives.get(objective) ?? 0) : 0;
-      const fairnessId = firstHeader(req.headers, FAIRNESS_HEADERS) ?? 'default-flow';
+      const objective = (ctx.objective = firstHeader(req.headers, OBJECTIVE_HEADERS));
+      const priority = (ctx.priority = objective !== undefined ? (rt.objectives.get(objective) ?? 0) : 0);
+      const fairnessId = (ctx.fairnessId = firstHeader(req.headers, FAIRNESS_HEADERS) ?? 'default-flow');
 
       const { modelMetrics, started } = ctx;
       modelMetrics.started();
@@ -199,8 +199,9 @@ export class ApiServer {
 
   /**
    * At debug level, one line per API request when it ends (`request done`): its status (0: the
-   * client went away first), the error Sluice answered and why, where it went, how long it queued,
-   * its time to first byte, duration and tokens. The line to find a slow or failed request by its
+   * client went away first), the error Sluice answered and why, its objective, priority and flow,
+   * where it went (after how many attempts; the prefill leg's endpoint and time under P/D), how long
+   * it queued, its time to first byte, duration and tokens. The line to find a slow or failed request by its
    * `x-request-id`; `scheduling decision` lines say why it went there.
    */
   private logDone(res: ServerResponse, requestId: string, status: number, ctx?: ForwardContext): void {
@@ -211,10 +212,16 @@ export class ApiServer {
       {
         requestId,
         model: ctx?.sreq.model,
+        objective: ctx?.objective,
+        priority: ctx?.priority,
+        fairnessId: ctx?.fairnessId,
         status,
         error: error?.message,
         droppedReason: error?.droppedReason,
         endpoint: ctx?.endpoint,
+        attempts: ctx?.attempts,
+        prefillEndpoint: ctx?.prefillEndpoint,
+        prefillMs: ctx?.prefillMs,
         queuedMs: ctx?.queuedMs,
         ttftMs: ctx?.ttftMs,
         durationMs: ctx !== undefined ? clock.now() - ctx.started : undefined,
@@ -256,7 +263,13 @@ export class ApiServer {
       modelMetrics: deps.metrics.forModel(valid.model),
       logger: deps.logger,
       clock: deps.clock,
+      objective: undefined,
+      priority: 0,
+      fairnessId: 'default-flow',
       endpoint: undefined,
+      attempts: 0,
+      prefillEndpoint: undefined,
+      prefillMs: undefined,
       queuedMs: 0,
       ttftMs: undefined,
       usage: undefined,

@@ -410,6 +410,10 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
           [1, 'decode-1', 'prefill-decode', [['decode', 'decode-1'], ['prefill', 'prefill-0']]],
         ],
       );
+      // ... and its end: two attempts, where the prefill ran and how long it took.
+      const done = debug.lines().find((l) => l.msg === 'request done')!;
+      assert.deepEqual([done.endpoint, done.attempts, done.prefillEndpoint], ['decode-1', 2, 'prefill-0']);
+      assert.ok(typeof done.prefillMs === 'number' && done.prefillMs >= 0 && done.prefillMs <= Number(done.ttftMs), JSON.stringify(done));
     } finally {
       await f.close();
     }

@@ -302,7 +302,7 @@ describe('the scheduling decision in the debug log', () => {
     try {
       await waitForMetrics(gw);
       await waitForMetrics(quiet);
-      const r = await post(gw, chat('hello', SYSTEM_PROMPT), { 'x-request-id': 'trace-1' });
+      const r = await post(gw, chat('hello', SYSTEM_PROMPT), { 'x-request-id': 'trace-1', 'x-llm-d-inference-fairness-id': 'tenant-a', 'x-llm-d-inference-objective': 'batch' });
       assert.equal(r.status, 200);
       const decisions = debug.lines().filter((l) => l.msg === 'scheduling decision');
       assert.equal(decisions.length, 1);
@@ -328,9 +328,11 @@ describe('the scheduling decision in the debug log', () => {
       const { ttftMs, durationMs, ...rest } = done!;
       assert.ok(typeof ttftMs === 'number' && typeof durationMs === 'number' && ttftMs >= 0 && durationMs >= ttftMs, `${ttftMs} ${durationMs}`);
       assert.deepEqual(
-        [rest.requestId, rest.model, rest.status, rest.endpoint, rest.queuedMs, rest.promptTokens, rest.completionTokens, rest.error],
-        ['trace-1', MODEL, 200, 'idle', 0, 3, 1, undefined],
+        [rest.requestId, rest.model, rest.status, rest.endpoint, rest.attempts, rest.queuedMs, rest.promptTokens, rest.completionTokens, rest.error],
+        ['trace-1', MODEL, 200, 'idle', 1, 0, 3, 1, undefined],
       );
+      // Its flow: an objective this config does not define runs at priority 0.
+      assert.deepEqual([rest.objective, rest.priority, rest.fairnessId, rest.prefillEndpoint, rest.prefillMs], ['batch', 0, 'tenant-a', undefined, undefined]);
       assert.equal((await post(gw, '{"model":', { 'x-request-id': 'bad-1' })).status, 400);
       const bad = debug.lines().find((l) => l.msg === 'request done' && l.requestId === 'bad-1')!;
       assert.equal(bad.status, 400);
