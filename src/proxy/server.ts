@@ -183,7 +183,9 @@ export class ApiServer {
         this.internalError(res, requestId, err);
       } finally {
         modelMetrics.ended();
-        modelMetrics.duration((deps.clock.now() - started) / 1000);
+        // Latency of answers from a model server, as llm-d records it: Sluice's own refusals (counted
+        // as errors) would pull the percentiles down exactly when the fleet is in trouble.
+        if (ctx.ttftMs !== undefined) modelMetrics.duration((deps.clock.now() - started) / 1000);
         if (status >= 400) modelMetrics.error(status);
         this.logDone(res, requestId, status, ctx);
       }

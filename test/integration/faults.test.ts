@@ -108,6 +108,11 @@ schedulingProfiles:
       assert.equal(r.status, 429);
       assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
       assert.equal(backend.received.length, 0);
+      // Counted as a request and an error; no latency sample (no model server answered it).
+      const m = (await (await request(`${gw.metricsUrl}/metrics`)).body.text()).split('\n');
+      assert.ok(m.some((l) => /^llm_d_epp_request_total\{.*\} 1$/.test(l)));
+      assert.ok(m.some((l) => /^llm_d_epp_request_error_total\{.*error_code="429"\} 1$/.test(l)));
+      assert.ok(!m.some((l) => /^llm_d_epp_request_duration_seconds_count\{.*\} [1-9]/.test(l)), 'no duration sample');
     } finally {
       await gw.close();
       await backend.close();
@@ -327,8 +332,11 @@ schedulingProfiles:
       assert.match(r.text, /data: \{"error":\{.*"code":502/);
       assert.equal(gw.pool.endpoints[0]!.inFlight, 0);
       // The client got a broken answer whatever its status line said: an error to alert on.
-      const errors = (await (await request(`${gw.metricsUrl}/metrics`)).body.text()).split('\n').filter((l) => l.startsWith('llm_d_epp_request_error_total{'));
+      const lines = (await (await request(`${gw.metricsUrl}/metrics`)).body.text()).split('\n');
+      const errors = lines.filter((l) => l.startsWith('llm_d_epp_request_error_total{'));
       assert.deepEqual(errors, [`llm_d_epp_request_error_total{model_name="${MODEL}",target_model_name="${MODEL}",error_code="502"} 1`]);
+      // The model server did answer (then broke off): its latency is recorded.
+      assert.ok(lines.includes(`llm_d_epp_request_duration_seconds_count{model_name="${MODEL}",target_model_name="${MODEL}"} 1`));
     } finally {
       await gw.close();
       await backend.close();
