@@ -277,6 +277,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       const nextLive = build(config);
       pool.setEndpoints(config.pool.endpoints);
       live = nextLive;
+      metrics.configRestartNeeded(restartOnly.length > 0);
       const [oldQueue, newQueue] = [previous.runtime.flowControl, live.runtime.flowControl];
       if (oldQueue && newQueue) oldQueue.handOver(newQueue);
       else oldQueue?.dispatchAll(); // flow control turned off: nothing may stay queued

@@ -464,6 +464,7 @@ export class GatewayMetrics {
   // --- configuration (Sluice's own; named like Prometheus' config_last_reload_successful)
   readonly configReloadsTotal: Counter<'result'>;
   readonly configLastReloadSuccessful: Gauge<string>;
+  readonly configRestartPending: Gauge;
   // --- flow control
   readonly poolSaturation: Gauge<'inference_pool' | 'stage'>;
   readonly staleEndpoints: Gauge<'detector'>;
@@ -595,6 +596,13 @@ export class GatewayMetrics {
       help: '1 when the configuration file last read was valid and is in force, 0 when the last reload was rejected.',
     });
     this.configLastReloadSuccessful.set(1);
+    // Both series from the start: increase() sees the first failure, and an alert on it has a series.
+    for (const result of ['success', 'failure']) this.configReloadsTotal.labels(result).inc(0);
+    this.configRestartPending = gauge({
+      name: 'sluice_config_restart_pending',
+      help: '1 when the configuration in force asks for settings only a restart applies (ports, host, request time-outs), which therefore still run as the process started; 0 otherwise.',
+    });
+    this.configRestartPending.set(0);
 
     this.poolSaturation = gauge({
       name: 'llm_d_epp_flow_control_pool_saturation',
@@ -767,6 +775,11 @@ export class GatewayMetrics {
   /** A request moved off this endpoint because connecting to it failed. */
   upstreamRetry(endpointName: string): void {
     cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, endpointName).inc();
+  }
+
+  /** Whether the configuration in force differs from what the process started with in restart-only settings. */
+  configRestartNeeded(pending: boolean): void {
+    this.configRestartPending.set(pending ? 1 : 0);
   }
 
   /** A reload was applied (true) or rejected (false). */

@@ -171,6 +171,13 @@ describe('live reload', () => {
       assert.equal(gw.config.objectives[0]?.priority, 7);
       assert.equal(warnings().length, 2);
       assert.deepEqual(warnings()[1]?.keys, ['server.metricsPort', 'server.requestTimeout']);
+      const pending = async () => /^sluice_config_restart_pending 1$/m.test(await (await request(`${gw.metricsUrl}/metrics`)).body.text());
+      assert.equal(await pending(), true);
+      // Back to what it started with: nothing awaits a restart any more.
+      writeFileSync(file, config([{ name: 'a', port: a.port }], 'objectives:\n- { name: gold, priority: 7 }\n'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      assert.equal(warnings().length, 2);
+      assert.equal(await pending(), false);
     } finally {
       reloader.stop();
       await gw.close();
@@ -236,6 +243,10 @@ describe('live reload', () => {
     const a = await startFakeBackend();
     const { file, gw, reloader, lines } = await reloadableGateway('twice.yaml', config([{ name: 'a', port: a.port }]));
     try {
+      // Both result series exist from the start, at 0.
+      const before = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(before, /sluice_config_reloads_total\{result="failure"\} 0/);
+      assert.match(before, /sluice_config_restart_pending 0/);
       const applied = () => lines().filter((l) => l.msg === 'config reloaded').length;
       const unchanged = () => lines().filter((l) => l.msg === 'config reload: the file gives the configuration in force; nothing to apply').length;
       assert.equal(await reloader.reloadNow('SIGHUP'), true, 'the file as started');
