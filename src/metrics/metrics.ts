@@ -458,6 +458,8 @@ export class GatewayMetrics {
   // --- endpoints (scrape-time)
   readonly endpointMetricsAge: Gauge<'endpoint_name' | 'role'>;
   readonly perEndpointQueueSize: Gauge<'endpoint_name' | 'role'>;
+  readonly endpointRunningRequests: Gauge<'endpoint_name' | 'role'>;
+  readonly endpointKvCacheUsage: Gauge<'endpoint_name' | 'role'>;
   readonly endpointInflightRequests: Gauge<'endpoint_name' | 'role'>;
   readonly datalayerPollErrorsTotal: Counter<'endpoint_name'>;
   readonly upstreamRetriesTotal: Counter<'endpoint_name'>;
@@ -569,6 +571,18 @@ export class GatewayMetrics {
       help: 'Requests waiting in the endpoint\'s own queue (vllm:num_requests_waiting) as last scraped; no series until the first successful scrape.',
       labelNames: endpointLabels,
       collect: () => this.collectEndpointGauge(this.perEndpointQueueSize, (ep) => ep.metrics?.waiting),
+    });
+    this.endpointRunningRequests = gauge({
+      name: 'sluice_endpoint_running_requests',
+      help: 'Requests the endpoint runs (vllm:num_requests_running) as last scraped; no series until the first successful scrape.',
+      labelNames: endpointLabels,
+      collect: () => this.collectEndpointGauge(this.endpointRunningRequests, (ep) => ep.metrics?.running),
+    });
+    this.endpointKvCacheUsage = gauge({
+      name: 'sluice_endpoint_kv_cache_usage_ratio',
+      help: 'KV-cache usage of the endpoint (vllm:kv_cache_usage_perc, 0-1) as last scraped: what the utilization detector compares with kvCacheUtilThreshold; no series until the first successful scrape.',
+      labelNames: endpointLabels,
+      collect: () => this.collectEndpointGauge(this.endpointKvCacheUsage, (ep) => ep.metrics?.kvUsage),
     });
     this.endpointInflightRequests = gauge({
       name: 'llm_d_epp_endpoint_inflight_requests',

@@ -196,6 +196,13 @@ describe('GatewayMetrics', () => {
     assert.deepEqual(samplesOf(text, 'llm_d_epp_per_endpoint_queue_size'), [
       { name: 'llm_d_epp_per_endpoint_queue_size', labels: { endpoint_name: 'prefill-0', role: 'prefill' }, value: 4 },
     ]);
+    // What the saturation detector reads, per endpoint: running requests and KV-cache usage.
+    assert.deepEqual(samplesOf(text, 'sluice_endpoint_running_requests'), [
+      { name: 'sluice_endpoint_running_requests', labels: { endpoint_name: 'prefill-0', role: 'prefill' }, value: 2 },
+    ]);
+    assert.deepEqual(samplesOf(text, 'sluice_endpoint_kv_cache_usage_ratio'), [
+      { name: 'sluice_endpoint_kv_cache_usage_ratio', labels: { endpoint_name: 'prefill-0', role: 'prefill' }, value: 0.3 },
+    ]);
     assert.deepEqual(
       samplesOf(text, 'llm_d_epp_endpoint_inflight_requests').map((s) => [s.labels.endpoint_name, s.value]),
       [['prefill-0', 3], ['decode-0', 0]],
@@ -205,7 +212,7 @@ describe('GatewayMetrics', () => {
     scraped.inFlight = 1;
     endpoints = [scraped];
     text = await metrics.text();
-    for (const name of ['llm_d_epp_endpoint_metrics_age_seconds', 'llm_d_epp_per_endpoint_queue_size', 'llm_d_epp_endpoint_inflight_requests']) {
+    for (const name of ['llm_d_epp_endpoint_metrics_age_seconds', 'llm_d_epp_per_endpoint_queue_size', 'sluice_endpoint_running_requests', 'sluice_endpoint_kv_cache_usage_ratio', 'llm_d_epp_endpoint_inflight_requests']) {
       const names = samplesOf(text, name).map((s) => s.labels.endpoint_name);
       assert.deepEqual(names, ['prefill-0'], `${name} after removal`);
     }
