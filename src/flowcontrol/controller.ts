@@ -103,6 +103,8 @@ export interface FlowControlBandDebug {
 export interface FlowControlDebug {
   /** Saturation sampled by the latest dispatch cycle; null before the first. */
   saturation: number | null;
+  /** Clock ms of that sample: the value is as old as the last cycle (cycles run while requests queue). */
+  saturationSampledAt: number | null;
   poolEmpty: boolean;
   /** Clock ms when `poolEmpty` last changed, either way (the controller's start if never). */
   poolEmptyChangedAt: number;
@@ -314,6 +316,7 @@ export class FlowController {
   private regimeEmpty = false;
   private regimeSince: number;
   private lastSaturation: number | null = null;
+  private lastSaturationAt: number | null = null;
 
   private dispatching = false;
   private shuttingDown = false;
@@ -590,6 +593,7 @@ export class FlowController {
     const now = this.clock.now();
     return {
       saturation: this.lastSaturation,
+      saturationSampledAt: this.lastSaturationAt,
       poolEmpty: this.regimeEmpty,
       poolEmptyChangedAt: this.regimeSince,
       ceilings: this.bands.map((band, i) => ({
@@ -738,6 +742,7 @@ export class FlowController {
     }
     if (Number.isNaN(saturation)) saturation = Infinity;
     this.lastSaturation = saturation;
+    this.lastSaturationAt = now;
     this.ceilingsSampled = true;
     return saturation;
   }

@@ -520,6 +520,7 @@ describe('snapshots', () => {
 
     const snap = h.fc.snapshot();
     assert.equal(snap.saturation, 1.25);
+    assert.equal(snap.saturationSampledAt, 1050, 'the cycle of the last arrival');
     assert.equal(snap.poolEmpty, false);
     assert.equal(snap.poolEmptyChangedAt, 1000);
     assert.deepEqual(snap.ceilings, [
@@ -575,6 +576,7 @@ describe('snapshots', () => {
     const h = new Harness();
     const snap = h.fc.snapshot();
     assert.equal(snap.saturation, null);
+    assert.equal(snap.saturationSampledAt, null);
     assert.deepEqual(snap.ceilings, [{ priority: 0, ceiling: null }]);
     assert.equal(JSON.parse(JSON.stringify(snap)).saturation, null);
   });
