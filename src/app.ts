@@ -308,6 +308,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         await Promise.race([api.whenIdle(), new Promise<void>((r) => (timer = setTimeout(r, grace)))]);
         clearTimeout(timer);
         api.server.closeAllConnections();
+        api.refusals.close();
         await scraper.stop();
         await upstreams.destroy();
         await admin.close();

@@ -23,6 +23,7 @@ import type { ModelsCache } from './models.js';
 import type { FlowController } from '../flowcontrol/controller.js';
 import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from '../flowcontrol/types.js';
 import { trackResponse, unwatchClient, watchClient, watchPipelined, type ClientWatcher } from './client-watch.js';
+import { RefusalLog } from './refusal-log.js';
 import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
 
@@ -44,8 +45,11 @@ export class ApiServer {
   active = 0;
   draining = false;
   private idleWaiters: (() => void)[] = [];
+  /** Sluice's own refusals at warn level (debug logging is not needed to see them). */
+  readonly refusals: RefusalLog;
 
   constructor(private readonly deps: ApiServerDeps) {
+    this.refusals = new RefusalLog(deps.logger);
     const { requestHeadersTimeout, requestTimeout } = deps.runtime().config.server;
     // Slowloris guard: clients that dribble their headers or body are cut off (408). Node checks
     // these every connectionsCheckingInterval, so that follows the shorter time-out.
@@ -208,8 +212,9 @@ export class ApiServer {
    */
   private logDone(res: ServerResponse, requestId: string, status: number, ctx?: ForwardContext): void {
     const { logger, clock } = this.deps;
+    const error = status >= 400 ? sentError(res) : undefined;
+    if (error?.droppedReason !== undefined) this.refusals.note(error.droppedReason, status, requestId);
     if (!logger.isLevelEnabled('debug')) return;
-    const error = sentError(res);
     logger.debug(
       {
         requestId,

@@ -6,7 +6,7 @@ import net from 'node:net';
 import { spawn } from 'node:child_process';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
-import { fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 import type { Gateway } from '../../src/app.js';
@@ -101,10 +101,11 @@ schedulingProfiles:
 - name: default
   plugins: [ { pluginRef: label-selector-filter }, { pluginRef: queue-scorer } ]
 `;
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port, labels: { tier: 'silver' } }], extra));
+    const { logger, lines } = captureLogger('info');
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port, labels: { tier: 'silver' } }], extra), { logger });
     try {
       await waitForMetrics(gw);
-      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat(), { 'x-request-id': 'refused-1' });
       assert.equal(r.status, 429);
       assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
       assert.equal(backend.received.length, 0);
@@ -113,6 +114,9 @@ schedulingProfiles:
       assert.ok(m.some((l) => /^llm_d_epp_request_total\{.*\} 1$/.test(l)));
       assert.ok(m.some((l) => /^llm_d_epp_request_error_total\{.*error_code="429"\} 1$/.test(l)));
       assert.ok(!m.some((l) => /^llm_d_epp_request_duration_seconds_count\{.*\} [1-9]/.test(l)), 'no duration sample');
+      // Visible without debug logging: one warning naming the reason and the request.
+      const warned = lines().filter((l) => l.msg === 'the gateway is refusing requests');
+      assert.deepEqual(warned.map((l) => [l.level, l.droppedReason, l.status, l.requestId]), [[40, 'rejected-saturated', 429, 'refused-1']]);
     } finally {
       await gw.close();
       await backend.close();
