@@ -227,6 +227,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       const fc = live.runtime.flowControl;
       return fc ? { enabled: true, ...fc.snapshot() } : { enabled: false };
     },
+    requests: () => api.inFlightRequests(),
     metricsText: () => metrics.text(),
     metricsContentType: metrics.contentType,
     isReady: () => !api.draining && isReady(),

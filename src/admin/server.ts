@@ -1,7 +1,8 @@
 /**
  * The metrics port (SPEC §2): /metrics (Prometheus text), /health, /ready and /debug/pool — a JSON
  * view of every endpoint with labels, role, stage, last metrics, age, stale flag and in-flight count,
- * plus per-stage saturation — and /debug/flowcontrol (bands, flows, queue lengths/bytes, ceilings). Fastify: not on the per-request path, and its routing/404 handling is
+ * plus per-stage saturation — /debug/flowcontrol (bands, flows, queue lengths/bytes, ceilings) and
+ * /debug/requests (the requests in flight, oldest first). Fastify: not on the per-request path, and its routing/404 handling is
  * what we want here.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
@@ -20,6 +21,8 @@ export interface AdminDeps {
   metricsText: () => Promise<string>;
   /** JSON for /debug/flowcontrol. */
   flowControl: () => object;
+  /** JSON for /debug/requests. */
+  requests: () => object;
   metricsContentType: string;
   isReady: () => boolean;
 }
@@ -38,6 +41,7 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
   });
   app.get('/debug/pool', async () => debugPool(deps));
   app.get('/debug/flowcontrol', async () => deps.flowControl());
+  app.get('/debug/requests', async () => deps.requests());
   app.setNotFoundHandler((req, reply) => {
     reply.code(404).header('content-type', 'application/json').send(errorBody(404, `no route for ${req.method} ${req.url}`));
   });

@@ -47,6 +47,8 @@ export class ApiServer {
   private idleWaiters: (() => void)[] = [];
   /** Sluice's own refusals at warn level (debug logging is not needed to see them). */
   readonly refusals: RefusalLog;
+  /** Valid API requests not yet ended, for /debug/requests (a request hung on a frozen server shows here). */
+  readonly inFlight = new Set<ForwardContext>();
 
   constructor(private readonly deps: ApiServerDeps) {
     this.refusals = new RefusalLog(deps.logger);
@@ -168,6 +170,7 @@ export class ApiServer {
 
       const { modelMetrics, started } = ctx;
       modelMetrics.started();
+      this.inFlight.add(ctx);
       let status = 0;
       try {
         if (rt.flowControl) {
@@ -186,6 +189,7 @@ export class ApiServer {
         status = 500;
         this.internalError(res, requestId, err);
       } finally {
+        this.inFlight.delete(ctx);
         modelMetrics.ended();
         // Latency of answers from a model server, as llm-d records it: Sluice's own refusals (counted
         // as errors) would pull the percentiles down exactly when the fleet is in trouble.
@@ -196,6 +200,31 @@ export class ApiServer {
     } catch (err) {
       this.internalError(res, requestId, err);
     }
+  }
+
+  /**
+   * /debug/requests: the oldest `limit` requests in flight, each with its flow, where it is (queued,
+   * waiting for the first byte, streaming) and for how long.
+   */
+  inFlightRequests(limit = 100): { total: number; requests: object[] } {
+    const now = this.deps.clock.now();
+    const oldest = [...this.inFlight].sort((a, b) => a.started - b.started).slice(0, limit);
+    return {
+      total: this.inFlight.size,
+      requests: oldest.map((ctx) => ({
+        requestId: ctx.requestId,
+        model: ctx.sreq.model,
+        priority: ctx.priority,
+        fairnessId: ctx.fairnessId,
+        state: ctx.endpoint === undefined ? 'queued' : ctx.ttftMs === undefined ? 'waiting-for-first-byte' : 'streaming',
+        endpoint: ctx.endpoint ?? null,
+        prefillEndpoint: ctx.prefillEndpoint ?? null,
+        attempts: ctx.attempts,
+        ageMs: now - ctx.started,
+        queuedMs: ctx.endpoint === undefined ? now - ctx.started : ctx.queuedMs,
+        ttftMs: ctx.ttftMs ?? null,
+      })),
+    };
   }
 
   private internalError(res: ServerResponse, requestId: string, err: unknown): void {

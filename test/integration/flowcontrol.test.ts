@@ -155,6 +155,30 @@ ${DETECTOR}flowControl:
     }
   });
 
+  test('/debug/requests lists what is in flight, oldest first: the one held at the model server, then the queued one', async () => {
+    const { backend, gw, release, first } = await oneSlotTaken({ firstHeaders: { 'x-request-id': 'held-1', 'x-llm-d-inference-fairness-id': 'tenant-a' } });
+    try {
+      const queued = post(gw, { 'x-request-id': 'queued-1' }, 'second');
+      const snapshot = async () => (await (await request(`${gw.metricsUrl}/debug/requests`)).body.json()) as { total: number; requests: Record<string, unknown>[] };
+      await until(async () => (await snapshot()).total === 2, 3000, 'both in flight');
+      const { requests } = await snapshot();
+      assert.deepEqual(
+        requests.map((r) => [r.requestId, r.state, r.endpoint, r.fairnessId, r.attempts]),
+        [
+          ['held-1', 'waiting-for-first-byte', 'b', 'tenant-a', 1],
+          ['queued-1', 'queued', null, 'default-flow', 0],
+        ],
+      );
+      for (const r of requests) assert.ok(typeof r.ageMs === 'number' && r.ageMs >= 0 && Number(r.queuedMs) <= Number(r.ageMs), JSON.stringify(r));
+      release();
+      assert.equal((await first).status, 200);
+      assert.equal((await queued).status, 200);
+      await until(async () => (await snapshot()).total === 0, 3000, 'nothing in flight');
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
   test('priority: high-priority requests queued after low-priority ones go first when capacity returns', async () => {
     const { backend, gw, release, first } = await oneSlotTaken({ top: 'objectives:\n- { name: high, priority: 10 }\n- { name: low, priority: 1 }\n' });
     try {
