@@ -41,6 +41,9 @@ export const MAX_LABEL_VALUE_LENGTH = 256;
  * Maps a client-controlled label value to itself for the first `maxValues` distinct values and to
  * `other` afterwards. Admission is permanent (a series, once created, keeps its identity).
  */
+/** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
+export type UpstreamErrorKind = 'connect' | 'headers_timeout' | 'failed' | 'cut' | 'http_5xx';
+
 export class LabelCap {
   private readonly admitted = new Set<string>();
 
@@ -440,6 +443,7 @@ export class GatewayMetrics {
   private readonly attemptChildren = new Map<SchedulerAttemptStatus, Map<string, ValueSeries>>();
   private readonly pollErrorChildren = new Map<string, CounterChild>();
   private readonly retryChildren = new Map<string, CounterChild>();
+  private readonly firstByteSeries = new Map<string, HistogramSeries>();
   private readonly fcRequestChildren = new Map<string, Map<number, ValueSeries>>();
   private readonly fcQueueDurationChildren = new Map<string, Map<number, Map<string, HistogramSeries>>>();
   private readonly disaggChildren = new Map<string, Map<string, CounterChild>>();
@@ -463,6 +467,8 @@ export class GatewayMetrics {
   readonly endpointInflightRequests: Gauge<'endpoint_name' | 'role'>;
   readonly datalayerPollErrorsTotal: Counter<'endpoint_name'>;
   readonly upstreamRetriesTotal: Counter<'endpoint_name'>;
+  readonly endpointFirstByteSeconds: FastHistogram<'endpoint_name'>;
+  readonly endpointUpstreamErrorsTotal: Counter<'endpoint_name' | 'error'>;
   // --- configuration (Sluice's own; named like Prometheus' config_last_reload_successful)
   readonly configReloadsTotal: Counter<'result'>;
   readonly configLastReloadSuccessful: Gauge<string>;
@@ -594,6 +600,17 @@ export class GatewayMetrics {
       name: 'llm_d_epp_datalayer_poll_errors_total',
       help: 'Failed scrapes of an endpoint\'s /metrics (connection error, time-out, bad status or unparsable page).',
       labelNames: ['endpoint_name'],
+    });
+    this.endpointFirstByteSeconds = fastHistogram({
+      name: 'sluice_endpoint_first_byte_seconds',
+      help: 'Time from sending a request to the endpoint to its first answer byte: the model server\'s own time to first token plus the network, without the gateway\'s queue (a P/D decode leg: from sending that leg).',
+      labelNames: ['endpoint_name'],
+      buckets: LATENCY_BUCKETS_SECONDS,
+    });
+    this.endpointUpstreamErrorsTotal = counter({
+      name: 'sluice_endpoint_upstream_errors_total',
+      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), headers_timeout (504), failed (another error before an answer: 502), cut (the answer broke off mid-way), http_5xx (the endpoint answered 5xx, relayed).',
+      labelNames: ['endpoint_name', 'error'],
     });
     this.upstreamRetriesTotal = counter({
       name: 'llm_d_epp_upstream_retries_total',
@@ -784,6 +801,21 @@ export class GatewayMetrics {
   /** A failed scrape of the endpoint's /metrics. */
   scrapeError(endpointName: string): void {
     cachedCounterChild(this.pollErrorChildren, this.datalayerPollErrorsTotal, endpointName).inc();
+  }
+
+  /** First answer byte from the endpoint, `seconds` after the request was sent to it. */
+  endpointFirstByte(endpointName: string, seconds: number): void {
+    let series = this.firstByteSeries.get(endpointName);
+    if (series === undefined) {
+      series = this.endpointFirstByteSeconds.labels(endpointName);
+      this.firstByteSeries.set(endpointName, series);
+    }
+    series.observe(seconds);
+  }
+
+  /** A request failed at the endpoint (error paths only). */
+  endpointUpstreamError(endpointName: string, error: UpstreamErrorKind): void {
+    this.endpointUpstreamErrorsTotal.labels(endpointName, error).inc();
   }
 
   /** A request moved off this endpoint because connecting to it failed. */

@@ -244,6 +244,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private captured: Buffer[] | undefined = undefined;
   private capturedBytes = 0;
   private first = true;
+  /** Clock time the request left for the endpoint (its first-byte latency runs from here). */
+  private sentAt = 0;
   private waitingDrain = false;
   /** Resumes the upstream once the client caught up (made on first backpressure). */
   private onDrain: (() => void) | undefined = undefined;
@@ -271,6 +273,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     return new Promise<AttemptResult>((resolve) => {
       this.resolve = resolve;
       this.settled = false;
+      this.sentAt = ctx.clock.now();
       ctx.upstreams.get(this.ep).dispatch({ method: 'POST', path: ctx.req.url ?? '/', headers, body: leg?.body ?? ctx.raw }, this);
     });
   }
@@ -329,6 +332,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (status < 200 || this.settled) return;
     const { ctx, ep, cachedTokens } = this;
     this.status = status;
+    if (status >= 500) ctx.metrics.endpointUpstreamError(ep.name, 'http_5xx');
     const headers = clientResponseHeaders(upHeaders);
     headers['x-request-id'] = ctx.requestId;
     for (const hook of ctx.rt.responseHooks) {
@@ -367,8 +371,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const { ctx } = this;
     if (this.first) {
       this.first = false;
-      const ttftMs = (ctx.ttftMs = ctx.clock.now() - ctx.started);
+      const now = ctx.clock.now();
+      const ttftMs = (ctx.ttftMs = now - ctx.started);
       ctx.modelMetrics.ttft(ttftMs / 1000, ctx.stream);
+      ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
     }
     if (this.mode === Mode.Buffer) {
       this.captured!.push(chunk);
@@ -455,17 +461,21 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (this.headers === undefined) {
       // No answer yet.
       if (isConnectError(err)) {
+        ctx.metrics.endpointUpstreamError(ep.name, 'connect');
         const timedOut = (err as { code?: string }).code === 'UND_ERR_CONNECT_TIMEOUT';
         return this.done({ kind: 'retry', error: err.message, timedOut, prepared: this.prepared });
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
+        ctx.metrics.endpointUpstreamError(ep.name, 'headers_timeout');
         sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId });
         return this.done({ kind: 'done', status: 504 });
       }
+      ctx.metrics.endpointUpstreamError(ep.name, 'failed');
       sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId });
       return this.done({ kind: 'done', status: 502 });
     }
     // The upstream failed mid-answer: when the status line is gone, end the stream visibly.
+    ctx.metrics.endpointUpstreamError(ep.name, 'cut');
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message }, 'upstream failed mid-response');
     if (!res.headersSent) {
       sendError(res, 502, `upstream ${ep.name} failed mid-response: ${err.message}`, { requestId });

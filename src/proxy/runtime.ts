@@ -21,5 +21,12 @@ export interface ProxyRuntime {
 /** The request-path metrics (see metrics/metrics.ts); per-model series are resolved once per request. */
 export type ProxyMetrics = Pick<
   GatewayMetrics,
-  'forModel' | 'schedulerDuration' | 'schedulerAttempt' | 'upstreamRetry' | 'flowControlOutcome' | 'disaggDecision'
+  | 'forModel'
+  | 'schedulerDuration'
+  | 'schedulerAttempt'
+  | 'upstreamRetry'
+  | 'flowControlOutcome'
+  | 'disaggDecision'
+  | 'endpointFirstByte'
+  | 'endpointUpstreamError'
 >;

@@ -45,6 +45,16 @@ function postExpectingContinue(port: number, length: number, body?: string) {
   });
 }
 
+/** `sluice_endpoint_upstream_errors_total` samples as `endpoint/error` → value. */
+async function endpointErrors(gw: Gateway): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const l of (await (await request(`${gw.metricsUrl}/metrics`)).body.text()).split('\n')) {
+    const m = /^sluice_endpoint_upstream_errors_total\{endpoint_name="([^"]+)",error="([^"]+)"\} (\S+)$/.exec(l);
+    if (m) out[`${m[1]}/${m[2]}`] = Number(m[3]);
+  }
+  return out;
+}
+
 describe('request path faults and limits', () => {
   test('a body over server.bodyLimit gets 413 without being buffered', async () => {
     const backend = await startFakeBackend();
@@ -236,6 +246,10 @@ schedulingProfiles:
       assert.equal(JSON.parse(r.text).error.type, 'BadGatewayError');
       assert.match(JSON.parse(r.text).error.message, /after 3 attempt\(s\)/);
       assert.equal(await retries(four), 2, 'retries: 2 → two retries, the third failure is not retried');
+      // Each failed connection is counted against its endpoint: three attempts, three endpoints.
+      const connectErrors = Object.entries(await endpointErrors(four));
+      assert.equal(connectErrors.length, 3, JSON.stringify(connectErrors));
+      for (const [key, n] of connectErrors) assert.ok(key.endsWith('/connect') && n === 1, key);
       const alone = await post(`${one.apiUrl}/v1/chat/completions`, chat());
       assert.equal(alone.status, 502);
       assert.match(JSON.parse(alone.text).error.message, /no other endpoint is eligible/);
@@ -341,6 +355,9 @@ schedulingProfiles:
       assert.deepEqual(errors, [`llm_d_epp_request_error_total{model_name="${MODEL}",target_model_name="${MODEL}",error_code="502"} 1`]);
       // The model server did answer (then broke off): its latency is recorded.
       assert.ok(lines.includes(`llm_d_epp_request_duration_seconds_count{model_name="${MODEL}",target_model_name="${MODEL}"} 1`));
+      // ... and so are its first-byte time and the cut, against the endpoint.
+      assert.ok(lines.includes('sluice_endpoint_first_byte_seconds_count{endpoint_name="b"} 1'), lines.filter((l) => l.includes('first_byte')).join('\n'));
+      assert.deepEqual(await endpointErrors(gw), { 'b/cut': 1 });
     } finally {
       await gw.close();
       await backend.close();
@@ -358,6 +375,7 @@ schedulingProfiles:
       assert.equal(r.status, 504);
       assert.equal(JSON.parse(r.text).error.type, 'GatewayTimeoutError');
       assert.equal(backend.received.length, 1, 'a time-out is not retried (the server may be working on it)');
+      assert.deepEqual(await endpointErrors(gw2), { 'b/headers_timeout': 1 });
     } finally {
       await gw2.close();
       await backend.close();

@@ -151,6 +151,26 @@ describe('GatewayMetrics', () => {
     assert.equal(samplesOf(text, 'llm_d_epp_flow_control_dispatch_cycle_duration_seconds_count')[0]?.value, 1);
   });
 
+  test('per-endpoint first-byte latency and upstream errors', async () => {
+    const metrics = makeMetrics([]);
+    metrics.endpointFirstByte('decode-0', 0.03);
+    metrics.endpointFirstByte('decode-0', 3);
+    metrics.endpointFirstByte('decode-1', 0.02);
+    metrics.endpointUpstreamError('decode-1', 'http_5xx');
+    metrics.endpointUpstreamError('decode-1', 'http_5xx');
+    metrics.endpointUpstreamError('decode-0', 'connect');
+    const text = await metrics.text();
+    assert.deepEqual(
+      samplesOf(text, 'sluice_endpoint_first_byte_seconds_count').map((s) => [s.labels.endpoint_name, s.value]),
+      [['decode-0', 2], ['decode-1', 1]],
+    );
+    assert.equal(samplesOf(text, 'sluice_endpoint_first_byte_seconds_bucket').find((s) => s.labels.endpoint_name === 'decode-0' && s.labels.le === '1')?.value, 1);
+    assert.deepEqual(
+      samplesOf(text, 'sluice_endpoint_upstream_errors_total').map((s) => [s.labels.endpoint_name, s.labels.error, s.value]),
+      [['decode-1', 'http_5xx', 2], ['decode-0', 'connect', 1]],
+    );
+  });
+
   test('caps distinct model names: 2000 models give at most 1001 series per metric', async () => {
     const metrics = makeMetrics([]);
     for (let i = 0; i < 2000; i++) {
