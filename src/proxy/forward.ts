@@ -66,6 +66,9 @@ export interface ForwardContext {
   /** Arrival → first byte of the answer relayed; undefined before it. */
   ttftMs: number | undefined;
   usage: Usage | undefined;
+  /** Neighbours in the API server's list of requests in flight (intrusive: no hashing per request). */
+  older: ForwardContext | undefined;
+  newer: ForwardContext | undefined;
 }
 
 /** Errors that prove the request never reached the model server, so another endpoint may take it. */

