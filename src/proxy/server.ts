@@ -49,8 +49,8 @@ export class ApiServer {
   readonly refusals: RefusalLog;
   /**
    * Valid API requests not yet ended, oldest first, for /debug/requests (a request hung on a frozen
-   * server shows there). A list linked through the contexts: a Set of them cost ~10 µs per request
-   * (measured), as each context had to get an identity hash.
+   * server shows there). A list linked through the contexts: a Set of them cost ~9 µs of CPU per
+   * request in an A/B (79.4 against 70.6 µs), most likely for the identity hash each context got.
    */
   private oldest: ForwardContext | undefined = undefined;
   private newest: ForwardContext | undefined = undefined;
