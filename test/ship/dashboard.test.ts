@@ -1,5 +1,5 @@
 /**
- * dashboards/sluice-grafana.json queries only what Sluice exposes: every `llm_d_epp_*` name in a
+ * dashboards/sluice-grafana.json queries only what Sluice exposes: every `llm_d_epp_*` or `sluice_*` name in a
  * PromQL expression (panel targets and template variable queries) is a metric family that
  * GatewayMetrics renders, and every label the dashboard filters or groups by exists on that metric.
  * Plus the dashboard's own shape (schema version, datasource variable, saturation threshold line).
@@ -46,10 +46,10 @@ interface MetricRef {
   matcherLabels: string[];
 }
 
-/** `llm_d_epp_*` series referenced in an expression, with the labels of their own `{...}` matcher. */
+/** `llm_d_epp_*` and `sluice_*` series referenced in an expression, with the labels of their own `{...}` matcher. */
 function metricRefs(expr: string): MetricRef[] {
   const refs: MetricRef[] = [];
-  for (const m of expr.matchAll(/\b(llm_d_epp_[a-zA-Z0-9_:]+)\s*(\{[^}]*\})?/g)) {
+  for (const m of expr.matchAll(/\b((?:llm_d_epp|sluice)_[a-zA-Z0-9_:]+)\s*(\{[^}]*\})?/g)) {
     const matcherLabels = [...(m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)/g)].map((x) => x[1]);
     refs.push({ series: m[1], matcherLabels });
   }
@@ -103,7 +103,7 @@ describe('dashboards/sluice-grafana.json', () => {
     ]);
   });
 
-  test('every llm_d_epp_* name in a PromQL expression is a metric Sluice exposes', () => {
+  test('every llm_d_epp_* and sluice_* name in a PromQL expression is a metric Sluice exposes', () => {
     const exprs = dashboardExpressions(dashboard);
     assert.ok(exprs.length >= 20, `only ${exprs.length} expressions found`);
     const unknown: string[] = [];
@@ -115,8 +115,8 @@ describe('dashboards/sluice-grafana.json', () => {
       }
       // any other metric name (a typo of the prefix, a vllm:* series) is not Sluice's
       for (const m of expr.matchAll(/\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{|\[)/g))
-        if (!m[1].startsWith('llm_d_epp_') && !/^(by|without|on|ignoring|group_left|group_right)$/.test(m[1]))
-          unknown.push(`${where}: ${m[1]} (not an llm_d_epp_* metric)`);
+        if (!/^(llm_d_epp|sluice)_/.test(m[1]) && !/^(by|without|on|ignoring|group_left|group_right)$/.test(m[1]))
+          unknown.push(`${where}: ${m[1]} (not an llm_d_epp_* or sluice_* metric)`);
     }
     assert.ok(refs >= 30, `only ${refs} metric references found`);
     assert.deepEqual(unknown, [], `metric names the dashboard uses but Sluice does not expose:\n${unknown.join('\n')}`);
@@ -155,6 +155,9 @@ describe('dashboards/sluice-grafana.json', () => {
       'llm_d_epp_per_endpoint_queue_size',
       'llm_d_epp_datalayer_poll_errors_total',
       'llm_d_epp_upstream_retries_total',
+      'sluice_endpoint_first_byte_seconds',
+      'sluice_endpoint_upstream_errors_total',
+      'sluice_endpoint_kv_cache_usage_ratio',
     ])
       assert.ok(used.has(name), `no panel uses ${name}`);
 
@@ -168,6 +171,8 @@ describe('dashboards/sluice-grafana.json', () => {
     assert.ok(grouped('llm_d_epp_request_error_total', 'error_code'), 'errors by code');
     assert.ok(grouped('llm_d_epp_endpoint_inflight_requests', 'endpoint_name'), 'in-flight per endpoint');
     assert.ok(grouped('llm_d_epp_per_endpoint_queue_size', 'endpoint_name'), 'queue size per endpoint');
+    assert.ok(grouped('sluice_endpoint_first_byte_seconds_bucket', 'endpoint_name'), 'first-byte latency per endpoint');
+    assert.ok(grouped('sluice_endpoint_upstream_errors_total', 'error'), 'upstream errors by kind');
     for (const h of ['llm_d_epp_request_ttft_seconds_bucket', 'llm_d_epp_flow_control_request_queue_duration_seconds_bucket'])
       for (const q of ['0.5', '0.9', '0.99'])
         assert.ok(exprs.some((e) => e.includes(`histogram_quantile(${q},`) && e.includes(h)), `${h} p${Number(q) * 100}`);
