@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { buildAdminServer } from './admin/server.js';
 import type { LoadedConfig, SluiceConfig } from './config/types.js';
 import { formatProblem, type ConfigProblem } from './config/load.js';
+import { effectiveConfigDigest } from './config/print.js';
 import { Pool } from './datalayer/pool.js';
 import { Scraper } from './datalayer/scraper.js';
 import { GatewayMetrics } from './metrics/metrics.js';
@@ -145,6 +146,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
   });
   const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
+  metrics.configInForce(effectiveConfigDigest(loaded.config));
   const build = (config: SluiceConfig): Live => {
     const { runtime, detector } = buildRuntime(config, registry, pool, clock, random, logger, metrics);
     return { config, runtime, detector, staleMs: stalenessMs(config) };
@@ -279,6 +281,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       pool.setEndpoints(config.pool.endpoints);
       live = nextLive;
       metrics.configRestartNeeded(restartOnly.length > 0);
+      metrics.configInForce(effectiveConfigDigest(config));
       const [oldQueue, newQueue] = [previous.runtime.flowControl, live.runtime.flowControl];
       if (oldQueue && newQueue) oldQueue.handOver(newQueue);
       else oldQueue?.dispatchAll(); // flow control turned off: nothing may stay queued

@@ -3,6 +3,7 @@
  * human units), preceded by a comment per auto-injection, so nothing the loader added is hidden.
  * The output loads back to an equal config.
  */
+import { createHash } from 'node:crypto';
 import { Document } from 'yaml';
 import type { LoadedConfig, PriorityBandConfig, SluiceConfig } from './types.js';
 import { formatDuration, formatQuantity } from './units.js';
@@ -89,8 +90,21 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
 
 export function effectiveConfigYaml(loaded: LoadedConfig): string {
   const doc = new Document(effectiveConfigObject(loaded.config));
-  const header = [` Effective configuration of ${loaded.file} (after defaults and auto-injection).`];
+  const header = [
+    ` Effective configuration of ${loaded.file} (after defaults and auto-injection).`,
+    ` digest: ${effectiveConfigDigest(loaded.config)} (sluice_config_info{digest} of a gateway running it)`,
+  ];
   for (const injection of loaded.injections) header.push(` injected: ${injection.what}`);
   doc.commentBefore = header.join('\n');
   return doc.toString({ lineWidth: 0 });
+}
+
+/**
+ * A short digest of the effective configuration (the YAML `validate` prints, comments left out):
+ * the same for files that differ only in comments, key order or units, so replicas running the same
+ * configuration show the same `sluice_config_info{digest}`.
+ */
+export function effectiveConfigDigest(config: SluiceConfig): string {
+  const body = new Document(effectiveConfigObject(config)).toString({ lineWidth: 0 });
+  return createHash('sha256').update(body).digest('hex').slice(0, 12);
 }

@@ -473,6 +473,7 @@ export class GatewayMetrics {
   readonly configReloadsTotal: Counter<'result'>;
   readonly configLastReloadSuccessful: Gauge<string>;
   readonly configRestartPending: Gauge;
+  readonly configInfo: Gauge<'digest'>;
   // --- flow control
   readonly poolSaturation: Gauge<'inference_pool' | 'stage'>;
   readonly staleEndpoints: Gauge<'detector'>;
@@ -629,6 +630,11 @@ export class GatewayMetrics {
     this.configLastReloadSuccessful.set(1);
     // Both series from the start: increase() sees the first failure, and an alert on it has a series.
     for (const result of ['success', 'failure']) this.configReloadsTotal.labels(result).inc(0);
+    this.configInfo = gauge({
+      name: 'sluice_config_info',
+      help: 'Always 1; its digest label identifies the configuration in force (the digest line `sluice validate` prints for the file).',
+      labelNames: ['digest'],
+    });
     this.configRestartPending = gauge({
       name: 'sluice_config_restart_pending',
       help: '1 when the configuration in force asks for settings only a restart applies (ports, host, request time-outs), which therefore still run as the process started; 0 otherwise.',
@@ -821,6 +827,12 @@ export class GatewayMetrics {
   /** A request moved off this endpoint because connecting to it failed. */
   upstreamRetry(endpointName: string): void {
     cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, endpointName).inc();
+  }
+
+  /** The configuration now in force (its effective-config digest). */
+  configInForce(digest: string): void {
+    this.configInfo.reset();
+    this.configInfo.labels(digest).set(1);
   }
 
   /** Whether the configuration in force differs from what the process started with in restart-only settings. */

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { loadConfigFile } from '../../src/config/load.js';
-import { effectiveConfigYaml } from '../../src/config/print.js';
+import { effectiveConfigDigest, effectiveConfigYaml } from '../../src/config/print.js';
 import { load, registry, yaml } from './helpers.js';
 
 const configs: Record<string, string> = {
@@ -83,6 +83,17 @@ describe('effectiveConfigYaml', () => {
     assert.ok(lines.includes('  noEndpointRequestTTL: 90m'), printed);
     assert.ok(lines.includes('    interval: 50ms'), printed);
     assert.ok(lines.includes('    maxBytes: 1G'), printed);
+  });
+
+  test('a digest line: the same for files differing in comments, key order and units; another for another config', () => {
+    const a = 'server:\n  port: 8080\n  metricsPort: 9090\npool:\n  endpoints: []\nflowControl:\n  defaultRequestTTL: 60s\n';
+    const b = '# a comment\npool: { endpoints: [] }\nflowControl: { defaultRequestTTL: 1m }\nserver: { metricsPort: 9090, port: 8080 }\n';
+    const c = a.replace('60s', '30s');
+    const digestLine = (text: string) => effectiveConfigYaml(load(text, 'x.yaml')).split('\n')[1];
+    assert.match(digestLine(a)!, /^# digest: [0-9a-f]{12} \(sluice_config_info\{digest\} of a gateway running it\)$/);
+    assert.equal(digestLine(b), digestLine(a));
+    assert.notEqual(digestLine(c), digestLine(a));
+    assert.equal(digestLine(a), `# digest: ${effectiveConfigDigest(load(a, 'x.yaml').config)} (sluice_config_info{digest} of a gateway running it)`);
   });
 
   test('round trip of the shipped configs', () => {

@@ -10,6 +10,7 @@ import { request } from 'undici';
 import { startGateway, type Gateway } from '../../src/app.js';
 import { loadConfigFile } from '../../src/config/load.js';
 import { ConfigReloader } from '../../src/config/reload.js';
+import { effectiveConfigDigest } from '../../src/config/print.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
 import { okJson, slowJson, startFakeBackend } from '../helpers/fake-backend.js';
@@ -268,6 +269,10 @@ describe('live reload', () => {
       assert.match(m, /sluice_config_reloads_total\{result="success"\} 1/);
       assert.match(m, /sluice_config_reloads_total\{result="failure"\} 1/);
       assert.equal(gw.config.objectives[0]?.name, 'gold', 'still in force');
+      // The digest of the configuration in force, as `sluice validate` prints it for the file.
+      const digest = /^sluice_config_info\{digest="([0-9a-f]{12})"\} 1$/m.exec(await (await request(`${gw.metricsUrl}/metrics`)).body.text())?.[1];
+      assert.equal(digest, effectiveConfigDigest(gw.config));
+      assert.notEqual(digest, /^sluice_config_info\{digest="([0-9a-f]{12})"\} 1$/m.exec(before)?.[1], 'changed by the reload');
     } finally {
       reloader.stop();
       await gw.close();
