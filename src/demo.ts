@@ -79,6 +79,7 @@ export async function runDemo(opts: DemoOptions): Promise<void> {
     '',
     `Metrics:  ${gateway.metricsUrl}/metrics`,
     `Pool:     ${gateway.metricsUrl}/debug/pool   (roles, stages, in-flight per endpoint)`,
+    `Requests: ${gateway.metricsUrl}/debug/requests   (in flight now, oldest first: queued, waiting, streaming)`,
     'Each scheduling decision (filters, scores, pick) and request end in the log: npm start -- --log-level debug',
     '',
     'Ctrl-C stops everything.',
