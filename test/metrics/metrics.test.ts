@@ -1,8 +1,8 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { Endpoint } from '../../src/datalayer/endpoint.js';
 import { GatewayMetrics, LabelCap, OVERFLOW_LABEL_VALUE, type GatewayMetricsOptions } from '../../src/metrics/metrics.js';
+import { runPromtool } from '../helpers/promtool.js';
 
 interface Sample {
   name: string;
@@ -358,17 +358,8 @@ describe('promtool check metrics', () => {
 
   test('the exposition passes promtool (lint warnings tolerated, errors not)', async (t) => {
     const text = await fullExposition();
-    const run = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
-    if (run.error !== undefined) {
-      const code = (run.error as NodeJS.ErrnoException).code;
-      if (code === 'ENOENT') {
-        const advice = 'promtool not found: install the Debian `prometheus` package (apt-get install -y --no-install-recommends prometheus)';
-        if (process.env.CI !== undefined && process.env.CI !== '') assert.fail(advice);
-        t.skip(`${advice}; skipped locally, CI fails here`);
-        return;
-      }
-      throw run.error;
-    }
+    const run = runPromtool(t, ['check', 'metrics'], text);
+    if (run === undefined) return;
     const output = `${run.stdout}${run.stderr}`;
     // Lint lines start with the metric name, which may itself contain "error" (request_error_total).
     const metricNames = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]));

@@ -4,11 +4,9 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { GatewayMetrics } from '../../src/metrics/metrics.js';
+import { checkRules } from '../helpers/promtool.js';
 
 const doc = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
 const section = doc.slice(doc.indexOf('## Alerts worth setting'));
@@ -24,21 +22,5 @@ test('operations.md\'s alert rules use only metrics Sluice exposes', async () =>
 });
 
 test('operations.md\'s alert rules pass promtool check rules', (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'sluice-alerts-'));
-  try {
-    const file = join(dir, 'rules.yaml');
-    writeFileSync(file, rules);
-    const run = spawnSync('promtool', ['check', 'rules', file], { encoding: 'utf8' });
-    if ((run.error as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
-      const advice = 'promtool not found: install the Debian `prometheus` package (apt-get install -y --no-install-recommends prometheus)';
-      if (process.env.CI !== undefined && process.env.CI !== '') assert.fail(advice);
-      t.skip(`${advice}; skipped locally, CI fails here`);
-      return;
-    }
-    if (run.error) throw run.error;
-    assert.equal(run.status, 0, `promtool check rules failed:\n${run.stdout}${run.stderr}`);
-    assert.match(run.stdout, /SUCCESS: \d+ rules found/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+  checkRules(t, rules);
 });
