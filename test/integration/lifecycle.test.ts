@@ -43,22 +43,32 @@ const post = (gw: Gateway, content: string, headers: Record<string, string> = {}
   }).then(async (r) => ({ status: r.statusCode, headers: r.headers, text: await r.body.text() }));
 
 
-/** A gateway started from `text` (written to `name`) and a reloader of that file that does not poll: tests call reloadNow. */
-async function reloadableGateway(name: string, text: string) {
+/**
+ * A gateway started from `text` (written to `name`) and a reloader of that file. Without
+ * `pollIntervalMs` it does not poll: tests call reloadNow. `close` stops both, then the backends.
+ */
+async function reloadableGateway(name: string, text: string, opts: { pollIntervalMs?: number } = {}) {
   const file = join(dir, name);
   writeFileSync(file, text);
   const registry = builtinRegistry();
   const { logger, lines } = captureLogger();
   const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
-  const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 0, onResult: (ok) => gw.metrics.configReload(ok) });
-  return { file, gw, reloader, lines };
+  const pollIntervalMs = opts.pollIntervalMs ?? 0;
+  const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs, onResult: (ok) => gw.metrics.configReload(ok) });
+  if (pollIntervalMs > 0) reloader.start();
+  const close = async (...backends: { close(): Promise<void> }[]) => {
+    reloader.stop();
+    await gw.close();
+    for (const b of backends) await b.close();
+  };
+  return { file, gw, reloader, lines, close };
 }
 
 describe('live reload', () => {
   test('a valid new file is applied without dropping the in-flight or the queued request', async () => {
     const a = await startFakeBackend(slowJson(300));
     const b = await startFakeBackend();
-    const { file, gw, reloader } = await reloadableGateway('reload.yaml', config([{ name: 'a', port: a.port }]));
+    const { file, gw, reloader, close } = await reloadableGateway('reload.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
       const inFlight = post(gw, 'in-flight');
@@ -86,16 +96,13 @@ describe('live reload', () => {
       assert.match(m, /sluice_config_reloads_total\{result="success"\} 1/);
       assert.match(m, /sluice_config_last_reload_successful 1/);
     } finally {
-      reloader.stop();
-      await gw.close();
-      await a.close();
-      await b.close();
+      await close(a, b);
     }
   });
 
   test('a request still sending its body when a reload lands is served under the new configuration', async () => {
     const a = await startFakeBackend();
-    const { file, gw, reloader } = await reloadableGateway('mid-body.yaml', config([{ name: 'a', port: a.port }]));
+    const { file, gw, reloader, close } = await reloadableGateway('mid-body.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
       const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'slow upload' }] });
@@ -121,16 +128,14 @@ describe('live reload', () => {
       assert.equal(gw.config.objectives[0]?.name, 'gold', 'the reload was applied');
       assert.equal(a.received.length, 1);
     } finally {
-      reloader.stop();
-      await gw.close();
-      await a.close();
+      await close(a);
     }
   });
 
   test('changed upstream time-outs apply to endpoints that stay', async () => {
     const a = await startFakeBackend();
     const withTimeout = (t: string) => config([{ name: 'a', port: a.port }]).replace('shutdownGracePeriod: 3s }', `shutdownGracePeriod: 3s, upstream: { headersTimeout: ${t} } }`);
-    const { file, gw, reloader } = await reloadableGateway('upstream.yaml', withTimeout('10s'));
+    const { file, gw, reloader, close } = await reloadableGateway('upstream.yaml', withTimeout('10s'));
     try {
       await waitForMetrics(gw);
       assert.equal((await post(gw, 'before')).status, 200); // the endpoint's connection pool exists
@@ -140,15 +145,13 @@ describe('live reload', () => {
       const r = await post(gw, 'after');
       assert.equal(r.status, 504, r.text);
     } finally {
-      reloader.stop();
-      await gw.close();
-      await a.close();
+      await close(a);
     }
   });
 
   test('a reload that changes ports or request time-outs says they need a restart, and applies the rest', async () => {
     const a = await startFakeBackend();
-    const { file, gw, reloader, lines } = await reloadableGateway('restart-only.yaml', config([{ name: 'a', port: a.port }]));
+    const { file, gw, reloader, lines, close } = await reloadableGateway('restart-only.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
       const apiPort = gw.apiPort;
@@ -180,9 +183,7 @@ describe('live reload', () => {
       assert.equal(warnings().length, 2);
       assert.equal(await pending(), false);
     } finally {
-      reloader.stop();
-      await gw.close();
-      await a.close();
+      await close(a);
     }
   });
 
@@ -193,7 +194,7 @@ describe('live reload', () => {
       else okJson(r, res);
     });
     const objectives = 'objectives:\n- { name: batch, priority: -1 }\n';
-    const { file, gw, reloader } = await reloadableGateway('fc-off.yaml', config([{ name: 'a', port: a.port }], objectives));
+    const { file, gw, reloader, close } = await reloadableGateway('fc-off.yaml', config([{ name: 'a', port: a.port }], objectives));
     try {
       await waitForMetrics(gw);
       const first = post(gw, 'holds the only slot');
@@ -214,9 +215,7 @@ describe('live reload', () => {
         ['holds the only slot', 'normal'],
       );
     } finally {
-      reloader.stop();
-      await gw.close();
-      await a.close();
+      await close(a);
     }
   });
 
@@ -225,7 +224,7 @@ describe('live reload', () => {
     let scrapes = 0;
     const page = a.metrics;
     Object.defineProperty(a, 'metrics', { get: () => (scrapes++, page) });
-    const { file, gw, reloader } = await reloadableGateway('scraper-race.yaml', config([{ name: 'a', port: a.port }]));
+    const { file, gw, reloader, close } = await reloadableGateway('scraper-race.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
       writeFileSync(file, config([{ name: 'a', port: a.port }]).replace('interval: 20ms', 'interval: 30ms'));
@@ -235,14 +234,13 @@ describe('live reload', () => {
       await new Promise((r) => setTimeout(r, 200));
       assert.equal(scrapes, after, 'no scrape after the gateway stopped');
     } finally {
-      reloader.stop();
-      await a.close();
+      await close(a);
     }
   });
 
   test('a second trigger for the same file (an edit, then SIGHUP) applies and counts it once', async () => {
     const a = await startFakeBackend();
-    const { file, gw, reloader, lines } = await reloadableGateway('twice.yaml', config([{ name: 'a', port: a.port }]));
+    const { file, gw, reloader, lines, close } = await reloadableGateway('twice.yaml', config([{ name: 'a', port: a.port }]));
     try {
       // Both result series exist from the start, at 0.
       const before = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
@@ -274,21 +272,13 @@ describe('live reload', () => {
       assert.equal(digest, effectiveConfigDigest(gw.config));
       assert.notEqual(digest, /^sluice_config_info\{digest="([0-9a-f]{12})"\} 1$/m.exec(before)?.[1], 'changed by the reload');
     } finally {
-      reloader.stop();
-      await gw.close();
-      await a.close();
+      await close(a);
     }
   });
 
   test('an invalid new file is rejected with its errors logged; the old config keeps serving', async () => {
     const a = await startFakeBackend();
-    const file = join(dir, 'invalid.yaml');
-    writeFileSync(file, config([{ name: 'a', port: a.port }]));
-    const registry = builtinRegistry();
-    const { logger, lines } = captureLogger();
-    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
-    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 20, onResult: (ok) => gw.metrics.configReload(ok) });
-    reloader.start();
+    const { file, gw, lines, close } = await reloadableGateway('invalid.yaml', config([{ name: 'a', port: a.port }]), { pollIntervalMs: 20 });
     try {
       await waitForMetrics(gw);
       writeFileSync(file, 'server:\n  prot: 8080\npool:\n  endpoints: []\n');
@@ -304,24 +294,16 @@ describe('live reload', () => {
       assert.match(m, /sluice_config_reloads_total\{result="failure"\} 1/);
       assert.match(m, /sluice_config_last_reload_successful 0/);
     } finally {
-      reloader.stop();
-      await gw.close();
-      await a.close();
+      await close(a);
     }
   });
 
   test('editing the watched file adds an endpoint, and it receives traffic', async () => {
     const a = await startFakeBackend();
     const b = await startFakeBackend();
-    const file = join(dir, 'watched.yaml');
     const plain = (eps: { name: string; port: number }[]) =>
       `server: { port: 0, metricsPort: 0 }\npool:\n  metrics: { interval: 20ms }\n  endpoints:\n${eps.map((e) => `  - { name: ${e.name}, address: 127.0.0.1, port: ${e.port} }`).join('\n')}\n`;
-    writeFileSync(file, plain([{ name: 'a', port: a.port }]));
-    const registry = builtinRegistry();
-    const { logger } = captureLogger();
-    const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
-    const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs: 20 });
-    reloader.start();
+    const { file, gw, close } = await reloadableGateway('watched.yaml', plain([{ name: 'a', port: a.port }]), { pollIntervalMs: 20 });
     try {
       await waitForMetrics(gw);
       writeFileSync(file, plain([{ name: 'a', port: a.port }, { name: 'b', port: b.port }]));
@@ -329,10 +311,7 @@ describe('live reload', () => {
       for (let i = 0; i < 20 && b.received.length === 0; i++) assert.equal((await post(gw, `spread ${i} ${'x'.repeat(i)}`)).status, 200);
       assert.ok(b.received.length > 0, 'the new endpoint receives traffic');
     } finally {
-      reloader.stop();
-      await gw.close();
-      await a.close();
-      await b.close();
+      await close(a, b);
     }
   });
 
