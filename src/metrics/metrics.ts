@@ -562,41 +562,37 @@ export class GatewayMetrics {
       labelNames: ['status', 'endpoint_name'],
     });
 
-    const endpointLabels = ['endpoint_name', 'role'] as const;
     // Endpoint gauges are recomputed from the pool at every scrape (reset first, so removed endpoints vanish).
-    this.endpointMetricsAge = gauge({
-      name: 'llm_d_epp_endpoint_metrics_age_seconds',
-      help: 'Age in seconds of the last successful scrape of the endpoint\'s /metrics; -1 means never scraped successfully.',
-      labelNames: endpointLabels,
-      collect: () =>
-        this.collectEndpointGauge(this.endpointMetricsAge, (ep, now) =>
-          ep.metricsAt === 0 ? -1 : Math.max(0, now - ep.metricsAt) / 1000,
-        ),
-    });
-    this.perEndpointQueueSize = gauge({
-      name: 'llm_d_epp_per_endpoint_queue_size',
-      help: 'Requests waiting in the endpoint\'s own queue (vllm:num_requests_waiting) as last scraped; no series until the first successful scrape.',
-      labelNames: endpointLabels,
-      collect: () => this.collectEndpointGauge(this.perEndpointQueueSize, (ep) => ep.metrics?.waiting),
-    });
-    this.endpointRunningRequests = gauge({
-      name: 'sluice_endpoint_running_requests',
-      help: 'Requests the endpoint runs (vllm:num_requests_running) as last scraped; no series until the first successful scrape.',
-      labelNames: endpointLabels,
-      collect: () => this.collectEndpointGauge(this.endpointRunningRequests, (ep) => ep.metrics?.running),
-    });
-    this.endpointKvCacheUsage = gauge({
-      name: 'sluice_endpoint_kv_cache_usage_ratio',
-      help: 'KV-cache usage of the endpoint (vllm:kv_cache_usage_perc, 0-1) as last scraped: what the utilization detector compares with kvCacheUtilThreshold; no series until the first successful scrape.',
-      labelNames: endpointLabels,
-      collect: () => this.collectEndpointGauge(this.endpointKvCacheUsage, (ep) => ep.metrics?.kvUsage),
-    });
-    this.endpointInflightRequests = gauge({
-      name: 'llm_d_epp_endpoint_inflight_requests',
-      help: 'Requests the gateway currently has outstanding on the endpoint.',
-      labelNames: endpointLabels,
-      collect: () => this.collectEndpointGauge(this.endpointInflightRequests, (ep) => ep.inFlight),
-    });
+    const endpointGauge = (name: string, help: string, value: (ep: Endpoint, now: number) => number | undefined): Gauge<'endpoint_name' | 'role'> => {
+      const g: Gauge<'endpoint_name' | 'role'> = gauge({ name, help, labelNames: ['endpoint_name', 'role'], collect: () => this.collectEndpointGauge(g, value) });
+      return g;
+    };
+    this.endpointMetricsAge = endpointGauge(
+      'llm_d_epp_endpoint_metrics_age_seconds',
+      'Age in seconds of the last successful scrape of the endpoint\'s /metrics; -1 means never scraped successfully.',
+      (ep, now) => (ep.metricsAt === 0 ? -1 : Math.max(0, now - ep.metricsAt) / 1000),
+    );
+    const asScraped = 'as last scraped; no series until the first successful scrape.';
+    this.perEndpointQueueSize = endpointGauge(
+      'llm_d_epp_per_endpoint_queue_size',
+      `Requests waiting in the endpoint's own queue (vllm:num_requests_waiting) ${asScraped}`,
+      (ep) => ep.metrics?.waiting,
+    );
+    this.endpointRunningRequests = endpointGauge(
+      'sluice_endpoint_running_requests',
+      `Requests the endpoint runs (vllm:num_requests_running) ${asScraped}`,
+      (ep) => ep.metrics?.running,
+    );
+    this.endpointKvCacheUsage = endpointGauge(
+      'sluice_endpoint_kv_cache_usage_ratio',
+      `KV-cache usage of the endpoint (vllm:kv_cache_usage_perc, 0-1), what the utilization detector compares with kvCacheUtilThreshold, ${asScraped}`,
+      (ep) => ep.metrics?.kvUsage,
+    );
+    this.endpointInflightRequests = endpointGauge(
+      'llm_d_epp_endpoint_inflight_requests',
+      'Requests the gateway currently has outstanding on the endpoint.',
+      (ep) => ep.inFlight,
+    );
     this.datalayerPollErrorsTotal = counter({
       name: 'llm_d_epp_datalayer_poll_errors_total',
       help: 'Failed scrapes of an endpoint\'s /metrics (connection error, time-out, bad status or unparsable page).',
