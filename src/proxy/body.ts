@@ -22,9 +22,14 @@ interface BodyState {
 const kBody = Symbol('sluice.body');
 type Reading = IncomingMessage & { [kBody]?: BodyState | undefined };
 
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/** Whether the request's `Content-Length` declares a body over `limit` (checked before reading a byte). */
+export function declaresMoreThan(req: IncomingMessage, limit: number): boolean {
   const declared = req.headers['content-length'];
-  if (declared !== undefined && Number(declared) > limit) return Promise.reject(new BodyTooLargeError(limit));
+  return declared !== undefined && Number(declared) > limit;
+}
+
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  if (declaresMoreThan(req, limit)) return Promise.reject(new BodyTooLargeError(limit));
   return new Promise((resolve, reject) => {
     (req as Reading)[kBody] = { chunks: [], size: 0, limit, resolve, reject };
     req.on('data', onData);

@@ -11,7 +11,7 @@ import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
 import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
-import { BodyTooLargeError, readBody } from './body.js';
+import { BodyTooLargeError, declaresMoreThan, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
@@ -73,8 +73,7 @@ export class ApiServer {
     // `Expect: 100-continue` (curl sends it for bodies over 1 KiB): a body declared over the limit is
     // refused before the client sends it (413, as nginx does), not after it was uploaded for nothing.
     this.server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
-      const declared = req.headers['content-length'];
-      if (declared === undefined || !(Number(declared) > this.deps.runtime().config.server.bodyLimit)) res.writeContinue();
+      if (!declaresMoreThan(req, this.deps.runtime().config.server.bodyLimit)) res.writeContinue();
       this.handle(req, res);
     });
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
