@@ -6,7 +6,8 @@
  * - per request (proxy, scheduler): typed methods over cached labelled children, so the hot path
  *   does a Map lookup instead of building label objects;
  * - per endpoint (age, queue, in-flight): computed at scrape time from the pool, so nothing is
- *   recorded per request and removed endpoints simply disappear;
+ *   recorded per request and removed endpoints simply disappear; the recorded per-endpoint series
+ *   (attempts, errors, first byte) of a removed endpoint are exposed once more, then dropped;
  * - flow control: counters/histograms recorded by the flow controller through methods here, gauges
  *   (saturation, queue sizes, capacity) computed at scrape time from sources it registers.
  *
@@ -139,6 +140,11 @@ export class ValueSeries {
     this.active = false;
     this.sample = { value: 0, labels: this.sample.labels };
   }
+
+  /** @internal the sample the metric renders for this series */
+  current(): ValueSample {
+    return this.sample;
+  }
 }
 
 /** A labelled counter (or up/down gauge) with cached series objects; renders like prom-client's. */
@@ -176,6 +182,16 @@ class FastValueMetric<L extends string> {
   reset(): void {
     this.samples = [];
     for (const s of this.series.values()) s.clear();
+  }
+
+  /** Drops the series of these label values (in `labelNames` order) from the exposition. */
+  remove(...values: string[]): void {
+    const key = values.join('\u0000');
+    const s = this.series.get(key);
+    if (s === undefined) return;
+    this.series.delete(key);
+    const sample = s.current();
+    this.samples = this.samples.filter((x) => x !== sample);
   }
 
   async get(): Promise<{ help: string; name: string; type: string; values: ValueSample[]; aggregator: string }> {
@@ -277,6 +293,15 @@ class FastHistogram<L extends string> {
   /** @internal a series got its first observation */
   activate(s: HistogramSeries): void {
     this.active.push(s);
+  }
+
+  /** Drops the series of these label values (in `labelNames` order) from the exposition. */
+  remove(...values: string[]): void {
+    const key = values.join('\u0000');
+    const s = this.series.get(key);
+    if (s === undefined) return;
+    this.series.delete(key);
+    this.active = this.active.filter((x) => x !== s);
   }
 
   reset(): void {
@@ -444,6 +469,9 @@ export class GatewayMetrics {
   private readonly pollErrorChildren = new Map<string, CounterChild>();
   private readonly retryChildren = new Map<string, CounterChild>();
   private readonly firstByteSeries = new Map<string, HistogramSeries>();
+  private readonly upstreamErrorChildren = new Map<string, Map<UpstreamErrorKind, CounterChild>>();
+  /** Endpoints out of the pool at the previous exposition: their series go at the next one. */
+  private retiring = new Set<string>();
   private readonly fcRequestChildren = new Map<string, Map<number, ValueSeries>>();
   private readonly fcQueueDurationChildren = new Map<string, Map<number, Map<string, HistogramSeries>>>();
   private readonly disaggChildren = new Map<string, Map<string, CounterChild>>();
@@ -712,7 +740,45 @@ export class GatewayMetrics {
 
   /** The Prometheus text exposition of every metric. */
   text(): Promise<string> {
+    this.sweepRemovedEndpoints();
     return this.registry.metrics();
+  }
+
+  /**
+   * The recorded per-endpoint series (counters, first-byte histogram) of an endpoint that left the
+   * pool are exposed once more with their last values, then dropped, so a fleet whose endpoints
+   * come and go does not grow the exposition for ever. A late event of a removed endpoint (a
+   * stream that ends after the reload) makes its series again: exposed once, dropped the same way.
+   */
+  private sweepRemovedEndpoints(): void {
+    const live = new Set<string>();
+    for (const ep of this.pool().endpoints) if (!ep.removed) live.add(ep.name);
+    const gone = new Set<string>();
+    const note = (names: Iterable<string>): void => {
+      for (const name of names) if (name !== '' && !live.has(name)) gone.add(name);
+    };
+    for (const byEndpoint of this.attemptChildren.values()) note(byEndpoint.keys());
+    note(this.pollErrorChildren.keys());
+    note(this.retryChildren.keys());
+    note(this.firstByteSeries.keys());
+    note(this.upstreamErrorChildren.keys());
+    for (const name of this.retiring) {
+      if (!gone.has(name)) continue;
+      gone.delete(name);
+      this.forgetEndpoint(name);
+    }
+    this.retiring = gone;
+  }
+
+  private forgetEndpoint(name: string): void {
+    for (const [status, byEndpoint] of this.attemptChildren) {
+      if (byEndpoint.delete(name)) this.schedulerAttemptsTotal.remove(status, name);
+    }
+    if (this.pollErrorChildren.delete(name)) this.datalayerPollErrorsTotal.remove(name);
+    if (this.retryChildren.delete(name)) this.upstreamRetriesTotal.remove(name);
+    if (this.firstByteSeries.delete(name)) this.endpointFirstByteSeconds.remove(name);
+    for (const error of this.upstreamErrorChildren.get(name)?.keys() ?? []) this.endpointUpstreamErrorsTotal.remove(name, error);
+    this.upstreamErrorChildren.delete(name);
   }
 
   /** The `inference_pool` label changes on a config reload that renames the pool. */
@@ -817,7 +883,17 @@ export class GatewayMetrics {
 
   /** A request failed at the endpoint (error paths only). */
   endpointUpstreamError(endpointName: string, error: UpstreamErrorKind): void {
-    this.endpointUpstreamErrorsTotal.labels(endpointName, error).inc();
+    let byError = this.upstreamErrorChildren.get(endpointName);
+    if (byError === undefined) {
+      byError = new Map();
+      this.upstreamErrorChildren.set(endpointName, byError);
+    }
+    let child = byError.get(error);
+    if (child === undefined) {
+      child = this.endpointUpstreamErrorsTotal.labels(endpointName, error);
+      byError.set(error, child);
+    }
+    child.inc();
   }
 
   /** A request moved off this endpoint because connecting to it failed. */

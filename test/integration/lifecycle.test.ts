@@ -95,6 +95,12 @@ describe('live reload', () => {
       const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
       assert.match(m, /sluice_config_reloads_total\{result="success"\} 1/);
       assert.match(m, /sluice_config_last_reload_successful 1/);
+      // The removed endpoint's counters are exposed once more with their last values, then dropped.
+      assert.match(m, /llm_d_epp_scheduler_attempts_total\{status="success",endpoint_name="a"\} 1/);
+      assert.match(m, /sluice_endpoint_first_byte_seconds_count\{endpoint_name="a"\} 1/);
+      const next = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.doesNotMatch(next, /endpoint_name="a"/);
+      assert.match(next, /llm_d_epp_scheduler_attempts_total\{status="success",endpoint_name="b"\} 1/);
     } finally {
       await close(a, b);
     }

@@ -244,6 +244,59 @@ describe('GatewayMetrics', () => {
     assert.equal(samplesOf(text, 'llm_d_epp_endpoint_inflight_requests').length, 0, 'endpoints flagged removed have no series');
   });
 
+  test('recorded series of a removed endpoint are exposed once more, then dropped; a late event shows once', async () => {
+    const [kept, leaving] = [endpoint('pod-a'), endpoint('pod-b')];
+    let endpoints = [kept, leaving];
+    const metrics = makeMetrics([], { pool: () => ({ endpoints }) });
+    const perEndpoint = [
+      'llm_d_epp_scheduler_attempts_total',
+      'llm_d_epp_datalayer_poll_errors_total',
+      'llm_d_epp_upstream_retries_total',
+      'sluice_endpoint_first_byte_seconds_count',
+      'sluice_endpoint_upstream_errors_total',
+    ];
+    const record = (name: string): void => {
+      metrics.schedulerAttempt('success', name);
+      metrics.scrapeError(name);
+      metrics.upstreamRetry(name);
+      metrics.endpointFirstByte(name, 0.05);
+      metrics.endpointUpstreamError(name, 'connect');
+    };
+    const namesIn = (text: string, metric: string) =>
+      samplesOf(text, metric)
+        .map((s) => s.labels.endpoint_name)
+        .filter((n) => n !== '')
+        .sort();
+    record('pod-a');
+    record('pod-b');
+    metrics.schedulerAttempt('failure'); // no endpoint: kept whatever the pool
+    let text = await metrics.text();
+    for (const m of perEndpoint) assert.deepEqual(namesIn(text, m), ['pod-a', 'pod-b'], m);
+
+    endpoints = [kept]; // a reload removed pod-b
+    text = await metrics.text();
+    for (const m of perEndpoint) assert.deepEqual(namesIn(text, m), ['pod-a', 'pod-b'], `${m}: the last values are exposed once`);
+    text = await metrics.text();
+    for (const m of perEndpoint) assert.deepEqual(namesIn(text, m), ['pod-a'], `${m}: then dropped`);
+    assert.equal(samplesOf(text, 'llm_d_epp_scheduler_attempts_total').length, 2, 'the failure series (no endpoint) stays');
+
+    metrics.endpointUpstreamError('pod-b', 'cut'); // a stream of the removed endpoint broke after the reload
+    text = await metrics.text();
+    assert.deepEqual(
+      samplesOf(text, 'sluice_endpoint_upstream_errors_total').map((s) => [s.labels.endpoint_name, s.labels.error, s.value]),
+      [['pod-a', 'connect', 1], ['pod-b', 'cut', 1]],
+    );
+    text = await metrics.text();
+    assert.deepEqual(namesIn(text, 'sluice_endpoint_upstream_errors_total'), ['pod-a']);
+
+    endpoints = [kept, endpoint('pod-b')]; // back again: counted afresh
+    record('pod-b');
+    text = await metrics.text();
+    text = await metrics.text();
+    for (const m of perEndpoint) assert.deepEqual(namesIn(text, m), ['pod-a', 'pod-b'], `${m}: a live endpoint is never dropped`);
+    assert.equal(samplesOf(text, 'llm_d_epp_upstream_retries_total').find((s) => s.labels.endpoint_name === 'pod-b')?.value, 1);
+  });
+
   test('saturation gauges come from the source at scrape time; empty stages have no series', async () => {
     const metrics = makeMetrics([]);
     let text = await metrics.text();
