@@ -499,10 +499,15 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, signal: AbortSign
     if (signal.aborted) return { kind: 'aborted' };
     pool.acquire(prefill);
     const started = ctx.clock.now();
+    let answered = false;
     try {
       const headers = upstreamRequestHeaders(ctx.req.headers, ctx.requestId);
       headers['accept-encoding'] = 'identity';
       const up = await ctx.upstreams.get(prefill).request({ method: 'POST', path: ctx.req.url ?? '/', headers, body, signal });
+      answered = true;
+      // A prefill answer is one token, sent whole: its status line is its first byte.
+      ctx.metrics.endpointFirstByte(prefill.name, (ctx.clock.now() - started) / 1000);
+      if (up.statusCode >= 500) ctx.metrics.endpointUpstreamError(prefill.name, 'http_5xx');
       const chunks: Buffer[] = [];
       let size = 0;
       for await (const chunk of up.body as AsyncIterable<Buffer>) {
@@ -515,6 +520,8 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, signal: AbortSign
     } catch (err) {
       if (signal.aborted) return { kind: 'aborted' };
       const e = err as Error & { code?: string };
+      const kind = answered ? 'cut' : isConnectError(e) ? 'connect' : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
+      ctx.metrics.endpointUpstreamError(prefill.name, kind);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {
       ctx.prefillMs = ctx.clock.now() - started;

@@ -306,6 +306,11 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.equal(f.prefill[0]!.received.length, 1);
       assert.equal(f.decode[0]!.received[0]!.body, raw);
       assert.equal(JSON.parse(r.text).usage.prompt_tokens_details.cached_tokens, DECODE_CACHED);
+      // The failing prefill server shows in its own endpoint metrics, though the client got a 200.
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'sluice_endpoint_upstream_errors_total', 'endpoint_name="prefill-0",error="http_5xx"'), 1);
+      assert.equal(sample(m, 'sluice_endpoint_first_byte_seconds_count', 'endpoint_name="prefill-0"'), 1);
+      assert.equal(sample(m, 'sluice_endpoint_first_byte_seconds_count', 'endpoint_name="decode-0"'), 1);
     } finally {
       await f.close();
     }
@@ -322,6 +327,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       const m = await metricsText(f.gw);
       assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 1);
       assert.equal(sample(m, 'llm_d_epp_upstream_retries_total', 'endpoint_name="prefill-0"'), undefined, 'a failed prefill leg is not a retry');
+      assert.equal(sample(m, 'sluice_endpoint_upstream_errors_total', 'endpoint_name="prefill-0",error="connect"'), 1);
       assert.equal(f.gw.pool.byName('prefill-0')!.inFlight, 0);
     } finally {
       await f.close();
