@@ -853,17 +853,7 @@ export class GatewayMetrics {
 
   /** One scheduling attempt; `endpointName` is the primary pick ('' on failure). */
   schedulerAttempt(status: SchedulerAttemptStatus, endpointName = ''): void {
-    let byEndpoint = this.attemptChildren.get(status);
-    if (byEndpoint === undefined) {
-      byEndpoint = new Map();
-      this.attemptChildren.set(status, byEndpoint);
-    }
-    let child = byEndpoint.get(endpointName);
-    if (child === undefined) {
-      child = this.schedulerAttemptsTotal.labels(status, endpointName);
-      byEndpoint.set(endpointName, child);
-    }
-    child.inc();
+    cachedChild2(this.attemptChildren, this.schedulerAttemptsTotal, status, endpointName).inc();
   }
 
   /** A failed scrape of the endpoint's /metrics. */
@@ -883,17 +873,7 @@ export class GatewayMetrics {
 
   /** A request failed at the endpoint (error paths only). */
   endpointUpstreamError(endpointName: string, error: UpstreamErrorKind): void {
-    let byError = this.upstreamErrorChildren.get(endpointName);
-    if (byError === undefined) {
-      byError = new Map();
-      this.upstreamErrorChildren.set(endpointName, byError);
-    }
-    let child = byError.get(error);
-    if (child === undefined) {
-      child = this.endpointUpstreamErrorsTotal.labels(endpointName, error);
-      byError.set(error, child);
-    }
-    child.inc();
+    cachedChild2(this.upstreamErrorChildren, this.endpointUpstreamErrorsTotal, endpointName, error).inc();
   }
 
   /** A request moved off this endpoint because connecting to it failed. */
@@ -965,18 +945,7 @@ export class GatewayMetrics {
 
   /** One prefill/decode decision (e.g. `decode-only`, `prefill-decode`). */
   disaggDecision(modelName: string, decisionType: string): void {
-    const model = this.modelCap.map(modelName);
-    let byType = this.disaggChildren.get(model);
-    if (byType === undefined) {
-      byType = new Map();
-      this.disaggChildren.set(model, byType);
-    }
-    let child = byType.get(decisionType);
-    if (child === undefined) {
-      child = this.disaggDecisionTotal.labels(model, decisionType);
-      byType.set(decisionType, child);
-    }
-    child.inc();
+    cachedChild2(this.disaggChildren, this.disaggDecisionTotal, this.modelCap.map(modelName), decisionType).inc();
   }
 
   // ----------------------------------------------------------------------------- scrape time
@@ -1026,6 +995,21 @@ export class GatewayMetrics {
     if (snapshot === undefined) return;
     for (const band of snapshot.bands) gauge.set({ priority: String(band.priority), inference_pool: this.poolName }, band[field]);
   }
+}
+
+/** The series of labels (a, b) of a two-label metric, from a cache of nested maps (no key strings built). */
+function cachedChild2<A extends string, B extends string, V>(cache: Map<A, Map<B, V>>, metric: { labels(a: A, b: B): V }, a: A, b: B): V {
+  let inner = cache.get(a);
+  if (inner === undefined) {
+    inner = new Map();
+    cache.set(a, inner);
+  }
+  let child = inner.get(b);
+  if (child === undefined) {
+    child = metric.labels(a, b);
+    inner.set(b, child);
+  }
+  return child;
 }
 
 function cachedCounterChild<L extends string>(cache: Map<string, CounterChild>, counter: Counter<L>, value: string): CounterChild {
