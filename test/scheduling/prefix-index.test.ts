@@ -8,6 +8,7 @@ import {
   prefixCacheScorerDefinition,
   prefixCacheScorerParams,
 } from '../../src/scheduling/plugins/prefix-cache-scorer.js';
+import { shouldDisaggregate } from '../../src/scheduling/plugins/prefix-based-pd-decider.js';
 import { ManualClock, seededRandom } from '../../src/util/clock.js';
 import { makeContext, makeEndpoint, makeRequest } from './helpers.js';
 
@@ -325,6 +326,13 @@ describe('prefix-cache-scorer', () => {
     const fixed = setup({ autoTune: false, lruCapacityPerServer: 8 }, [small]);
     fixed.learn(text(1, 64 * 20), small);
     assert.equal(fixed.scorer.index.size('small'), 8);
+    // vLLM --block-size 64: 3 engine blocks hold 192 tokens, 12 of our 16-token blocks.
+    const large = makeEndpoint('large', { numGpuBlocks: 3 });
+    large.metrics!.cacheConfig!.blockSize = 64;
+    const tuned = setup({}, [large]);
+    assert.equal(tuned.scorer.capacityOf(large), 12);
+    tuned.learn(text(1, 64 * 20), large);
+    assert.equal(tuned.scorer.index.size('large'), 12);
   });
 
   test('purges endpoints that left the pool, at most every 2 minutes', () => {
@@ -347,7 +355,11 @@ describe('prefix-cache-scorer', () => {
     const byTokens = setup({ blockSizeTokens: 16, maxPrefixTokensToMatch: 160 });
     assert.deepEqual(byTokens.scorer.hashOptions, { blockChars: 64, maxBlocks: 10 });
     const deprecated = setup({ blockSize: 256 });
-    assert.deepEqual(deprecated.scorer.hashOptions, { blockChars: 256, maxBlocks: 256 });
+    assert.deepEqual(deprecated.scorer.hashOptions, { blockChars: 256, maxBlocks: 131_072 / 64 });
+    // The token window wins when both are set (llm-d); by default it is 131 072 tokens.
+    assert.deepEqual(setup({ maxPrefixBlocksToMatch: 3, maxPrefixTokensToMatch: 160 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 10 });
+    assert.deepEqual(setup({}).scorer.hashOptions, { blockChars: 64, maxBlocks: 8192 });
+    assert.deepEqual(setup({ maxPrefixTokensToMatch: 0 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 256 });
     const { req } = byTokens.score(text(1, 64 * 40));
     assert.equal((req.state.get(byTokens.scorer.stateKey) as number[]).length, 10);
   });
@@ -370,17 +382,29 @@ describe('prefix-cache-scorer', () => {
     assert.deepEqual(scorer.prefixMatch(req, b), { matchedBlocks: 0, totalBlocks: 8, blockSizeTokens: 16 });
   });
 
+  test('a 10 000-token prompt the decode endpoint caches whole is not prefilled again (the window covers it)', () => {
+    const { scorer, learn } = setup();
+    const prompt = text(1, 40_000);
+    learn(prompt, a);
+    const match = scorer.prefixMatch(makeRequest(prompt), a);
+    assert.equal(match.matchedBlocks * match.blockSizeTokens, 10_000);
+    assert.equal(shouldDisaggregate(prompt.length, match, 16), false);
+    assert.equal(shouldDisaggregate(prompt.length, scorer.prefixMatch(makeRequest(prompt), b), 16), true);
+  });
+
   test('parameters: llm-d defaults, strict', () => {
     const p = prefixCacheScorerDefinition.params;
     assert.deepEqual(p.parse({}), {
       autoTune: true,
       blockSizeTokens: 16,
       maxPrefixBlocksToMatch: 256,
-      maxPrefixTokensToMatch: 0,
+      maxPrefixTokensToMatch: 131_072,
       lruCapacityPerServer: 31250,
       matchLengthWeight: 0,
       matchLengthScaleTokens: 8192,
     });
+    // A block count set alone is the window (an older llm-d config), not overridden by the token default.
+    assert.deepEqual(p.parse({ maxPrefixBlocksToMatch: 64 }), { ...p.parse({}), maxPrefixBlocksToMatch: 64, maxPrefixTokensToMatch: 0 });
     assert.equal(p.safeParse({ blockSizeTokens: 0 }).success, false);
     assert.equal(p.safeParse({ autoTune: 'yes' }).success, false);
     assert.equal(p.safeParse({ hashSeed: 1 }).success, false);

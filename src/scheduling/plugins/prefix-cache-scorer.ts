@@ -12,10 +12,12 @@
  * pool are purged at most every 2 minutes.
  *
  * Parameters (defaults, llm-d/GIE compatible):
- * - `autoTune` true — per-endpoint LRU capacity from `vllm:cache_config_info` num_gpu_blocks when known
+ * - `autoTune` true — per-endpoint LRU capacity from `vllm:cache_config_info` when known:
+ *   num_gpu_blocks × block_size tokens, in blocks of blockSizeTokens
  * - `blockSizeTokens` 16 — tokens per block (≈ 4 characters per token)
- * - `maxPrefixBlocksToMatch` 256 — blocks hashed at most (0 = unlimited)
- * - `maxPrefixTokensToMatch` 0 — when > 0, overrides: max blocks = tokens / blockSizeTokens
+ * - `maxPrefixTokensToMatch` 131072 — tokens matched at most: max blocks = tokens / blockSizeTokens;
+ *   0 = the block count below decides (the default when only `maxPrefixBlocksToMatch` is set)
+ * - `maxPrefixBlocksToMatch` 256 — blocks hashed at most when `maxPrefixTokensToMatch` is 0 (0 = unlimited)
  * - `lruCapacityPerServer` 31250 — blocks remembered per endpoint (when not auto-tuned)
  * - `blockSize` — deprecated: characters per block; overrides blockSizeTokens × 4 when set
  * - `matchLengthWeight` 0 — in [0, 1]; weight of the absolute match-length term
@@ -41,16 +43,26 @@ const PREFILL_PROFILE_NAME = 'prefill';
 const PURGE_INTERVAL_MS = 120_000;
 const CHARS_PER_TOKEN = 4;
 
-export const prefixCacheScorerParams = z.strictObject({
-  autoTune: z.boolean().default(true),
-  blockSizeTokens: z.number().int().positive().default(16),
-  maxPrefixBlocksToMatch: z.number().int().min(0).default(256),
-  maxPrefixTokensToMatch: z.number().int().min(0).default(0),
-  lruCapacityPerServer: z.number().int().positive().default(31250),
-  blockSize: z.number().int().positive().optional(),
-  matchLengthWeight: z.number().min(0).max(1).default(0),
-  matchLengthScaleTokens: z.number().positive().default(8192),
-});
+/** llm-d's default window: the first 131 072 tokens of a prompt are matched. */
+export const DEFAULT_MAX_PREFIX_TOKENS = 131_072;
+
+export const prefixCacheScorerParams = z
+  .strictObject({
+    autoTune: z.boolean().default(true),
+    blockSizeTokens: z.number().int().positive().default(16),
+    maxPrefixBlocksToMatch: z.number().int().min(0).optional(),
+    maxPrefixTokensToMatch: z.number().int().min(0).optional(),
+    lruCapacityPerServer: z.number().int().positive().default(31250),
+    blockSize: z.number().int().positive().optional(),
+    matchLengthWeight: z.number().min(0).max(1).default(0),
+    matchLengthScaleTokens: z.number().positive().default(8192),
+  })
+  // The token window wins when > 0 (llm-d); a block count set alone applies (an older llm-d config's).
+  .transform(({ maxPrefixBlocksToMatch, maxPrefixTokensToMatch, ...rest }) => ({
+    ...rest,
+    maxPrefixBlocksToMatch: maxPrefixBlocksToMatch ?? 256,
+    maxPrefixTokensToMatch: maxPrefixTokensToMatch ?? (maxPrefixBlocksToMatch === undefined ? DEFAULT_MAX_PREFIX_TOKENS : 0),
+  }));
 
 export type PrefixCacheScorerParams = z.infer<typeof prefixCacheScorerParams>;
 
@@ -147,9 +159,16 @@ export class PrefixCacheScorer implements Scorer, PreRequest {
   }
 
   private learn(endpoint: Endpoint, hashes: readonly number[]): void {
-    const gpuBlocks = endpoint.metrics?.cacheConfig?.numGpuBlocks ?? 0;
-    const capacity = this.autoTune && gpuBlocks > 0 ? gpuBlocks : this.lruCapacity;
-    this.index.learn(endpoint.name, hashes, capacity);
+    this.index.learn(endpoint.name, hashes, this.capacityOf(endpoint));
+  }
+
+  /** Blocks (of blockSizeTokens) remembered for the endpoint: what its KV cache holds when auto-tuned. */
+  capacityOf(endpoint: Endpoint): number {
+    const cache = endpoint.metrics?.cacheConfig;
+    if (!this.autoTune || cache === undefined || cache.numGpuBlocks <= 0) return this.lruCapacity;
+    // The engine's blocks are its own size (vLLM --block-size, 16 by default); ours are blockSizeTokens.
+    const engineBlockTokens = cache.blockSize > 0 ? cache.blockSize : this.blockSizeTokens;
+    return Math.max(1, Math.floor((cache.numGpuBlocks * engineBlockTokens) / this.blockSizeTokens));
   }
 
   private maybePurge(): void {
