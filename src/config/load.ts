@@ -18,6 +18,8 @@ import {
   DEPRECATED_API_VERSION,
   describeValue,
   didYouMean,
+  NO_EFFECT_FEATURE_GATES,
+  parseFeatureGate,
   pluginSpecSchema,
   rawConfigSchema,
   schedulingProfileSchema,
@@ -388,6 +390,7 @@ function parsePlugins(value: unknown, registry: PluginRegistry, sink: ProblemSin
     return [];
   }
   state.declaredCount = value.length;
+  lendParameters(value, registry, sink);
   return value.map((entry: unknown, i): PluginSpec => {
     const path = ['plugins', i];
     const rawType = stringAt(entry, 'type') ?? '';
@@ -414,6 +417,32 @@ function parsePlugins(value: unknown, registry: PluginRegistry, sink: ProblemSin
       return { type, name, parameters: parameters ?? {} };
     }
     return { type, name, parameters: (params.value ?? {}) as Record<string, unknown> };
+  });
+}
+
+/** Copies the parameters of plugins that lend them (PluginDefinition.lendsParameters) into their borrowers, in place. */
+function lendParameters(entries: unknown[], registry: PluginRegistry, sink: ProblemSink): void {
+  entries.forEach((lender, i) => {
+    const type = stringAt(lender, 'type');
+    const lends = type === undefined ? undefined : registry.get(type)?.lendsParameters;
+    if (lends === undefined || !isPlainObject(lender)) return;
+    const name = stringAt(lender, 'name') ?? type;
+    const lent = isPlainObject(lender.parameters) ? lender.parameters : {};
+    const borrowers: string[] = [];
+    for (const entry of entries) {
+      if (!isPlainObject(entry) || stringAt(entry, 'type') !== lends.to) continue;
+      const own = isPlainObject(entry.parameters) ? entry.parameters : {};
+      const ref = own[lends.referencedBy];
+      if (ref !== undefined && ref !== name) continue;
+      entry.parameters = { ...lent, ...own };
+      borrowers.push(stringAt(entry, 'name') ?? lends.to);
+    }
+    sink.warn(
+      ['plugins', i, 'type'],
+      borrowers.length > 0
+        ? `${type}: its parameters apply to ${borrowers.map((b) => `"${b}"`).join(', ')} (in Sluice the ${lends.to} keeps the index itself)`
+        : `${type}: no ${lends.to} uses it, so it has no effect`,
+    );
   });
 }
 
@@ -611,6 +640,14 @@ function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfi
 function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sink: ProblemSink): void {
   if (raw.apiVersion === DEPRECATED_API_VERSION) {
     sink.warn(['apiVersion'], `apiVersion ${DEPRECATED_API_VERSION} is deprecated; use ${API_VERSION}`);
+  }
+  if (Array.isArray(raw.featureGates)) {
+    raw.featureGates.forEach((entry, i) => {
+      const gate = typeof entry === 'string' ? parseFeatureGate(entry) : undefined;
+      if (gate !== undefined && !(gate instanceof Error) && NO_EFFECT_FEATURE_GATES.has(gate.name)) {
+        sink.warn(['featureGates', i], `feature gate "${gate.name}" (GIE) changes nothing in Sluice`);
+      }
+    });
   }
   if (raw.saturationDetector !== undefined) {
     const nested = isPlainObject(raw.flowControl) && raw.flowControl.saturationDetector !== undefined;

@@ -19,6 +19,8 @@ import type {
 import { parseDuration, parseQuantity } from './units.js';
 
 export const API_VERSION = 'llm-d.ai/v1alpha1';
+/** llm-d's newer apiVersion: the same document (it differs only under `dataLayer`, which Sluice ignores). */
+export const API_VERSION_V1 = 'llm-d.ai/v1';
 /** GIE's apiVersion: still accepted, with a deprecation warning. */
 export const DEPRECATED_API_VERSION = 'inference.networking.x-k8s.io/v1alpha1';
 export const CONFIG_KIND = 'EndpointPickerConfig';
@@ -34,12 +36,18 @@ export const DEFAULT_REQUEST_TTL_MS = 60_000;
 /**
  * Known feature gates and their defaults. Sluice turns flow control on by default (SPEC §6);
  * `haPopulateNonLeaderDatastore` is llm-d's other gate, accepted (and meaningless here) so llm-d
- * configs load unchanged.
+ * configs load unchanged; so are GIE's `dataLayer` and `enableLegacyMetrics`.
  */
 export const FEATURE_GATE_DEFAULTS: Readonly<Record<string, boolean>> = {
   flowControl: true,
   haPopulateNonLeaderDatastore: true,
+  // GIE's gates, accepted with a warning (they change nothing here).
+  dataLayer: false,
+  enableLegacyMetrics: false,
 };
+
+/** Gates accepted only so that llm-d and GIE files load: setting one changes nothing. */
+export const NO_EFFECT_FEATURE_GATES: ReadonlySet<string> = new Set(['dataLayer', 'enableLegacyMetrics']);
 
 // ---------------------------------------------------------------------------------------------
 // Suggestions
@@ -75,10 +83,14 @@ function words(name: string): string[] {
  * with `word` or has all its words (a shortened name: "lora-affinity" for "lora-affinity-scorer",
  * "kv-cache-scorer" for "kv-cache-utilization-scorer").
  */
-export function closestMatch(word: string, candidates: readonly string[]): string | undefined {
+export function closestMatch(word: string, allCandidates: readonly string[]): string | undefined {
   const lower = word.toLowerCase();
-  const sameName = candidates.find((c) => c.toLowerCase() === lower);
+  const sameName = allCandidates.find((c) => c.toLowerCase() === lower);
   if (sameName !== undefined) return sameName;
+  // "encode-filter" is one letter from "decode-filter" but the opposite of it: never suggest another stage.
+  const stage = STAGE_WORDS.find((w) => lower.includes(w));
+  const candidates = stage === undefined ? allCandidates : allCandidates.filter((c) => !STAGE_WORDS.some((w) => w !== stage && c.toLowerCase().includes(w)));
+  if (candidates.length === 0) return undefined;
 
   const limit = Math.max(2, Math.floor(word.length / 4));
   const distances = candidates.map((c) => levenshtein(lower, c.toLowerCase()));
@@ -93,8 +105,18 @@ export function closestMatch(word: string, candidates: readonly string[]): strin
   return longer.length === 1 ? longer[0] : undefined;
 }
 
+const STAGE_WORDS = ['encode', 'decode', 'prefill'];
+
+/** Keys llm-d replaced: what to write instead (where the valid keys include `among`, when given). */
+const REPLACED_KEYS: Readonly<Record<string, { hint: string; among?: string }>> = {
+  hashBlockSize: { hint: 'llm-d replaced it by blockSizeTokens (tokens per block) on prefix-cache-scorer' },
+  threshold: { hint: 'llm-d replaced it by nonCachedTokens on a prefix-based-pd-decider, named in deciders.prefill', among: 'deciders' },
+};
+
 /** ` (did you mean "x"?)` or '' when nothing is close. */
 export function didYouMean(word: string, candidates: readonly string[]): string {
+  const replaced = REPLACED_KEYS[word];
+  if (replaced !== undefined && (replaced.among === undefined || candidates.includes(replaced.among))) return ` (${replaced.hint})`;
   const match = closestMatch(word, candidates);
   return match === undefined ? '' : ` (did you mean "${match}"?)`;
 }
@@ -485,7 +507,7 @@ export const flowControlSchema = z
 const opaqueBlock = z.record(z.string(), z.unknown());
 
 export const rawConfigSchema = z.strictObject({
-  apiVersion: z.enum([API_VERSION, DEPRECATED_API_VERSION]).default(API_VERSION),
+  apiVersion: z.enum([API_VERSION, API_VERSION_V1, DEPRECATED_API_VERSION]).default(API_VERSION),
   kind: z.literal(CONFIG_KIND).default(CONFIG_KIND),
   server: serverSchema,
   pool: poolSchema,

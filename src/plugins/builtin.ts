@@ -7,13 +7,16 @@ import { concurrencyDetectorDefinition } from '../saturation/concurrency-detecto
 import { utilizationDetectorDefinition } from '../saturation/utilization-detector.js';
 import { activeRequestScorerDefinition } from '../scheduling/plugins/active-request-scorer.js';
 import { alwaysDisaggPdDeciderDefinition } from '../scheduling/plugins/always-disagg-pd-decider.js';
+import { approxPrefixCacheProducerDefinition } from '../scheduling/plugins/approx-prefix-cache-producer.js';
 import { decodeFilterDefinition } from '../scheduling/plugins/decode-filter.js';
 import { disaggProfileHandlerDefinition } from '../scheduling/plugins/disagg-profile-handler.js';
 import { kvCacheUtilizationScorerDefinition } from '../scheduling/plugins/kv-cache-utilization-scorer.js';
 import { labelSelectorFilterDefinition } from '../scheduling/plugins/label-selector-filter.js';
+import { llmdNoOpDefinitions } from '../scheduling/plugins/llm-d-no-ops.js';
 import { loraAffinityScorerDefinition } from '../scheduling/plugins/lora-affinity-scorer.js';
 import { maxScorePickerDefinition } from '../scheduling/plugins/max-score-picker.js';
 import { noHitLruScorerDefinition } from '../scheduling/plugins/no-hit-lru-scorer.js';
+import { pdProfileHandlerDefinition } from '../scheduling/plugins/pd-profile-handler.js';
 import { prefillFilterDefinition } from '../scheduling/plugins/prefill-filter.js';
 import { prefixBasedPdDeciderDefinition } from '../scheduling/plugins/prefix-based-pd-decider.js';
 import { prefixCacheScorerDefinition } from '../scheduling/plugins/prefix-cache-scorer.js';
@@ -30,6 +33,7 @@ export function builtinRegistry(): PluginRegistry {
     // profile handlers
     .register(singleProfileHandlerDefinition)
     .register(disaggProfileHandlerDefinition)
+    .register(pdProfileHandlerDefinition)
     // P/D deciders
     .register(prefixBasedPdDeciderDefinition)
     .register(alwaysDisaggPdDeciderDefinition)
@@ -46,6 +50,8 @@ export function builtinRegistry(): PluginRegistry {
     .register(loraAffinityScorerDefinition)
     .register(sessionAffinityScorerDefinition)
     .register(noHitLruScorerDefinition)
+    // llm-d plugins whose work another plugin does here: accepted with a warning
+    .register(approxPrefixCacheProducerDefinition)
     // pickers
     .register(maxScorePickerDefinition)
     .register(randomPickerDefinition)
@@ -53,6 +59,7 @@ export function builtinRegistry(): PluginRegistry {
     // saturation detectors
     .register(utilizationDetectorDefinition);
   registry.register(concurrencyDetectorDefinition);
+  for (const def of llmdNoOpDefinitions) registry.register(def);
   // flow-control policies
   for (const def of flowControlPolicyDefinitions) registry.register(def);
   return registry;

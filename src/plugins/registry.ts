@@ -64,6 +64,12 @@ export interface PluginDefinition<P = unknown> {
    * metrics scrape interval cannot meet, say). The loader places each at the user's key.
    */
   configWarnings?(params: P, context: PluginConfigContext): PluginConfigWarning[];
+  /**
+   * The plugin's parameters configure plugins of another type (an llm-d data producer whose work
+   * that type does here): the loader copies them into each declared plugin of type `to` whose
+   * parameter `referencedBy` names this one or is unset; that plugin's own values win.
+   */
+  readonly lendsParameters?: { readonly to: string; readonly referencedBy: string };
   create(name: string, params: P, deps: PluginDeps): Plugin;
 }
 

@@ -71,7 +71,7 @@ describe('syntax and shape', () => {
 
   test('wrong apiVersion and kind', () => {
     assert.deepEqual(problems(yaml('apiVersion: config.x-k8s.io/v1alpha1', 'kind: Pod')), [
-      'c.yaml:1:13: apiVersion: must be one of "llm-d.ai/v1alpha1", "inference.networking.x-k8s.io/v1alpha1"; got string "config.x-k8s.io/v1alpha1"',
+      'c.yaml:1:13: apiVersion: must be one of "llm-d.ai/v1alpha1", "llm-d.ai/v1", "inference.networking.x-k8s.io/v1alpha1"; got string "config.x-k8s.io/v1alpha1"',
       'c.yaml:2:7: kind: must be "EndpointPickerConfig", got string "Pod"',
     ]);
   });
@@ -185,7 +185,7 @@ describe('pool and objectives', () => {
 describe('feature gates', () => {
   test('unknown feature gate with suggestion', () => {
     assert.deepEqual(problems(yaml('featureGates: ["flowcontrol"]')), [
-      'c.yaml:1:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore',
+      'c.yaml:1:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics',
     ]);
   });
 
@@ -420,7 +420,7 @@ describe('collection and reporting', () => {
       'c.yaml:7:27: plugins[1].parameters.headroom: plugin "sat" (utilization-detector): must be >= 0, got number -1',
       'c.yaml:11:16: schedulingProfiles[0].plugins[0].pluginRef: no plugin named "nope" is declared',
       'c.yaml:14:22: flowControl.defaultRequestTTL: expected a duration string with a unit, e.g. "200ms", "1.5s", "5m"; got number 5',
-      'c.yaml:15:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore',
+      'c.yaml:15:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics',
     ]);
   });
 

@@ -227,6 +227,8 @@ describe('prefix-based-pd-decider', () => {
     assert.equal(shouldDisaggregate(4 * 200, m(6), 100), true, '200 − 96 = 104 ≥ 100');
     assert.equal(shouldDisaggregate(4 * 200, m(7), 100), false, '200 − 112 = 88 < 100');
     assert.equal(shouldDisaggregate(4 * 200, undefined, 100), false, 'no prefix information');
+    assert.equal(shouldDisaggregate(4 * 200, m(0), 100, 201), false, 'shorter than promptTokens');
+    assert.equal(shouldDisaggregate(4 * 200, m(0), 100, 200), true, 'at promptTokens');
   });
 
   test('uses the chosen decode endpoint\'s prefix match from the prefix-cache-scorer', () => {
@@ -257,12 +259,12 @@ describe('prefix-based-pd-decider', () => {
   });
 
   test('parameters are strict, ints ≥ 0, own output accepted; deciders are deciders', () => {
-    assert.deepEqual(prefixBasedPdDeciderParams.parse({ nonCachedTokens: 8 }), { nonCachedTokens: 8 });
+    assert.deepEqual(prefixBasedPdDeciderParams.parse({ nonCachedTokens: 8 }), { nonCachedTokens: 8, promptTokens: 0 });
     assert.equal(prefixBasedPdDeciderParams.safeParse({ nonCachedTokens: -1 }).success, false);
     assert.equal(prefixBasedPdDeciderParams.safeParse({ nonCachedTokens: 1.5 }).success, false);
     assert.equal(prefixBasedPdDeciderParams.safeParse({ threshold: 1 }).success, false);
     const deps = makeDeps();
-    assert.ok(isDecider(prefixBasedPdDeciderDefinition.create('a', { nonCachedTokens: 1 }, deps)));
+    assert.ok(isDecider(prefixBasedPdDeciderDefinition.create('a', { nonCachedTokens: 1, promptTokens: 0 }, deps)));
     const always = alwaysDisaggPdDeciderDefinition.create('b', {}, deps);
     assert.ok(isDecider(always));
     assert.equal((always as Decider).disaggregate(makeContext(), makeRequest(), makeEndpoint('e')), true);

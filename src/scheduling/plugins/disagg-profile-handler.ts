@@ -20,9 +20,11 @@
  * - `profiles.decode` "decode", `profiles.prefill` "prefill" — profile names (must differ)
  * - `deciders.prefill` — name of a decider plugin; absent = P/D disabled (always decode-only)
  * - `connector` "sidecar" — Sluice: `sidecar` | `nixlv2` | `shared-storage` (SPEC §7.4)
+ * - llm-d's older flat form is read too: `decodeProfile`, `prefillProfile`, `deciderPluginName` or
+ *   `prefillDeciderPluginName` (not mixed with `profiles`/`deciders`)
  */
 import { z } from 'zod';
-import type { PluginDefinition } from '../../plugins/registry.js';
+import type { PluginDefinition, PluginDeps, PluginReference } from '../../plugins/registry.js';
 import {
   isDecider,
   type ApiKind,
@@ -48,7 +50,34 @@ const DISAGG_APIS: Readonly<Record<ConnectorName, ReadonlySet<ApiKind>>> = {
   'shared-storage': new Set<ApiKind>(['chat', 'completions']),
 };
 
-export const disaggProfileHandlerParams = z
+/** llm-d's older flat parameters, still accepted by llm-d (not mixed with the nested form). */
+const FLAT_KEYS: Readonly<Record<string, readonly ['profiles' | 'deciders', 'decode' | 'prefill']>> = {
+  decodeProfile: ['profiles', 'decode'],
+  prefillProfile: ['profiles', 'prefill'],
+  deciderPluginName: ['deciders', 'prefill'],
+  prefillDeciderPluginName: ['deciders', 'prefill'],
+};
+
+/** Rewrites the flat form into the nested one; a mix of both is an error. */
+export function nestFlatKeys(raw: unknown, ctx: { addIssue(issue: { code: 'custom'; message: string; path?: PropertyKey[] }): void }): unknown {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return raw;
+  const flat = Object.keys(raw).filter((k) => k in FLAT_KEYS);
+  if (flat.length === 0) return raw;
+  const rest: Record<string, unknown> = { ...raw };
+  if (rest.profiles !== undefined || rest.deciders !== undefined) {
+    ctx.addIssue({ code: 'custom', message: `${flat.join(', ')} (llm-d's older form) cannot be mixed with profiles/deciders`, path: [flat[0]!] });
+    return raw;
+  }
+  const nested: Record<'profiles' | 'deciders', Record<string, unknown>> = { profiles: {}, deciders: {} };
+  for (const key of flat) {
+    const [group, role] = FLAT_KEYS[key]!;
+    nested[group][role] = rest[key];
+    delete rest[key];
+  }
+  return { ...rest, profiles: nested.profiles, deciders: nested.deciders };
+}
+
+export const disaggProfileHandlerParams = z.preprocess(nestFlatKeys, z
   .strictObject({
     profiles: z
       .strictObject({
@@ -62,7 +91,7 @@ export const disaggProfileHandlerParams = z
   .refine((p) => p.profiles.decode !== p.profiles.prefill, {
     message: 'profiles.decode and profiles.prefill must name different profiles',
     path: ['profiles', 'prefill'],
-  });
+  }));
 
 export type DisaggProfileHandlerParams = z.infer<typeof disaggProfileHandlerParams>;
 
@@ -127,26 +156,34 @@ export const disaggProfileHandlerDefinition: PluginDefinition<DisaggProfileHandl
   type: DISAGG_PROFILE_HANDLER_TYPE,
   kinds: ['profileHandler'],
   params: disaggProfileHandlerParams,
-  references: (params) => [
-    { path: ['profiles', 'decode'], name: params.profiles.decode, to: 'profile' },
-    { path: ['profiles', 'prefill'], name: params.profiles.prefill, to: 'profile' },
-    ...(params.deciders.prefill !== undefined
-      ? [{ path: ['deciders', 'prefill'], name: params.deciders.prefill, to: 'plugin' as const, kinds: ['decider' as const], usage: 'the prefill decider' }]
-      : []),
-  ],
-  create: (name, params, deps) => {
-    const ref = params.deciders.prefill;
-    let decider: Decider | undefined;
-    if (ref !== undefined) {
-      const plugin: Plugin | undefined = deps.plugins.get(ref);
-      if (plugin === undefined) {
-        throw new Error(`${DISAGG_PROFILE_HANDLER_TYPE} '${name}': deciders.prefill: no plugin named '${ref}'`);
-      }
-      if (!isDecider(plugin)) {
-        throw new Error(`${DISAGG_PROFILE_HANDLER_TYPE} '${name}': deciders.prefill: plugin '${ref}' (${plugin.type}) is not a decider`);
-      }
-      decider = plugin;
-    }
-    return new DisaggProfileHandler(name, params, decider);
-  },
+  references: disaggReferences,
+  create: (name, params, deps) => createDisaggHandler(name, params, deps),
 };
+
+/** The profiles and decider the handler names; without a decider (decode-only) no prefill profile is needed. */
+export function disaggReferences(params: DisaggProfileHandlerParams): PluginReference[] {
+  const decode: PluginReference = { path: ['profiles', 'decode'], name: params.profiles.decode, to: 'profile' };
+  const decider = params.deciders.prefill;
+  if (decider === undefined) return [decode];
+  return [
+    decode,
+    { path: ['profiles', 'prefill'], name: params.profiles.prefill, to: 'profile' },
+    { path: ['deciders', 'prefill'], name: decider, to: 'plugin', kinds: ['decider'], usage: 'the prefill decider' },
+  ];
+}
+
+export function createDisaggHandler(name: string, params: DisaggProfileHandlerParams, deps: PluginDeps): DisaggProfileHandler {
+  const ref = params.deciders.prefill;
+  let decider: Decider | undefined;
+  if (ref !== undefined) {
+    const plugin: Plugin | undefined = deps.plugins.get(ref);
+    if (plugin === undefined) {
+      throw new Error(`${DISAGG_PROFILE_HANDLER_TYPE} '${name}': deciders.prefill: no plugin named '${ref}'`);
+    }
+    if (!isDecider(plugin)) {
+      throw new Error(`${DISAGG_PROFILE_HANDLER_TYPE} '${name}': deciders.prefill: plugin '${ref}' (${plugin.type}) is not a decider`);
+    }
+    decider = plugin;
+  }
+  return new DisaggProfileHandler(name, params, decider);
+}

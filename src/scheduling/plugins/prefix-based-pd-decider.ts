@@ -6,7 +6,7 @@
  *
  *   inputTokens  = floor(len(promptText) / 4)        (chat: the messages JSON as sent; completions: the prompt)
  *   cachedTokens = matchedBlocks(decode) × blockSizeTokens     (from the prefix-cache-scorer's index)
- *   disaggregate ⇔ nonCachedTokens > 0 ∧ inputTokens ≥ nonCachedTokens
+ *   disaggregate ⇔ nonCachedTokens > 0 ∧ inputTokens ≥ max(nonCachedTokens, promptTokens)
  *                  ∧ inputTokens − cachedTokens ≥ nonCachedTokens
  *
  * The prefix match comes from the first `prefix-cache-scorer` instance in the configuration (the
@@ -15,6 +15,8 @@
  *
  * Parameters:
  * - `nonCachedTokens` 0 — int ≥ 0; 0 = never disaggregate
+ * - `promptTokens` 0 — int ≥ 0; prompts shorter than this are never disaggregated (0 = no minimum)
+ * - `prefixMatchInfoProducerName` — llm-d's reference to its prefix producer; accepted, not needed
  */
 import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
@@ -28,6 +30,9 @@ const CHARS_PER_TOKEN = 4;
 
 export const prefixBasedPdDeciderParams = z.strictObject({
   nonCachedTokens: z.number().int().min(0).default(0),
+  promptTokens: z.number().int().min(0).default(0),
+  /** llm-d: the producer of the prefix match; here the first prefix-cache-scorer's index (above). */
+  prefixMatchInfoProducerName: z.string().min(1).optional(),
 });
 
 export type PrefixBasedPdDeciderParams = z.infer<typeof prefixBasedPdDeciderParams>;
@@ -41,10 +46,10 @@ const isPrefixMatcher = (p: object): p is PrefixMatcher & Plugin =>
   typeof (p as PrefixMatcher).prefixMatch === 'function';
 
 /** The decision rule alone (exported for tests and the docs' formula). */
-export function shouldDisaggregate(promptChars: number, match: PrefixMatch | undefined, nonCachedTokens: number): boolean {
+export function shouldDisaggregate(promptChars: number, match: PrefixMatch | undefined, nonCachedTokens: number, promptTokens = 0): boolean {
   if (nonCachedTokens <= 0) return false;
   const inputTokens = Math.floor(promptChars / CHARS_PER_TOKEN);
-  if (inputTokens < nonCachedTokens) return false;
+  if (inputTokens < nonCachedTokens || inputTokens < promptTokens) return false;
   if (match === undefined) return false;
   const cachedTokens = match.matchedBlocks * match.blockSizeTokens;
   return inputTokens - cachedTokens >= nonCachedTokens;
@@ -53,6 +58,7 @@ export function shouldDisaggregate(promptChars: number, match: PrefixMatch | und
 export class PrefixBasedPdDecider implements Decider {
   readonly type = PREFIX_BASED_PD_DECIDER_TYPE;
   readonly nonCachedTokens: number;
+  readonly promptTokens: number;
   private matcher: PrefixMatcher | undefined;
   private warned = false;
 
@@ -67,14 +73,16 @@ export class PrefixBasedPdDecider implements Decider {
     private readonly logger?: PluginLogger,
   ) {
     this.nonCachedTokens = params.nonCachedTokens;
+    this.promptTokens = params.promptTokens;
   }
 
   disaggregate(_ctx: CycleContext, req: SchedulingRequest, decode: Endpoint): boolean {
     if (this.nonCachedTokens <= 0) return false;
-    if (Math.floor(req.promptText.length / CHARS_PER_TOKEN) < this.nonCachedTokens) return false;
+    const inputTokens = Math.floor(req.promptText.length / CHARS_PER_TOKEN);
+    if (inputTokens < this.nonCachedTokens || inputTokens < this.promptTokens) return false;
     const matcher = this.resolveMatcher();
     if (matcher === undefined) return false;
-    return shouldDisaggregate(req.promptText.length, matcher.prefixMatch(req, decode), this.nonCachedTokens);
+    return shouldDisaggregate(req.promptText.length, matcher.prefixMatch(req, decode), this.nonCachedTokens, this.promptTokens);
   }
 
   private resolveMatcher(): PrefixMatcher | undefined {

@@ -22,6 +22,8 @@
  * - `blockSize` — deprecated: characters per block; overrides blockSizeTokens × 4 when set
  * - `matchLengthWeight` 0 — in [0, 1]; weight of the absolute match-length term
  * - `matchLengthScaleTokens` 8192 — > 0; matched tokens at which the length term saturates
+ * - `prefixMatchInfoProducerName` — llm-d's reference to an `approx-prefix-cache-producer`, whose
+ *   parameters the loader merges into this scorer (its own values win)
  */
 import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
@@ -46,23 +48,37 @@ const CHARS_PER_TOKEN = 4;
 /** llm-d's default window: the first 131 072 tokens of a prompt are matched. */
 export const DEFAULT_MAX_PREFIX_TOKENS = 131_072;
 
-export const prefixCacheScorerParams = z
-  .strictObject({
-    autoTune: z.boolean().default(true),
-    blockSizeTokens: z.number().int().positive().default(16),
-    maxPrefixBlocksToMatch: z.number().int().min(0).optional(),
-    maxPrefixTokensToMatch: z.number().int().min(0).optional(),
-    lruCapacityPerServer: z.number().int().positive().default(31250),
-    blockSize: z.number().int().positive().optional(),
-    matchLengthWeight: z.number().min(0).max(1).default(0),
-    matchLengthScaleTokens: z.number().positive().default(8192),
-  })
-  // The token window wins when > 0 (llm-d); a block count set alone applies (an older llm-d config's).
-  .transform(({ maxPrefixBlocksToMatch, maxPrefixTokensToMatch, ...rest }) => ({
-    ...rest,
+/** The prefix index's parameters (also those of llm-d's `approx-prefix-cache-producer`). */
+export const prefixIndexParamsShape = {
+  autoTune: z.boolean().default(true),
+  blockSizeTokens: z.number().int().positive().default(16),
+  maxPrefixBlocksToMatch: z.number().int().min(0).optional(),
+  maxPrefixTokensToMatch: z.number().int().min(0).optional(),
+  lruCapacityPerServer: z.number().int().positive().default(31250),
+  blockSize: z.number().int().positive().optional(),
+};
+
+/** The token window wins when > 0 (llm-d); a block count set alone applies (an older llm-d config's). */
+export function resolveMatchWindow<P extends { maxPrefixBlocksToMatch?: number; maxPrefixTokensToMatch?: number }>(
+  p: P,
+): P & { maxPrefixBlocksToMatch: number; maxPrefixTokensToMatch: number } {
+  const { maxPrefixBlocksToMatch, maxPrefixTokensToMatch } = p;
+  return {
+    ...p,
     maxPrefixBlocksToMatch: maxPrefixBlocksToMatch ?? 256,
     maxPrefixTokensToMatch: maxPrefixTokensToMatch ?? (maxPrefixBlocksToMatch === undefined ? DEFAULT_MAX_PREFIX_TOKENS : 0),
-  }));
+  };
+}
+
+export const prefixCacheScorerParams = z
+  .strictObject({
+    ...prefixIndexParamsShape,
+    matchLengthWeight: z.number().min(0).max(1).default(0),
+    matchLengthScaleTokens: z.number().positive().default(8192),
+    /** llm-d: the producer holding the index; here the scorer holds it (its parameters are merged in). */
+    prefixMatchInfoProducerName: z.string().min(1).optional(),
+  })
+  .transform(resolveMatchWindow);
 
 export type PrefixCacheScorerParams = z.infer<typeof prefixCacheScorerParams>;
 

@@ -1,0 +1,205 @@
+/**
+ * llm-d configurations as llm-d's own repositories ship them (deployment samples, e2e configs,
+ * guides), with the real plugins: older plugin names and forms llm-d still accepts load here too,
+ * with a warning saying what they do in Sluice; what llm-d itself removed gets a hint.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { ConfigError, loadConfigText, type LoadResult } from '../../src/config/load.js';
+import { effectiveConfigYaml } from '../../src/config/print.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { DisaggProfileHandler } from '../../src/scheduling/plugins/disagg-profile-handler.js';
+import { buildScheduling } from '../../src/scheduling/build.js';
+import { ManualClock, seededRandom } from '../../src/util/clock.js';
+import { yaml } from './helpers.js';
+
+const registry = builtinRegistry();
+const load = (text: string): LoadResult => loadConfigText(text, 'c.yaml', registry);
+const warnings = (r: LoadResult) => r.warnings.map((w) => `${w.line}: ${w.path}: ${w.message}`);
+const pluginParams = (r: LoadResult, name: string) => r.config.plugins.find((p) => p.name === name)?.parameters;
+
+function problems(text: string): string[] {
+  try {
+    load(text);
+  } catch (err) {
+    if (err instanceof ConfigError) return err.format().split('\n');
+    throw err;
+  }
+  assert.fail('expected a ConfigError');
+}
+
+const PD_PROFILES = [
+  'schedulingProfiles:',
+  '- name: prefill',
+  '  plugins: [{ pluginRef: prefill-filter }, { pluginRef: max-score-picker }, { pluginRef: prefix-cache-scorer, weight: 2 }]',
+  '- name: decode',
+  '  plugins: [{ pluginRef: decode-filter }, { pluginRef: max-score-picker }, { pluginRef: prefix-cache-scorer, weight: 2 }]',
+];
+
+/** llm-d-router's e2e `deprecatedPdConfig`, shortened. */
+const DEPRECATED_PD = yaml(
+  'apiVersion: llm-d.ai/v1alpha1',
+  'kind: EndpointPickerConfig',
+  'plugins:',
+  '- type: prefill-header-handler',
+  '- type: approx-prefix-cache-producer',
+  '  parameters: { blockSizeTokens: 32, maxPrefixBlocksToMatch: 128, lruCapacityPerServer: 256 }',
+  '- type: prefix-cache-scorer',
+  '- type: prefill-filter',
+  '- type: decode-filter',
+  '- type: max-score-picker',
+  '- type: prefix-based-pd-decider',
+  '  parameters: { nonCachedTokens: 16 }',
+  '- type: pd-profile-handler',
+  ...PD_PROFILES,
+);
+
+describe('llm-d compatibility', () => {
+  test('approx-prefix-cache-producer: its parameters configure the prefix-cache-scorer, whose own values win', () => {
+    const r = load(
+      yaml(
+        'plugins:',
+        '- type: approx-prefix-cache-producer',
+        '  parameters: { blockSizeTokens: 32, maxPrefixBlocksToMatch: 128, lruCapacityPerServer: 256 }',
+        '- type: prefix-cache-scorer',
+        '  parameters: { lruCapacityPerServer: 999 }',
+        '- { type: prefix-cache-scorer, name: other, parameters: { prefixMatchInfoProducerName: someone-else } }',
+      ),
+    );
+    assert.deepEqual(
+      [pluginParams(r, 'prefix-cache-scorer')?.blockSizeTokens, pluginParams(r, 'prefix-cache-scorer')?.maxPrefixBlocksToMatch, pluginParams(r, 'prefix-cache-scorer')?.lruCapacityPerServer],
+      [32, 128, 999],
+    );
+    // The block count alone sets the window, as in the producer's llm-d file.
+    assert.equal(pluginParams(r, 'prefix-cache-scorer')?.maxPrefixTokensToMatch, 0);
+    assert.equal(pluginParams(r, 'other')?.blockSizeTokens, 16, 'a scorer naming another producer keeps its own');
+    assert.deepEqual(warnings(r), [
+      '2: plugins[0].type: approx-prefix-cache-producer: its parameters apply to "prefix-cache-scorer" (in Sluice the prefix-cache-scorer keeps the index itself)',
+    ]);
+    const alone = load(yaml('plugins:', '- type: approx-prefix-cache-producer', '- type: queue-scorer'));
+    assert.match(warnings(alone).join('\n'), /approx-prefix-cache-producer: no prefix-cache-scorer uses it, so it has no effect/);
+  });
+
+  test('deprecated pd-profile-handler with prefill-header-handler (llm-d e2e config): loads and runs as disagg-profile-handler', () => {
+    const r = load(DEPRECATED_PD);
+    assert.deepEqual(pluginParams(r, 'pd-profile-handler'), {
+      profiles: { decode: 'decode', prefill: 'prefill' },
+      deciders: { prefill: 'prefix-based-pd-decider' },
+      connector: 'sidecar',
+    });
+    const ws = warnings(r).join('\n');
+    assert.match(ws, /^4: plugins\[0\]\.parameters: prefill-header-handler does nothing here: deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself$/m);
+    assert.match(ws, /pd-profile-handler is deprecated in llm-d; it runs as disagg-profile-handler/);
+    // What validate prints loads back to the same configuration.
+    const again = load(effectiveConfigYaml(r));
+    assert.deepEqual(again.config.plugins, r.config.plugins);
+
+    const clock = new ManualClock();
+    const logger = { warn() {}, info() {}, debug() {} };
+    const built = buildScheduling(r.config, registry, { clock, random: seededRandom(1), pool: { endpoints: [] }, logger, plugins: new Map() });
+    const handler = [...built.plugins.values()].find((p) => p instanceof DisaggProfileHandler) as DisaggProfileHandler | undefined;
+    assert.ok(handler, 'a disagg profile handler was built');
+    assert.equal(handler.decider?.name, 'prefix-based-pd-decider');
+  });
+
+  test("disagg-profile-handler reads llm-d's older flat keys, but not mixed with the nested form", () => {
+    const flat = load(
+      yaml(
+        'plugins:',
+        '- type: prefill-filter',
+        '- type: decode-filter',
+        '- type: prefix-cache-scorer',
+        '- type: max-score-picker',
+        '- { type: always-disagg-pd-decider, name: always }',
+        '- type: disagg-profile-handler',
+        '  parameters: { decodeProfile: decode, prefillProfile: prefill, deciderPluginName: always }',
+        ...PD_PROFILES,
+      ),
+    );
+    assert.deepEqual(pluginParams(flat, 'disagg-profile-handler'), {
+      profiles: { decode: 'decode', prefill: 'prefill' },
+      deciders: { prefill: 'always' },
+      connector: 'sidecar',
+    });
+    const mixed = problems(
+      yaml('plugins:', '- type: max-score-picker', '- type: disagg-profile-handler', '  parameters: { deciderPluginName: x, profiles: { decode: decode } }', ...PD_PROFILES),
+    );
+    assert.match(mixed.join('\n'), /deciderPluginName \(llm-d's older form\) cannot be mixed with profiles\/deciders/);
+  });
+
+  test('a decode-only disagg-profile-handler needs no prefill profile (llm-d e2e decodeOnlyConfig)', () => {
+    const r = load(
+      yaml(
+        'plugins:',
+        '- type: decode-filter',
+        '- type: max-score-picker',
+        '- type: disagg-profile-handler',
+        'schedulingProfiles:',
+        '- name: decode',
+        '  plugins: [{ pluginRef: decode-filter }, { pluginRef: max-score-picker }]',
+      ),
+    );
+    assert.equal(r.config.schedulingProfiles.length, 1);
+    // With a decider, the prefill profile must exist.
+    const lines = problems(
+      yaml(
+        'plugins:',
+        '- type: decode-filter',
+        '- type: max-score-picker',
+        '- type: always-disagg-pd-decider',
+        '- type: disagg-profile-handler',
+        '  parameters: { deciders: { prefill: always-disagg-pd-decider } }',
+        'schedulingProfiles:',
+        '- name: decode',
+        '  plugins: [{ pluginRef: decode-filter }, { pluginRef: max-score-picker }]',
+      ),
+    );
+    assert.match(lines.join('\n'), /no scheduling profile named "prefill"/);
+  });
+
+  test('apiVersion llm-d.ai/v1, GIE feature gates, models-responder and inflight-load-producer load with what they mean here', () => {
+    const r = load(
+      yaml(
+        'apiVersion: llm-d.ai/v1',
+        'kind: EndpointPickerConfig',
+        'featureGates: [dataLayer, flowControl]',
+        'plugins:',
+        '- type: models-responder',
+        '- type: inflight-load-producer',
+        '- { type: prefix-based-pd-decider, parameters: { nonCachedTokens: 8, promptTokens: 100, prefixMatchInfoProducerName: approx-prefix-cache-producer } }',
+      ),
+    );
+    assert.equal(r.config.apiVersion, 'llm-d.ai/v1');
+    const ws = warnings(r).join('\n');
+    assert.match(ws, /^3: featureGates\[0\]: feature gate "dataLayer" \(GIE\) changes nothing in Sluice$/m);
+    assert.match(ws, /models-responder does nothing here: Sluice answers \/v1\/models itself/);
+    assert.match(ws, /inflight-load-producer does nothing here/);
+    assert.equal(warnings(r).length, 3, ws);
+    assert.equal(pluginParams(r, 'prefix-based-pd-decider')?.promptTokens, 100);
+  });
+
+  test('keys llm-d removed get what replaced them; an encode plugin is never taken for a decode one', () => {
+    const lines = problems(
+      yaml(
+        'plugins:',
+        '- type: prefix-cache-scorer',
+        '  parameters: { hashBlockSize: 64 }',
+        '- type: pd-profile-handler',
+        '  parameters: { threshold: 100 }',
+        '- type: encode-filter',
+        '- type: utilization-detector',
+        '  parameters: { threshold: 3 }',
+      ),
+    );
+    const text = lines.join('\n');
+    assert.match(text, /hashBlockSize: .*unknown key "hashBlockSize" \(llm-d replaced it by blockSizeTokens \(tokens per block\) on prefix-cache-scorer\)/);
+    assert.match(text, /plugins\[1\]\.parameters\.threshold: .*\(llm-d replaced it by nonCachedTokens on a prefix-based-pd-decider, named in deciders\.prefill\)/);
+    assert.match(text, /unknown plugin type "encode-filter"$/m);
+    assert.doesNotMatch(text, /plugins\[3\]\.parameters\.threshold: .*nonCachedTokens/, 'the P/D hint is only for a profile handler');
+  });
+
+  test('validate says whether flow control is on, since llm-d defaults it off', () => {
+    assert.match(effectiveConfigYaml(load(yaml('plugins: []'))), /^# flow control: on \(Sluice's default; llm-d's is off: featureGates: \[flowControl=false\] turns it off\)$/m);
+    assert.match(effectiveConfigYaml(load(yaml('featureGates: [flowControl=false]'))), /^# flow control: off/m);
+  });
+});
