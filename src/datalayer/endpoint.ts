@@ -68,6 +68,12 @@ export interface EndpointSpec {
   labels: Record<string, string>;
 }
 
+/**
+ * Running slots assumed for a server that has never shown a queue, before its peak doubles it (each
+ * scrape can show more running): vLLM's max-num-seqs is rarely below this.
+ */
+export const SLOW_START_SLOTS = 8;
+
 export class Endpoint {
   readonly name: string;
   readonly address: string;
@@ -98,6 +104,8 @@ export class Endpoint {
    * waited (vLLM's max-num-seqs, or fewer when its KV cache is the limit). 0 until a queue was seen.
    */
   observedSlots = 0;
+  /** The most requests the server was ever scraped running (what it has shown it can start at least). */
+  peakRunning = 0;
   /** Set when the endpoint left the pool; in-flight requests still finish. */
   removed = false;
 
@@ -123,15 +131,18 @@ export class Endpoint {
    * The server's waiting queue now, reckoned from the last scrape and what Sluice did since (NaN
    * without metrics). `n = inFlight − inFlightAtScrape`: requests sent minus requests finished since
    * the scrape. A finished request freed a slot that a waiting one took, so `n < 0` shortens the
-   * queue; a request sent since fills a free slot first (free = observedSlots − running when a queue
-   * has ever been seen, unlimited otherwise; none while the server had a queue), then waits.
+   * queue; a request sent since fills a free slot first (free = slots − running; none while the
+   * server had a queue), then waits. Slots = observedSlots once a queue has been seen; before, a
+   * slow start: twice the most it was seen running, at least SLOW_START_SLOTS, so a server just
+   * added (or never loaded) is not handed a whole backlog before its first scrape shows its size.
    */
   estimatedWaiting(): number {
     const m = this.metrics;
     if (m === undefined) return NaN;
     const n = this.inFlight - this.inFlightAtScrape;
     if (n <= 0) return Math.max(0, m.waiting + n);
-    const free = m.waiting > 0 ? 0 : this.observedSlots > 0 ? Math.max(0, this.observedSlots - m.running) : Infinity;
+    const slots = this.observedSlots > 0 ? this.observedSlots : Math.max(SLOW_START_SLOTS, 2 * this.peakRunning);
+    const free = m.waiting > 0 ? 0 : Math.max(0, slots - m.running);
     return m.waiting + Math.max(0, n - free);
   }
 

@@ -163,6 +163,7 @@ export class Pool implements PoolView {
       ep.inFlightAtScrape = ep.inFlight;
       const m = result.metrics;
       if (m.waiting > 0 && m.running > ep.observedSlots) ep.observedSlots = m.running;
+      if (m.running > ep.peakRunning) ep.peakRunning = m.running;
       ep.lastError = undefined;
     } else {
       ep.lastError = result.error;

@@ -164,12 +164,19 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
     assert.equal(d.saturation(NOW, [a!, b!]).value, 0.4);
   });
 
-  test('a server never seen with a queue absorbs a burst: its slot count is unknown', () => {
+  test('a server never seen with a queue: slow start, 8 slots or twice the most it ran, then the rest waits', () => {
     const d = detector({ queueDepthThreshold: 5 });
     const [idle, other] = fleet({ waiting: 0, running: 2, inFlight: 2 }, { waiting: 0 });
-    idle!.inFlight += 40;
+    idle!.inFlight += 6; // fills the 6 of 8 assumed slots still free
+    assert.equal(idle!.estimatedWaiting(), 0);
     assert.equal(d.saturation(NOW, [idle!]).value, 0);
-    assert.deepEqual(names(d.filter(ctx, makeRequest(), [idle!, other!])), ['e0', 'e1']);
+    idle!.inFlight += 5; // a whole backlog would otherwise land here before the next scrape
+    assert.equal(idle!.estimatedWaiting(), 5);
+    assert.deepEqual(names(d.filter(ctx, makeRequest(), [idle!, other!])), ['e1']);
+    idle!.peakRunning = 30; // it has been seen running 30: 60 assumed
+    assert.equal(idle!.estimatedWaiting(), 0);
+    idle!.inFlight += 60 - 2 - 11 + 5;
+    assert.equal(idle!.estimatedWaiting(), 5);
   });
 
   test('a server seen full: requests sent since the scrape fill its free slots, then wait', () => {
@@ -189,14 +196,14 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
     pool.acquire(ep);
     pool.acquire(ep);
     pool.recordScrape(ep, { metrics: { waiting: 0, running: 2, kvUsage: 0.1 } }, NOW);
-    assert.deepEqual([ep.inFlightAtScrape, ep.observedSlots], [2, 0]); // no queue: slots unknown
+    assert.deepEqual([ep.inFlightAtScrape, ep.observedSlots, ep.peakRunning], [2, 0, 2]); // no queue: slots unknown
     pool.recordScrape(ep, { error: 'boom' }, NOW + 50);
     pool.acquire(ep);
     assert.equal(ep.inFlightAtScrape, 2); // a failed scrape proves nothing new
     pool.recordScrape(ep, { metrics: { waiting: 3, running: 8, kvUsage: 0.5 } }, NOW + 100);
     assert.deepEqual([ep.inFlightAtScrape, ep.observedSlots], [3, 8]);
     pool.recordScrape(ep, { metrics: { waiting: 1, running: 6, kvUsage: 0.9 } }, NOW + 150);
-    assert.equal(ep.observedSlots, 8); // the most seen; fewer now is a KV limit or a moment
+    assert.deepEqual([ep.observedSlots, ep.peakRunning], [8, 8]); // the most seen; fewer now is a KV limit or a moment
   });
 
   test('countRecentDispatches: false reads the scraped queue only (llm-d), gate and filter', () => {
