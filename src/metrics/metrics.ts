@@ -42,6 +42,9 @@ export const MAX_LABEL_VALUE_LENGTH = 256;
  * Maps a client-controlled label value to itself for the first `maxValues` distinct values and to
  * `other` afterwards. Admission is permanent (a series, once created, keeps its identity).
  */
+/** Where a request was when its client went away (`sluice_request_cancelled_total{stage}`). */
+export type CancelStage = 'queued' | 'waiting_first_byte' | 'streaming';
+
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
 export type UpstreamErrorKind = 'connect' | 'headers_timeout' | 'failed' | 'cut' | 'http_5xx';
 
@@ -405,6 +408,7 @@ export class ModelRequestMetrics {
     private readonly inputTokensChild: HistogramSeries,
     private readonly outputTokensChild: HistogramSeries,
     private readonly errorCounter: Counter<'model_name' | 'target_model_name' | 'error_code'>,
+    private readonly cancelCounter: Counter<'model_name' | 'target_model_name' | 'stage'>,
   ) {}
 
   /** A request for this model arrived (request_total++, request_running++). Pair with `ended()`. */
@@ -427,6 +431,11 @@ export class ModelRequestMetrics {
       this.errorChildren.set(key, child);
     }
     child.inc();
+  }
+
+  /** The client went away before its answer was complete, while the request was at `stage`. */
+  cancelled(stage: CancelStage): void {
+    this.cancelCounter.labels(this.modelName, this.targetModelName, stage).inc();
   }
 
   /** End-to-end duration as the client saw it, seconds. */
@@ -479,6 +488,7 @@ export class GatewayMetrics {
   // --- request
   readonly requestTotal: FastValueMetric<'model_name' | 'target_model_name'>;
   readonly requestErrorTotal: Counter<'model_name' | 'target_model_name' | 'error_code'>;
+  readonly requestCancelledTotal: Counter<'model_name' | 'target_model_name' | 'stage'>;
   readonly requestDuration: FastHistogram<'model_name' | 'target_model_name'>;
   readonly requestTtft: FastHistogram<'model_name' | 'target_model_name' | 'streaming'>;
   readonly requestInputTokens: FastHistogram<'model_name' | 'target_model_name'>;
@@ -546,6 +556,11 @@ export class GatewayMetrics {
       name: 'llm_d_epp_request_error_total',
       help: 'Inference requests that ended in an error, by model and error_code (HTTP status or llm-d error code).',
       labelNames: [...modelLabels, 'error_code'],
+    });
+    this.requestCancelledTotal = counter({
+      name: 'sluice_request_cancelled_total',
+      help: 'Inference requests whose client went away before the answer was complete, by where the request was: queued (in flow control or before an endpoint was chosen), waiting_first_byte (sent to an endpoint), streaming (part of the answer relayed). With request_error_total and the answered requests, accounts for request_total.',
+      labelNames: [...modelLabels, 'stage'],
     });
     this.requestDuration = fastHistogram({
       name: 'llm_d_epp_request_duration_seconds',
@@ -831,6 +846,7 @@ export class GatewayMetrics {
       this.requestInputTokens.labels(model, target),
       this.requestOutputTokens.labels(model, target),
       this.requestErrorTotal,
+      this.requestCancelledTotal,
     );
     byTarget.set(target, series);
     this.modelPairCount++;

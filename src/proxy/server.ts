@@ -11,6 +11,7 @@ import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
 import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
+import type { CancelStage } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
@@ -200,6 +201,7 @@ export class ApiServer {
         // as errors) would pull the percentiles down exactly when the fleet is in trouble.
         if (ctx.ttftMs !== undefined) modelMetrics.duration((deps.clock.now() - started) / 1000);
         if (status >= 400) modelMetrics.error(status);
+        else if (status === 0) modelMetrics.cancelled(cancelStage(ctx));
         this.logDone(res, requestId, status, ctx);
       }
     } catch (err) {
@@ -341,6 +343,11 @@ export class ApiServer {
 }
 
 /** The client's `x-request-id` when it is 1–256 characters (longer ones are not trusted into logs and headers), else a new UUID. */
+/** Where a request is: queued (no endpoint yet), sent and waiting for its first byte, or answering. */
+function cancelStage(ctx: ForwardContext): CancelStage {
+  return ctx.endpoint === undefined ? 'queued' : ctx.ttftMs === undefined ? 'waiting_first_byte' : 'streaming';
+}
+
 function requestIdOf(req: IncomingMessage): string {
   const id = req.headers['x-request-id'];
   return typeof id === 'string' && id.length > 0 && id.length <= 256 ? id : randomUUID();

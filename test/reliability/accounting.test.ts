@@ -143,6 +143,13 @@ flowControl:
     assert.equal(done.filter((d) => d.droppedReason === 'rejected-ttl-expired').length, ttlEvicted, 'TTL evictions say so');
     assert.ok(done.filter((d) => d.status === 200).every((d) => d.endpoint === 'good' || d.endpoint === 'flaky'));
     assert.ok(done.filter((d) => d.status === 0).length >= cancelled, 'client cancels logged as status 0');
+
+    // Every accepted request is counted once in Prometheus: answered, an error, or a client cancel.
+    const clientCancels = sum(sample(m, 'sluice_request_cancelled_total'));
+    const answered = done.filter((d) => d.status >= 200 && d.status < 400).length;
+    assert.equal(clientCancels, done.filter((d) => d.status === 0).length, 'one cancel per request whose client went away');
+    assert.equal(answered + sum(sample(m, 'llm_d_epp_request_error_total')) + clientCancels, accepted, 'answered + errors + cancels = request_total');
+    assert.ok(sum(sample(m, 'sluice_request_cancelled_total', 'stage="queued"')) >= cancelled, 'cancels in the queue are among them');
   } finally {
     process.off('unhandledRejection', onUnhandled);
     await gw.close();
