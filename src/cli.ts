@@ -111,7 +111,7 @@ async function main(argv: string[]): Promise<number> {
         registry,
         target: gw,
         logger,
-        onResult: (ok) => gw.metrics.configReload(ok),
+        onResult: (result) => gw.metrics.configReload(result),
       });
       reloader.start();
       signals.ready({

@@ -18,13 +18,18 @@ export interface ReloadTarget {
   reload(next: LoadResult): Promise<void>;
 }
 
+export type ReloadResult = 'applied' | 'rejected' | 'in-force';
+
 export interface ConfigReloaderOptions {
   file: string;
   registry: PluginRegistry;
   target: ReloadTarget;
   logger: Logger;
-  /** Told the result of every attempt (metrics). */
-  onResult?: (success: boolean) => void;
+  /**
+   * Told the result of every attempt (metrics): applied, rejected, or `in-force` when the file is
+   * valid and gives the configuration already running (nothing applied, e.g. a bad edit reverted).
+   */
+  onResult?: (result: ReloadResult) => void;
   /** How often the file is polled; default 1000 ms. 0 disables file watching. */
   pollIntervalMs?: number;
 }
@@ -84,23 +89,24 @@ export class ConfigReloader {
       this.lastRejected = text;
       for (const problem of problems) logger.error({ file, problem }, 'config reload rejected');
       logger.error({ file, trigger, problems: problems.length }, 'config reload rejected: the previous configuration keeps serving');
-      this.opts.onResult?.(false);
+      this.opts.onResult?.('rejected');
       return false;
     }
     this.lastRejected = undefined;
     if (isDeepStrictEqual(next.config, this.opts.target.config)) {
       logger.info({ file, trigger }, 'config reload: the file gives the configuration in force; nothing to apply');
+      this.opts.onResult?.('in-force');
       return true;
     }
     try {
       await this.opts.target.reload(next);
     } catch (err) {
       logger.error({ file, trigger, err: (err as Error).message }, 'config reload could not be applied: the previous configuration keeps serving');
-      this.opts.onResult?.(false);
+      this.opts.onResult?.('rejected');
       return false;
     }
     logger.info({ file, trigger }, 'config reload applied');
-    this.opts.onResult?.(true);
+    this.opts.onResult?.('applied');
     return true;
   }
 }

@@ -908,10 +908,11 @@ export class GatewayMetrics {
     this.configRestartPending.set(pending ? 1 : 0);
   }
 
-  /** A reload was applied (true) or rejected (false). */
-  configReload(success: boolean): void {
-    this.configReloadsTotal.labels(success ? 'success' : 'failure').inc();
-    this.configLastReloadSuccessful.set(success ? 1 : 0);
+  /** A reload was applied or rejected, or found the configuration already in force. */
+  configReload(result: 'applied' | 'rejected' | 'in-force'): void {
+    // A file that gives the configuration in force is not a reload, but it is valid and in force.
+    if (result !== 'in-force') this.configReloadsTotal.labels(result === 'applied' ? 'success' : 'failure').inc();
+    this.configLastReloadSuccessful.set(result === 'rejected' ? 0 : 1);
   }
 
   // ----------------------------------------------------------------------------- flow control

@@ -54,7 +54,7 @@ async function reloadableGateway(name: string, text: string, opts: { pollInterva
   const { logger, lines } = captureLogger();
   const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
   const pollIntervalMs = opts.pollIntervalMs ?? 0;
-  const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs, onResult: (ok) => gw.metrics.configReload(ok) });
+  const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs, onResult: (result) => gw.metrics.configReload(result) });
   if (pollIntervalMs > 0) reloader.start();
   const close = async (...backends: { close(): Promise<void> }[]) => {
     reloader.stop();
@@ -272,7 +272,15 @@ describe('live reload', () => {
       const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
       assert.match(m, /sluice_config_reloads_total\{result="success"\} 1/);
       assert.match(m, /sluice_config_reloads_total\{result="failure"\} 1/);
+      assert.match(m, /sluice_config_last_reload_successful 0/);
       assert.equal(gw.config.objectives[0]?.name, 'gold', 'still in force');
+      // The bad edit reverted: nothing to apply, not counted, but the file is valid and in force again.
+      writeFileSync(file, config([{ name: 'a', port: a.port }], 'objectives:\n- { name: gold, priority: 5 }\n'));
+      assert.equal(await reloader.reloadNow('file change'), true);
+      const reverted = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(reverted, /sluice_config_last_reload_successful 1/);
+      assert.match(reverted, /sluice_config_reloads_total\{result="success"\} 1/);
+      assert.deepEqual([applied(), unchanged()], [1, 4]);
       // The digest of the configuration in force, as `sluice validate` prints it for the file.
       const digest = /^sluice_config_info\{digest="([0-9a-f]{12})"\} 1$/m.exec(await (await request(`${gw.metricsUrl}/metrics`)).body.text())?.[1];
       assert.equal(digest, effectiveConfigDigest(gw.config));
