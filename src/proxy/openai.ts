@@ -26,6 +26,16 @@ export interface InvalidRequest {
   param: string | null;
 }
 
+/** JSON text of a parsed value; undefined when it is nested too deeply to serialise. */
+function jsonText(v: unknown): string | undefined {
+  try {
+    return JSON.stringify(v);
+  } catch (err) {
+    if (err instanceof RangeError) return undefined;
+    throw err;
+  }
+}
+
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
@@ -42,7 +52,7 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
   const stream = body.stream;
   if (stream !== undefined && stream !== null && typeof stream !== 'boolean')
     return { message: "'stream' must be a boolean", param: 'stream' };
-  let promptText: string;
+  let promptText: string | undefined;
   switch (api) {
     case 'chat': {
       const messages = body.messages;
@@ -52,30 +62,32 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
       for (let i = 0; i < messages.length; i++) {
         if (!isObject(messages[i])) return { message: `'messages[${i}]' must be an object`, param: `messages[${i}]` };
       }
-      promptText = memberText(source, 'messages') ?? JSON.stringify(messages);
+      promptText = memberText(source, 'messages') ?? jsonText(messages);
       break;
     }
     case 'completions': {
       const prompt = body.prompt;
       if (prompt === undefined || prompt === null) return { message: "missing required field 'prompt'", param: 'prompt' };
       if (typeof prompt === 'string') promptText = prompt;
-      else if (Array.isArray(prompt) && prompt.length > 0) promptText = memberText(source, 'prompt') ?? JSON.stringify(prompt);
+      else if (Array.isArray(prompt) && prompt.length > 0) promptText = memberText(source, 'prompt') ?? jsonText(prompt);
       else return { message: "'prompt' must be a string or a non-empty array", param: 'prompt' };
       break;
     }
     case 'embeddings': {
       const input = body.input;
       if (input === undefined || input === null) return { message: "missing required field 'input'", param: 'input' };
-      promptText = typeof input === 'string' ? input : (memberText(source, 'input') ?? JSON.stringify(input));
+      promptText = typeof input === 'string' ? input : (memberText(source, 'input') ?? jsonText(input));
       break;
     }
     case 'responses': {
       const input = body.input;
       if (input === undefined || input === null) return { message: "missing required field 'input'", param: 'input' };
-      promptText = JSON.stringify([{ instructions: body.instructions }, { tools: body.tools }, { input }]);
+      promptText = jsonText([{ instructions: body.instructions }, { tools: body.tools }, { input }]);
       break;
     }
   }
+  // JSON.parse reads any depth; re-serialising a structure nested thousands deep overflows the stack.
+  if (promptText === undefined) return { message: 'request body is nested too deeply', param: null };
   const so = body.stream_options;
   const includeUsage = stream === true && isObject(so) && so.include_usage === true;
   return { body, model, promptText, stream: stream === true, includeUsage };

@@ -113,6 +113,16 @@ describe('validateOpenAIRequest: the prompt text the prefix index hashes', () =>
     assert.equal(valid('embeddings', '{"model":"m","input":["a", "b"]}').promptText, '["a", "b"]');
   });
 
+  test('a body nested too deeply to re-serialise is a 400 reason, not an exception', () => {
+    const deep = '['.repeat(100_000) + ']'.repeat(100_000);
+    const responses = `{"model":"m","input":${deep}}`;
+    assert.deepEqual(validateOpenAIRequest('responses', JSON.parse(responses), responses), { message: 'request body is nested too deeply', param: null });
+    const chat = `{"model":"m","messages":[{"role":"user","content":${deep}}]}`;
+    assert.deepEqual(validateOpenAIRequest('chat', JSON.parse(chat)), { message: 'request body is nested too deeply', param: null });
+    // With its source text the client's own JSON is the prompt text: nothing to re-serialise.
+    assert.ok(!isInvalid(validateOpenAIRequest('chat', JSON.parse(chat), chat)));
+  });
+
   test('an escaped key falls back to the re-serialisation of what JSON.parse saw', () => {
     assert.equal(valid('chat', '{"model":"m","m\\u0065ssages":[ {"role":"user","content":"hi"} ]}').promptText, '[{"role":"user","content":"hi"}]');
   });
