@@ -311,6 +311,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         let timer: NodeJS.Timeout | undefined;
         await Promise.race([api.whenIdle(), new Promise<void>((r) => (timer = setTimeout(r, grace)))]);
         clearTimeout(timer);
+        const ended = api.endInFlight('the gateway is shutting down and its shutdown grace period is over');
+        if (ended > 0) logger.warn({ requests: ended, shutdownGracePeriodMs: grace }, 'shutdown grace period over: requests still in flight were ended with 503');
         api.server.closeAllConnections();
         api.refusals.close();
         await scraper.stop();

@@ -55,6 +55,16 @@ export function watchClient(res: ServerResponse, w: ClientWatcher): void {
   }
 }
 
+/** Tells the current watcher now that its client is gone (the gateway ends the response itself). */
+export function interruptWatcher(res: ServerResponse): void {
+  const r = res as Watched;
+  const w = r[kWatcher];
+  if (w !== undefined) {
+    r[kWatcher] = undefined;
+    w.clientClosed();
+  }
+}
+
 /** `w` no longer hears the close (no-op when another watcher took over). */
 export function unwatchClient(res: ServerResponse, w: ClientWatcher): void {
   if ((res as Watched)[kWatcher] === w) (res as Watched)[kWatcher] = undefined;

@@ -66,6 +66,10 @@ export interface ForwardContext {
   /** Arrival → first byte of the answer relayed; undefined before it. */
   ttftMs: number | undefined;
   usage: Usage | undefined;
+  /** The answer relayed is an event stream (its status line and headers have gone to the client). */
+  sseAnswer: boolean;
+  /** Set when the gateway itself ended the request (shutdown grace period over): counted as a 503. */
+  endedByGateway: boolean;
   /** Neighbours in the API server's list of requests in flight (intrusive: no hashing per request). */
   older: ForwardContext | undefined;
   newer: ForwardContext | undefined;
@@ -367,6 +371,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       if (status === 200) this.captured = [];
     }
     ctx.res.writeHead(status, headers);
+    ctx.sseAnswer = sse;
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {

@@ -23,7 +23,7 @@ import type { Upstreams } from './upstreams.js';
 import type { ModelsCache } from './models.js';
 import type { FlowController } from '../flowcontrol/controller.js';
 import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from '../flowcontrol/types.js';
-import { trackResponse, unwatchClient, watchClient, watchPipelined, type ClientWatcher } from './client-watch.js';
+import { interruptWatcher, trackResponse, unwatchClient, watchClient, watchPipelined, type ClientWatcher } from './client-watch.js';
 import { RefusalLog } from './refusal-log.js';
 import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
@@ -195,6 +195,7 @@ export class ApiServer {
         status = 500;
         this.internalError(res, requestId, err);
       } finally {
+        if (ctx.endedByGateway && status < 400) status = 503;
         this.untrack(ctx);
         modelMetrics.ended();
         // Latency of answers from a model server, as llm-d records it: Sluice's own refusals (counted
@@ -236,6 +237,25 @@ export class ApiServer {
   }
 
   /** Appends the request to the in-flight list (arrival order is age order). */
+  /**
+   * The shutdown grace period is over: each request still in flight is ended now, with a reason —
+   * a 503 when its answer has not started, an error event when it streams (a JSON answer under way
+   * can only be cut) — its upstream request cancelled, and counted as a 503. Returns how many.
+   */
+  endInFlight(message: string): number {
+    let n = 0;
+    for (let c = this.oldest; c !== undefined; c = c.newer) {
+      const { res } = c;
+      if (res.writableEnded || res.destroyed) continue;
+      n++;
+      c.endedByGateway = true;
+      interruptWatcher(res);
+      if (!res.headersSent) sendError(res, 503, message, { requestId: c.requestId, close: true });
+      else if (c.sseAnswer) res.end(`data: ${errorBody(503, message)}\n\n`);
+    }
+    return n;
+  }
+
   private track(ctx: ForwardContext): void {
     ctx.older = this.newest;
     if (this.newest !== undefined) this.newest.newer = ctx;
@@ -336,6 +356,8 @@ export class ApiServer {
       queuedMs: 0,
       ttftMs: undefined,
       usage: undefined,
+      sseAnswer: false,
+      endedByGateway: false,
       older: undefined,
       newer: undefined,
     };

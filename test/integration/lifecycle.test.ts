@@ -13,7 +13,7 @@ import { ConfigReloader } from '../../src/config/reload.js';
 import { effectiveConfigDigest } from '../../src/config/print.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
-import { okJson, slowJson, startFakeBackend } from '../helpers/fake-backend.js';
+import { okJson, slowJson, startFakeBackend, type Behaviour } from '../helpers/fake-backend.js';
 import { startSimulator } from '../../src/sim/server.js';
 import { until } from '../helpers/wait.js';
 
@@ -431,22 +431,45 @@ describe('graceful drain', () => {
     await a.close();
   });
 
-  test('an in-flight request still running at the end of shutdownGracePeriod is cut, and the gateway stops', async () => {
-    const a = await startFakeBackend(() => undefined); // never answers
+  test('requests still running at the end of shutdownGracePeriod end with a 503 reason (a stream: an error event), and the gateway stops', async () => {
+    // Never answers a JSON request; starts a stream and never ends it. Two servers of one slot each.
+    const stall: Behaviour = (r, res) => {
+      if (!JSON.parse(r.body).stream) return;
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
+    };
+    const [a, b] = [await startFakeBackend(stall), await startFakeBackend(stall)];
     const registry = builtinRegistry();
     const file = join(dir, 'drain-cut.yaml');
-    writeFileSync(file, config([{ name: 'a', port: a.port }]).replace('shutdownGracePeriod: 3s', 'shutdownGracePeriod: 200ms'));
-    const gw = await startGateway(loadConfigFile(file, registry), { registry, host: '127.0.0.1' });
+    writeFileSync(file, config([{ name: 'a', port: a.port }, { name: 'b', port: b.port }]).replace('shutdownGracePeriod: 3s', 'shutdownGracePeriod: 200ms'));
+    const { logger, lines } = captureLogger();
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, host: '127.0.0.1', logger });
     try {
       await waitForMetrics(gw);
       const stuck = post(gw, 'stuck');
-      stuck.catch(() => undefined);
-      await until(() => a.received.length === 1);
-      await gw.close(); // returns: it does not wait for the stuck request
-      await assert.rejects(stuck, /other side closed|socket hang up|ECONNRESET/, 'the client sees its connection cut');
+      const streaming = request(`${gw.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'stream' }] }),
+      }).then(async (r) => ({ status: r.statusCode, text: await r.body.text() }));
+      await until(() => a.received.length + b.received.length === 2);
+      const metricsBefore = gw.metrics;
+      await gw.close(); // returns after the grace period: it does not wait for them
+      const json = await stuck;
+      assert.equal(json.status, 503);
+      assert.match(JSON.parse(json.text).error.message, /shutting down and its shutdown grace period is over/);
+      const sse = await streaming;
+      assert.equal(sse.status, 200);
+      assert.match(sse.text, /^data: \{"choices".*\n\ndata: \{"error":\{"message":"the gateway is shutting down and its shutdown grace period is over".*"code":503\}\}\n\n$/s);
+      assert.ok(lines().some((l) => l.msg === 'shutdown grace period over: requests still in flight were ended with 503' && l.requests === 2));
+      const m = await metricsBefore.text();
+      assert.match(m, /llm_d_epp_request_error_total\{model_name="m",target_model_name="m",error_code="503"\} 2/);
+      assert.doesNotMatch(m, /sluice_request_cancelled_total\{/, 'not counted as clients that went away');
       await assert.rejects(post(gw, 'after'), /ECONNREFUSED/);
     } finally {
+      await gw.close();
       await a.close();
+      await b.close();
     }
   });
 });
