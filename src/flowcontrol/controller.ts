@@ -144,6 +144,9 @@ export function provisionBands(config: FlowControlConfig, objectivePriorities: r
   return [...byPriority.values()].sort((a, b) => b.priority - a.priority);
 }
 
+/** llm-d's backstop slack: two of its 1 s expiry sweeps, time for a regime flip to be noticed. */
+const BACKSTOP_SLACK_MS = 2000;
+
 /** Longest delay Node's setTimeout honours; longer ones fire at once. */
 const MAX_TIMER_DELAY_MS = 2_147_483_647;
 
@@ -472,10 +475,22 @@ export class FlowController {
     this.totalBytes += size;
     const budget = this.currentBudget();
     if (budget > 0) {
-      item.expiryAt = Math.max(enqueuedAt, this.regimeSince) + budget;
+      item.expiryAt = this.expiryFor(enqueuedAt, budget);
       this.expiry.push(item);
     }
     return item;
+  }
+
+  /**
+   * When a request queued at `enqueuedAt` expires in the current regime: its budget counts from the
+   * regime's start (a flip between an empty and a non-empty pool starts it afresh), but never past
+   * llm-d's backstop, enqueue + max(both budgets) + 2 s, so a pool that keeps flipping holds no
+   * request for ever. Without both budgets there is no backstop (a budget of 0 means wait).
+   */
+  private expiryFor(enqueuedAt: number, budget: number): number {
+    const regime = Math.max(enqueuedAt, this.regimeSince) + budget;
+    const [s, n] = [this.saturatedBudgetMs, this.noEndpointBudgetMs];
+    return s > 0 && n > 0 ? Math.min(regime, enqueuedAt + Math.max(s, n) + BACKSTOP_SLACK_MS) : regime;
   }
 
   /**
@@ -835,7 +850,7 @@ export class FlowController {
     this.rebuildExpiry();
   }
 
-  /** Re-keys every queued request for the current regime: chargeFrom = max(enqueuedAt, since). */
+  /** Re-keys every queued request for the current regime (expiryFor). */
   private rebuildExpiry(): void {
     const budget = this.currentBudget();
     const expiring: QueuedRequest[] = [];
@@ -843,7 +858,7 @@ export class FlowController {
       for (const flow of band.sortedFlows) {
         for (const item of flow.heap.values()) {
           if (budget > 0) {
-            item.expiryAt = Math.max(item.enqueuedAt, this.regimeSince) + budget;
+            item.expiryAt = this.expiryFor(item.enqueuedAt, budget);
             expiring.push(item);
           } else {
             item.expiryAt = Infinity;

@@ -182,6 +182,26 @@ describe('TTL regimes (reference §2.10, §6.5: S = 100 ms, N = 2 s)', () => {
     assert.deepEqual(h.outcomeOf('a'), { label: 'a', outcome: 'Dispatched', queuedMs: 600, cause: undefined, at: 600 });
   });
 
+  test('a pool that keeps flipping between empty and not cannot hold a request past max(S, N) + 2 s', () => {
+    const h = blocked({ S: 1000, N: 1000 });
+    h.submit('a');
+    // Each flip, noticed by the expiry timer just before the budget runs out, starts a fresh one.
+    for (let t = 900; t < 2900; t += 1000) {
+      h.timers.advanceTo(t);
+      h.poolEmpty = !h.poolEmpty;
+      h.timers.advanceTo(t + 100);
+      assert.equal(h.outcomeOf('a'), undefined, `still queued at ${t + 100}`);
+    }
+    h.poolEmpty = !h.poolEmpty;
+    h.timers.advanceTo(3000);
+    assert.deepEqual([h.outcomeOf('a')?.outcome, h.outcomeOf('a')?.at], ['EvictedNoEndpoints', 3000], 'the regime it ends in names it');
+    // With one budget 0 (wait while saturated) there is no backstop.
+    const patient = blocked({ S: 0, N: 1000 });
+    patient.submit('b');
+    patient.timers.advanceTo(60_000);
+    assert.equal(patient.outcomeOf('b'), undefined);
+  });
+
   test('a huge TTL is armed within setTimeout range and still expires on time', () => {
     const month = 30 * 24 * 3600 * 1000;
     const h = blocked({ S: month });
