@@ -46,7 +46,7 @@ export const MAX_LABEL_VALUE_LENGTH = 256;
 export type CancelStage = 'queued' | 'waiting_first_byte' | 'streaming';
 
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
-export type UpstreamErrorKind = 'connect' | 'headers_timeout' | 'failed' | 'cut' | 'http_5xx';
+export type UpstreamErrorKind = 'connect' | 'reset' | 'headers_timeout' | 'failed' | 'cut' | 'http_5xx';
 
 export class LabelCap {
   private readonly admitted = new Set<string>();
@@ -649,7 +649,7 @@ export class GatewayMetrics {
     });
     this.endpointUpstreamErrorsTotal = counter({
       name: 'sluice_endpoint_upstream_errors_total',
-      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), headers_timeout (504), failed (another error before an answer: 502), cut (the answer broke off mid-way), http_5xx (the endpoint answered 5xx, relayed).',
+      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), reset (the connection was lost before any answer byte: retried elsewhere too, though the server may have begun the work), headers_timeout (504), failed (another error before an answer: 502), cut (the answer broke off mid-way), http_5xx (the endpoint answered 5xx, relayed).',
       labelNames: ['endpoint_name', 'error'],
     });
     this.upstreamRetriesTotal = counter({

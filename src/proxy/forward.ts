@@ -75,23 +75,24 @@ export interface ForwardContext {
   newer: ForwardContext | undefined;
 }
 
-/** Errors that prove the request never reached the model server, so another endpoint may take it. */
-const CONNECT_ERROR_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'EPIPE',
-  'UND_ERR_CONNECT_TIMEOUT',
-  'UND_ERR_SOCKET',
-  'UND_ERR_CLOSED',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-]);
+/** Errors that prove no connection was made: the model server never saw the request. */
+const NO_CONNECTION_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EAI_AGAIN']);
+/**
+ * Errors of a connection lost before any answer byte: a pooled keep-alive connection the server had
+ * closed (the request never reached it), or a server that died while working on the request. The
+ * two cannot be told apart, so both are retried on another endpoint, as a connection failure is
+ * (SPEC §2): the second case runs the generation twice. Counted apart (`reset`).
+ */
+const LOST_CONNECTION_CODES = new Set(['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED']);
 
+/** Another endpoint may take the request: no connection, or the connection lost before an answer. */
 function isConnectError(err: unknown): boolean {
   const code = (err as { code?: string }).code;
-  return code !== undefined && CONNECT_ERROR_CODES.has(code);
+  return code !== undefined && (NO_CONNECTION_CODES.has(code) || LOST_CONNECTION_CODES.has(code));
+}
+
+function connectErrorKind(err: unknown): 'connect' | 'reset' {
+  return LOST_CONNECTION_CODES.has((err as { code?: string }).code ?? '') ? 'reset' : 'connect';
 }
 
 const MAX_JSON_CAPTURE = 1 << 20;
@@ -469,7 +470,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (this.headers === undefined) {
       // No answer yet.
       if (isConnectError(err)) {
-        ctx.metrics.endpointUpstreamError(ep.name, 'connect');
+        ctx.metrics.endpointUpstreamError(ep.name, connectErrorKind(err));
         const timedOut = (err as { code?: string }).code === 'UND_ERR_CONNECT_TIMEOUT';
         return this.done({ kind: 'retry', error: err.message, timedOut, prepared: this.prepared });
       }
@@ -525,7 +526,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, signal: AbortSign
     } catch (err) {
       if (signal.aborted) return { kind: 'aborted' };
       const e = err as Error & { code?: string };
-      const kind = answered ? 'cut' : isConnectError(e) ? 'connect' : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
+      const kind = answered ? 'cut' : isConnectError(e) ? connectErrorKind(e) : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
       ctx.metrics.endpointUpstreamError(prefill.name, kind);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {

@@ -213,6 +213,9 @@ schedulingProfiles:
       for (const r of results) assert.notEqual(r.headers['x-inference-pod'], fleet.sims[0]!.name);
       const metrics = await (await request(`${fleet.gw.metricsUrl}/metrics`)).body.text();
       assert.match(metrics, /llm_d_epp_upstream_retries_total\{endpoint_name="sim-0"\} [1-9]/);
+      // Refused: no connection was made, so the model server never saw the request.
+      assert.match(metrics, /sluice_endpoint_upstream_errors_total\{endpoint_name="sim-0",error="connect"\} [1-9]/);
+      assert.doesNotMatch(metrics, /endpoint_name="sim-0",error="reset"/);
       for (const ep of fleet.gw.pool.endpoints) assert.equal(ep.inFlight, 0);
     } finally {
       await fleet.close();
@@ -246,10 +249,11 @@ schedulingProfiles:
       assert.equal(JSON.parse(r.text).error.type, 'BadGatewayError');
       assert.match(JSON.parse(r.text).error.message, /after 3 attempt\(s\)/);
       assert.equal(await retries(four), 2, 'retries: 2 → two retries, the third failure is not retried');
-      // Each failed connection is counted against its endpoint: three attempts, three endpoints.
+      // Each lost connection is counted against its endpoint: three attempts, three endpoints. The
+      // servers accepted and reset: `reset` (the request may have reached them), not `connect`.
       const connectErrors = Object.entries(await endpointErrors(four));
       assert.equal(connectErrors.length, 3, JSON.stringify(connectErrors));
-      for (const [key, n] of connectErrors) assert.ok(key.endsWith('/connect') && n === 1, key);
+      for (const [key, n] of connectErrors) assert.ok(key.endsWith('/reset') && n === 1, key);
       const alone = await post(`${one.apiUrl}/v1/chat/completions`, chat());
       assert.equal(alone.status, 502);
       assert.match(JSON.parse(alone.text).error.message, /no other endpoint is eligible/);
