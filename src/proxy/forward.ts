@@ -476,10 +476,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
         ctx.metrics.endpointUpstreamError(ep.name, 'headers_timeout');
+        ctx.logger.warn({ requestId, endpoint: ep.name, headersTimeoutMs: ctx.rt.config.server.upstream.headersTimeout }, 'upstream did not answer within upstream.headersTimeout: 504');
         sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId });
         return this.done({ kind: 'done', status: 504 });
       }
       ctx.metrics.endpointUpstreamError(ep.name, 'failed');
+      ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message }, 'upstream failed before answering: 502');
       sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId });
       return this.done({ kind: 'done', status: 502 });
     }

@@ -370,8 +370,10 @@ schedulingProfiles:
 
   test('an upstream that never answers → 504 after headersTimeout', async () => {
     const backend = await startFakeBackend(() => undefined);
+    const log = captureLogger();
     const gw2 = await gatewayFor(
       fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', 'upstream: { connectTimeout: 1s, headersTimeout: 300ms, retries: 2 }'),
+      { logger: log.logger },
     );
     try {
       await waitForMetrics(gw2);
@@ -380,6 +382,11 @@ schedulingProfiles:
       assert.equal(JSON.parse(r.text).error.type, 'GatewayTimeoutError');
       assert.equal(backend.received.length, 1, 'a time-out is not retried (the server may be working on it)');
       assert.deepEqual(await endpointErrors(gw2), { 'b/headers_timeout': 1 });
+      // Said at warn level, with the request and the endpoint: not only in a counter.
+      const warned = log.lines().find((l) => l.msg === 'upstream did not answer within upstream.headersTimeout: 504');
+      assert.equal(warned?.endpoint, 'b');
+      assert.ok(typeof r.headers['x-request-id'] === 'string');
+      assert.equal(warned?.requestId, r.headers['x-request-id']);
     } finally {
       await gw2.close();
       await backend.close();
