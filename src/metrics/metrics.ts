@@ -38,16 +38,16 @@ export const DEFAULT_MAX_LABEL_VALUES = 1000;
 /** Longest label value kept (longer values are truncated) — a 1 MB model name must not become a 1 MB series. */
 export const MAX_LABEL_VALUE_LENGTH = 256;
 
-/**
- * Maps a client-controlled label value to itself for the first `maxValues` distinct values and to
- * `other` afterwards. Admission is permanent (a series, once created, keeps its identity).
- */
 /** Where a request was when its client went away (`sluice_request_cancelled_total{stage}`). */
 export type CancelStage = 'queued' | 'waiting_first_byte' | 'streaming';
 
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
 export type UpstreamErrorKind = 'connect' | 'reset' | 'headers_timeout' | 'failed' | 'cut' | 'http_5xx';
 
+/**
+ * Maps a client-controlled label value to itself for the first `maxValues` distinct values and to
+ * `other` afterwards. Admission is permanent (a series, once created, keeps its identity).
+ */
 export class LabelCap {
   private readonly admitted = new Set<string>();
 
