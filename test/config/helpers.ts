@@ -1,6 +1,7 @@
 /** Shared helpers for config tests. */
 import assert from 'node:assert/strict';
 import { ConfigError, loadConfigText, type LoadResult } from '../../src/config/load.js';
+import type { PluginRegistry } from '../../src/plugins/registry.js';
 import { fakeRegistry } from './fake-registry.js';
 
 export const registry = fakeRegistry();
@@ -8,14 +9,14 @@ export const registry = fakeRegistry();
 /** Joins lines with "\n" so tests can count lines at a glance. */
 export const yaml = (...lines: string[]): string => lines.join('\n') + '\n';
 
-export function load(text: string, file = 'c.yaml'): LoadResult {
-  return loadConfigText(text, file, registry);
+export function load(text: string, file = 'c.yaml', plugins: PluginRegistry = registry): LoadResult {
+  return loadConfigText(text, file, plugins);
 }
 
-/** The formatted problem lines of a config that must fail. */
-export function problems(text: string, file = 'c.yaml'): string[] {
+/** The formatted problem lines of a config that must fail (the fake plugins unless `plugins` is given). */
+export function problems(text: string, file = 'c.yaml', plugins: PluginRegistry = registry): string[] {
   try {
-    load(text, file);
+    load(text, file, plugins);
   } catch (err) {
     if (err instanceof ConfigError) return err.format().split('\n');
     throw err;

@@ -5,28 +5,19 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { ConfigError, loadConfigText, type LoadResult } from '../../src/config/load.js';
+import type { LoadResult } from '../../src/config/load.js';
 import { effectiveConfigYaml } from '../../src/config/print.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { DisaggProfileHandler } from '../../src/scheduling/plugins/disagg-profile-handler.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
 import { ManualClock, seededRandom } from '../../src/util/clock.js';
-import { yaml } from './helpers.js';
+import { load as loadWith, problems as problemsWith, yaml } from './helpers.js';
 
 const registry = builtinRegistry();
-const load = (text: string): LoadResult => loadConfigText(text, 'c.yaml', registry);
+const load = (text: string): LoadResult => loadWith(text, 'c.yaml', registry);
+const problems = (text: string): string[] => problemsWith(text, 'c.yaml', registry);
 const warnings = (r: LoadResult) => r.warnings.map((w) => `${w.line}: ${w.path}: ${w.message}`);
 const pluginParams = (r: LoadResult, name: string) => r.config.plugins.find((p) => p.name === name)?.parameters;
-
-function problems(text: string): string[] {
-  try {
-    load(text);
-  } catch (err) {
-    if (err instanceof ConfigError) return err.format().split('\n');
-    throw err;
-  }
-  assert.fail('expected a ConfigError');
-}
 
 const PD_PROFILES = [
   'schedulingProfiles:',
