@@ -10,7 +10,7 @@ import { formatProblem, type ConfigProblem } from './config/load.js';
 import { effectiveConfigDigest } from './config/print.js';
 import { Pool } from './datalayer/pool.js';
 import { Scraper } from './datalayer/scraper.js';
-import { GatewayMetrics } from './metrics/metrics.js';
+import { GatewayMetrics, type SaturationSnapshot } from './metrics/metrics.js';
 import { builtinRegistry } from './plugins/builtin.js';
 import type { PluginRegistry } from './plugins/registry.js';
 import { GatewayError } from './proxy/errors.js';
@@ -157,7 +157,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   pool.onChange(() => live.runtime.flowControl?.kick());
   metrics.setFlowControlSource(() => live.runtime.flowControl?.metricsSnapshot());
   let lastSourceErrorLog = -Infinity;
-  metrics.setSaturationSource(() => {
+  const saturationNow = (): SaturationSnapshot | undefined => {
     let s: ReturnType<typeof stageSaturation>;
     try {
       s = stageSaturation(live.detector, clock.now(), pool.endpoints);
@@ -174,7 +174,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     if (s.decode !== undefined) stages.decode = s.decode;
     if (s.interleaved !== undefined) stages.interleaved = s.interleaved;
     return { stages, global: s.global, stale: s.stale, detector: live.detector.name };
-  });
+  };
+  metrics.setSaturationSource(saturationNow);
 
   const lastErrorLog = new Map<string, number>();
   /** When each endpoint's current run of failed scrapes began (for the recovery line). */
@@ -219,6 +220,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     logger,
     clock,
     isReady,
+    saturation: saturationNow,
   });
   const admin = buildAdminServer({
     pool,

@@ -11,7 +11,7 @@ import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
 import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
-import type { CancelStage } from '../metrics/metrics.js';
+import type { CancelStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
@@ -38,6 +38,8 @@ export interface ApiServerDeps {
   clock: Clock;
   /** true once at least one endpoint has fresh metrics */
   isReady: () => boolean;
+  /** The pool's saturation now (what /metrics shows): named in the answer of a request that timed out in the queue. */
+  saturation?: () => SaturationSnapshot | undefined;
 }
 
 export class ApiServer {
@@ -181,7 +183,7 @@ export class ApiServer {
       try {
         if (rt.flowControl) {
           const sloTtftMs = parseSloTtftHeader(firstHeader(req.headers, SLO_TTFT_HEADERS));
-          status = await throughFlowControl(rt.flowControl, ctx, deps.runtime, priority, fairnessId, sloTtftMs);
+          status = await throughFlowControl(rt.flowControl, ctx, deps.runtime, priority, fairnessId, sloTtftMs, this.whySaturated);
         } else {
           const refusal = rt.admitWithoutQueue(priority);
           if (refusal) {
@@ -255,6 +257,22 @@ export class ApiServer {
     }
     return n;
   }
+
+  /**
+   * Why requests wait: the pool's saturation by stage and its endpoints with stale metrics, as a
+   * clause for the answer of a request that timed out in the queue ('' when unknown). Built at most
+   * once per clock tick: a storm of expiries shares it.
+   */
+  private readonly whySaturated = (): string => {
+    const now = this.deps.clock.now();
+    if (now !== this.whyAt) {
+      this.whyAt = now;
+      this.why = describeSaturation(this.deps.saturation?.());
+    }
+    return this.why;
+  };
+  private whyAt = NaN;
+  private why = '';
 
   private track(ctx: ForwardContext): void {
     ctx.older = this.newest;
@@ -380,6 +398,14 @@ function requestIdOf(req: IncomingMessage): string {
  * synchronously inside the dispatch cycle, so the endpoint's in-flight count rises before the next
  * saturation sample) or refused; a client that disconnects while queued leaves the queue at once.
  */
+/** `the pool stayed saturated: prefill 1.00, decode 0.20; 1 endpoint with stale metrics` ('' without a snapshot). */
+export function describeSaturation(s: SaturationSnapshot | undefined): string {
+  if (s === undefined) return '';
+  const stages = Object.entries(s.stages).map(([stage, v]) => `${stage} ${v.toFixed(2)}`);
+  const stale = s.stale > 0 ? `; ${s.stale} endpoint${s.stale === 1 ? '' : 's'} with stale metrics (unreachable or not answering /metrics)` : '';
+  return `the pool stayed saturated: ${stages.length > 0 ? stages.join(', ') : `global ${s.global.toFixed(2)}`}${stale}`;
+}
+
 function throughFlowControl(
   fc: FlowController,
   ctx: ForwardContext,
@@ -387,9 +413,10 @@ function throughFlowControl(
   priority: number,
   fairnessId: string,
   sloTtftMs: number | undefined,
+  whySaturated: () => string,
 ): Promise<number> {
   return new Promise<number>((resolve) => {
-    const q = new Queued(ctx, runtime, priority, fairnessId, sloTtftMs, resolve);
+    const q = new Queued(ctx, runtime, priority, fairnessId, sloTtftMs, resolve, whySaturated);
     watchClient(ctx.res, q);
     q.ticket = fc.enqueue(q);
     q.compact();
@@ -411,6 +438,7 @@ class Queued implements FlowRequest, ClientWatcher {
     readonly fairnessId: string,
     readonly sloTtftMs: number | undefined,
     private readonly resolve: (status: number | Promise<number>) => void,
+    private readonly whySaturated: () => string,
   ) {
     this.byteSize = ctx.raw.length;
     this.receivedAt = ctx.started;
@@ -461,7 +489,8 @@ class Queued implements FlowRequest, ClientWatcher {
     }
     const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);
     if (outcome === 'EvictedContextCancelled' || http === undefined) return this.resolve(0);
-    sendError(res, http.status, http.message, { droppedReason: http.droppedReason, requestId });
+    const why = outcome === 'EvictedTTL' ? this.whySaturated() : '';
+    sendError(res, http.status, why === '' ? http.message : `${http.message}: ${why}`, { droppedReason: http.droppedReason, requestId });
     this.resolve(http.status);
   }
 }

@@ -134,6 +134,11 @@ ${DETECTOR}flowControl:
       assert.equal(r.status, 429);
       assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-ttl-expired');
       assert.equal(JSON.parse(r.text).error.type, 'RateLimitError');
+      // The answer says why it waited: the stage that held it and the servers that cannot be read.
+      assert.equal(
+        JSON.parse(r.text).error.message,
+        'request timed out in queue: the pool stayed saturated: decode 1.00; 2 endpoints with stale metrics (unreachable or not answering /metrics)',
+      );
       assert.equal(a.received.length + b.received.length, 0);
       const staleWarnings = lines().filter((l) => /stale/i.test(String(l.msg)));
       assert.equal(staleWarnings.length, 1, JSON.stringify(staleWarnings));
