@@ -56,7 +56,10 @@ function parse(command: string, argv: string[], allowed: readonly Flag[]): Parti
   try {
     return parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values as Partial<Record<Flag, string>> & { help?: boolean };
   } catch (err) {
-    throw new UsageError(`${command}: ${(err as Error).message}`);
+    // `sluice validate FILE`: say how the file is given.
+    const stray = (err as { code?: string }).code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL' ? /'([^']*)'/.exec((err as Error).message)?.[1] : undefined;
+    const hint = stray !== undefined && allowed.includes('config') ? ` (the configuration file is given as --config ${stray})` : '';
+    throw new UsageError(`${command}: ${(err as Error).message}${hint}`);
   }
 }
 

@@ -81,6 +81,7 @@ describe('sluice CLI', () => {
       [['demo', '--metrics-port', '8080'], {}, /the API port and the metrics port must differ \(both 8080/],
       [['validate', '--config', config, '--port', '5'], {}, /validate: Unknown option '--port'/],
       [['demo', '--config', config], {}, /demo: Unknown option '--config'/],
+      [['validate', config], {}, /validate: Unexpected argument '.*single-pool\.yaml'.*\(the configuration file is given as --config .*single-pool\.yaml\)/],
       [['sim', '--bogus', '1'], {}, /unknown flag --bogus/],
       [['sim', '--max-num-seqs', '-3'], {}, /--max-num-seqs must be an integer/],
     ];
