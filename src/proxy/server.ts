@@ -238,7 +238,6 @@ export class ApiServer {
     };
   }
 
-  /** Appends the request to the in-flight list (arrival order is age order). */
   /**
    * The shutdown grace period is over: each request still in flight is ended now, with a reason —
    * a 503 when its answer has not started, an error event when it streams (a JSON answer under way
@@ -274,6 +273,7 @@ export class ApiServer {
   private whyAt = NaN;
   private why = '';
 
+  /** Appends the request to the in-flight list (arrival order is age order). */
   private track(ctx: ForwardContext): void {
     ctx.older = this.newest;
     if (this.newest !== undefined) this.newest.newer = ctx;
@@ -382,15 +382,23 @@ export class ApiServer {
   }
 }
 
-/** The client's `x-request-id` when it is 1–256 characters (longer ones are not trusted into logs and headers), else a new UUID. */
 /** Where a request is: queued (no endpoint yet), sent and waiting for its first byte, or answering. */
 function cancelStage(ctx: ForwardContext): CancelStage {
   return ctx.endpoint === undefined ? 'queued' : ctx.ttftMs === undefined ? 'waiting_first_byte' : 'streaming';
 }
 
+/** The client's `x-request-id` when it is 1–256 characters (longer ones are not trusted into logs and headers), else a new UUID. */
 function requestIdOf(req: IncomingMessage): string {
   const id = req.headers['x-request-id'];
   return typeof id === 'string' && id.length > 0 && id.length <= 256 ? id : randomUUID();
+}
+
+/** `the pool stayed saturated: prefill 1.00, decode 0.20; 1 endpoint with stale metrics` ('' without a snapshot). */
+function describeSaturation(s: SaturationSnapshot | undefined): string {
+  if (s === undefined) return '';
+  const stages = Object.entries(s.stages).map(([stage, v]) => `${stage} ${v.toFixed(2)}`);
+  const stale = s.stale > 0 ? `; ${s.stale} endpoint${s.stale === 1 ? '' : 's'} with stale metrics (unreachable or not answering /metrics)` : '';
+  return `the pool stayed saturated: ${stages.length > 0 ? stages.join(', ') : `global ${s.global.toFixed(2)}`}${stale}`;
 }
 
 /**
@@ -398,14 +406,6 @@ function requestIdOf(req: IncomingMessage): string {
  * synchronously inside the dispatch cycle, so the endpoint's in-flight count rises before the next
  * saturation sample) or refused; a client that disconnects while queued leaves the queue at once.
  */
-/** `the pool stayed saturated: prefill 1.00, decode 0.20; 1 endpoint with stale metrics` ('' without a snapshot). */
-export function describeSaturation(s: SaturationSnapshot | undefined): string {
-  if (s === undefined) return '';
-  const stages = Object.entries(s.stages).map(([stage, v]) => `${stage} ${v.toFixed(2)}`);
-  const stale = s.stale > 0 ? `; ${s.stale} endpoint${s.stale === 1 ? '' : 's'} with stale metrics (unreachable or not answering /metrics)` : '';
-  return `the pool stayed saturated: ${stages.length > 0 ? stages.join(', ') : `global ${s.global.toFixed(2)}`}${stale}`;
-}
-
 function throughFlowControl(
   fc: FlowController,
   ctx: ForwardContext,

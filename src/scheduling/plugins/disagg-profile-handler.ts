@@ -59,7 +59,7 @@ const FLAT_KEYS: Readonly<Record<string, readonly ['profiles' | 'deciders', 'dec
 };
 
 /** Rewrites the flat form into the nested one; a mix of both is an error. */
-export function nestFlatKeys(raw: unknown, ctx: { addIssue(issue: { code: 'custom'; message: string; path?: PropertyKey[] }): void }): unknown {
+function nestFlatKeys(raw: unknown, ctx: { addIssue(issue: { code: 'custom'; message: string; path?: PropertyKey[] }): void }): unknown {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return raw;
   const flat = Object.keys(raw).filter((k) => k in FLAT_KEYS);
   if (flat.length === 0) return raw;
