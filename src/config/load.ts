@@ -424,10 +424,13 @@ function parsePlugins(value: unknown, registry: PluginRegistry, sink: ProblemSin
 function lendParameters(entries: unknown[], registry: PluginRegistry, sink: ProblemSink): void {
   entries.forEach((lender, i) => {
     const type = stringAt(lender, 'type');
-    const lends = type === undefined ? undefined : registry.get(type)?.lendsParameters;
+    const def = type === undefined ? undefined : registry.get(type);
+    const lends = def?.lendsParameters;
     if (lends === undefined || !isPlainObject(lender)) return;
     const name = stringAt(lender, 'name') ?? type;
     const lent = isPlainObject(lender.parameters) ? lender.parameters : {};
+    // Invalid parameters are reported once, at the lender: the borrowers keep their own.
+    if (!def!.params.safeParse(lent).success) return;
     const borrowers: string[] = [];
     for (const entry of entries) {
       if (!isPlainObject(entry) || stringAt(entry, 'type') !== lends.to) continue;

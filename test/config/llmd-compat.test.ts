@@ -67,6 +67,10 @@ describe('llm-d compatibility', () => {
     assert.deepEqual(warnings(r), [
       '2: plugins[0].type: approx-prefix-cache-producer: its parameters apply to "prefix-cache-scorer" (in Sluice the prefix-cache-scorer keeps the index itself)',
     ]);
+    // A bad parameter is reported once, where it was written.
+    const bad = problems(yaml('plugins:', '- type: approx-prefix-cache-producer', '  parameters: { blockSizeTokens: 0 }', '- type: prefix-cache-scorer'));
+    assert.equal(bad.length, 1, bad.join('\n'));
+    assert.match(bad[0]!, /^c\.yaml:3:\d+: plugins\[0\]\.parameters\.blockSizeTokens: /);
     const alone = load(yaml('plugins:', '- type: approx-prefix-cache-producer', '- type: queue-scorer'));
     assert.match(warnings(alone).join('\n'), /approx-prefix-cache-producer: no prefix-cache-scorer uses it, so it has no effect/);
   });
