@@ -1,4 +1,11 @@
-/** `GET /v1/models`: the union of the models the pool's servers list, cached a few seconds. */
+/**
+ * `GET /v1/models`: the union of the models the pool's servers list, cached a few seconds.
+ *
+ * The client's `authorization` goes to the servers (a vLLM started with `--api-key` lists nothing
+ * without it), so the cache is kept per authorization value. When servers answered but none with
+ * a list, the client gets the first server's answer (a 401, say), and when none answered, a 502:
+ * never an empty list that would read as "no models".
+ */
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Clock } from '../util/clock.js';
 import type { Upstreams } from './upstreams.js';
@@ -8,9 +15,18 @@ interface ModelEntry {
   [k: string]: unknown;
 }
 
+export interface ModelsAnswer {
+  status: number;
+  /** JSON text. */
+  body: string;
+}
+
+/** Distinct authorization values cached at once (they come from clients): past it the cache starts over. */
+const MAX_CACHED_KEYS = 64;
+
 export class ModelsCache {
-  private cached: { at: number; body: string } | undefined;
-  private inflight: Promise<string> | undefined;
+  private readonly cached = new Map<string, { at: number; answer: ModelsAnswer }>();
+  private readonly inflight = new Map<string, Promise<ModelsAnswer>>();
 
   constructor(
     private readonly endpoints: () => readonly Endpoint[],
@@ -20,32 +36,52 @@ export class ModelsCache {
   ) {}
 
   invalidate(): void {
-    this.cached = undefined;
+    this.cached.clear();
   }
 
-  list(): Promise<string> {
-    const now = this.clock.now();
-    if (this.cached && now - this.cached.at < this.ttlMs) return Promise.resolve(this.cached.body);
-    this.inflight ??= this.fetchAll().finally(() => (this.inflight = undefined));
-    return this.inflight;
+  list(authorization: string | undefined, requestId: string): Promise<ModelsAnswer> {
+    const key = authorization ?? '';
+    const hit = this.cached.get(key);
+    if (hit !== undefined && this.clock.now() - hit.at < this.ttlMs) return Promise.resolve(hit.answer);
+    let pending = this.inflight.get(key);
+    if (pending === undefined) {
+      pending = this.fetchAll(authorization, requestId).finally(() => this.inflight.delete(key));
+      this.inflight.set(key, pending);
+    }
+    return pending;
   }
 
-  private async fetchAll(): Promise<string> {
+  private async fetchAll(authorization: string | undefined, requestId: string): Promise<ModelsAnswer> {
+    const headers: Record<string, string> = { 'x-request-id': requestId };
+    if (authorization !== undefined) headers.authorization = authorization;
     const byId = new Map<string, ModelEntry>();
+    let listed = 0;
+    let refusal: ModelsAnswer | undefined;
+    const endpoints = this.endpoints();
     await Promise.all(
-      this.endpoints().map(async (ep) => {
+      endpoints.map(async (ep) => {
         try {
-          const r = await this.upstreams.get(ep).request({ method: 'GET', path: '/v1/models', signal: AbortSignal.timeout(2000) });
-          const j = (await r.body.json()) as { data?: unknown };
-          if (r.statusCode !== 200 || !Array.isArray(j.data)) return;
-          for (const m of j.data as ModelEntry[]) if (typeof m?.id === 'string' && !byId.has(m.id)) byId.set(m.id, m);
+          const r = await this.upstreams.get(ep).request({ method: 'GET', path: '/v1/models', headers, signal: AbortSignal.timeout(2000) });
+          const text = await r.body.text();
+          if (r.statusCode !== 200) {
+            refusal ??= { status: r.statusCode, body: text };
+            return;
+          }
+          const data = (JSON.parse(text) as { data?: unknown }).data;
+          if (!Array.isArray(data)) return;
+          listed++;
+          for (const m of data as ModelEntry[]) if (typeof m?.id === 'string' && !byId.has(m.id)) byId.set(m.id, m);
         } catch {
-          // an endpoint that cannot list its models simply contributes none
+          // unreachable, timed out or not JSON: this endpoint contributes nothing
         }
       }),
     );
-    const body = JSON.stringify({ object: 'list', data: [...byId.values()] });
-    this.cached = { at: this.clock.now(), body };
-    return body;
+    if (listed === 0 && endpoints.length > 0) {
+      return refusal ?? { status: 502, body: JSON.stringify({ error: { message: 'no model server of the pool listed its models', type: 'BadGatewayError', param: null, code: 502 } }) };
+    }
+    const answer = { status: 200, body: JSON.stringify({ object: 'list', data: [...byId.values()] }) };
+    if (this.cached.size >= MAX_CACHED_KEYS) this.cached.clear();
+    this.cached.set(authorization ?? '', { at: this.clock.now(), answer });
+    return answer;
   }
 }

@@ -133,10 +133,11 @@ export class ApiServer {
         return json(res, ready ? 200 : 503, ready ? '{"status":"ready"}' : '{"status":"not ready"}');
       }
       if (path === '/v1/models') {
+        const requestId = requestIdOf(req);
         this.deps.models
-          .list()
-          .then((body) => json(res, 200, body))
-          .catch(() => sendError(res, 502, 'could not list models from the pool'));
+          .list(firstHeader(req.headers, ['authorization']), requestId)
+          .then((a) => json(res, a.status, a.body, requestId))
+          .catch(() => sendError(res, 502, 'could not list models from the pool', { requestId }));
         return;
       }
     }
@@ -495,8 +496,10 @@ class Queued implements FlowRequest, ClientWatcher {
   }
 }
 
-function json(res: ServerResponse, status: number, body: string): void {
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+function json(res: ServerResponse, status: number, body: string, requestId?: string): void {
+  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
+  if (requestId !== undefined) headers['x-request-id'] = requestId;
+  res.writeHead(status, headers);
   res.end(body);
 }
 

@@ -393,3 +393,45 @@ schedulingProfiles:
     }
   });
 });
+
+describe('GET /v1/models', () => {
+  test('the client key reaches the servers; a refusal or no answer is an error, never an empty list', async () => {
+    // Like vLLM started with --api-key: /v1/models needs the bearer token.
+    const protectedServer = await startFakeBackend((r, res) => {
+      const ok = r.headers.authorization === 'Bearer secret';
+      res.writeHead(ok ? 200 : 401, { 'content-type': 'application/json' });
+      res.end(ok ? JSON.stringify({ object: 'list', data: [{ id: 'm1', object: 'model' }] }) : '{"error":"Unauthorized"}');
+    });
+    const gw = await gatewayFor(fleetConfig([{ name: 'a', port: protectedServer.port }]));
+    const down = net.createServer((socket) => socket.resetAndDestroy());
+    await new Promise<void>((r) => down.listen(0, '127.0.0.1', r));
+    const dead = await gatewayFor(fleetConfig([{ name: 'd', port: (down.address() as AddressInfo).port }]));
+    const get = async (g: Gateway, headers: Record<string, string> = {}) => {
+      const r = await request(`${g.apiUrl}/v1/models`, { headers });
+      return { status: r.statusCode, body: await r.body.text(), requestId: r.headers['x-request-id'] };
+    };
+    try {
+      const listed = await get(gw, { authorization: 'Bearer secret', 'x-request-id': 'list-1' });
+      assert.equal(listed.status, 200);
+      assert.deepEqual((JSON.parse(listed.body) as { data: { id: string }[] }).data.map((m) => m.id), ['m1']);
+      assert.equal(listed.requestId, 'list-1');
+      assert.equal(protectedServer.received.at(-1)?.headers['x-request-id'], 'list-1');
+      // Without the key: the server's own 401, not a cached list and not an empty one.
+      const refused = await get(gw);
+      assert.deepEqual([refused.status, refused.body], [401, '{"error":"Unauthorized"}']);
+      // The key's list is cached (a second call reaches no server).
+      const calls = protectedServer.received.length;
+      assert.equal((await get(gw, { authorization: 'Bearer secret' })).status, 200);
+      assert.equal(protectedServer.received.length, calls);
+      // No server answers at all: 502, OpenAI-shaped.
+      const none = await get(dead);
+      assert.equal(none.status, 502);
+      assert.equal((JSON.parse(none.body) as { error: { type: string } }).error.type, 'BadGatewayError');
+    } finally {
+      await gw.close();
+      await dead.close();
+      await protectedServer.close();
+      down.close();
+    }
+  });
+});

@@ -9,7 +9,7 @@ import net from 'node:net';
 import fc from 'fast-check';
 import { request } from 'undici';
 import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
-import { startFakeBackend, type FakeBackend } from '../helpers/fake-backend.js';
+import { okJson, startFakeBackend, type FakeBackend } from '../helpers/fake-backend.js';
 import type { Gateway } from '../../src/app.js';
 import { ConfigError, loadConfigText } from '../../src/config/load.js';
 import { until } from '../helpers/wait.js';
@@ -31,7 +31,12 @@ describe('abuse', () => {
   let backend: FakeBackend;
   let gw: Gateway;
   before(async () => {
-    backend = await startFakeBackend();
+    // A model server: it lists its model (else /v1/models is rightly a 502) and answers the rest.
+    backend = await startFakeBackend((r, res) => {
+      if (r.method !== 'GET' || !r.url.startsWith('/v1/models')) return okJson(r, res);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end('{"object":"list","data":[{"id":"m","object":"model"}]}');
+    });
     gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 64Ki'));
     await waitForMetrics(gw);
   });
