@@ -77,3 +77,22 @@ function onError(this: Reading, err: Error): void {
 function onClose(this: Reading): void {
   detach(this)?.reject(new Error('client closed the connection while sending the body'));
 }
+
+/** How long the rest of a refused body is read and dropped before the connection is cut (nginx's lingering_timeout). */
+const LINGER_MS = 5000;
+
+/**
+ * After a 413 sent before the body was read: the rest of it is read and dropped, and the connection
+ * stays usable. Closing a socket with unread upload data makes the kernel send a reset, which can
+ * overtake the 413: the client then sees a network error (and the openai client uploads it all
+ * again). A client still sending after LINGER_MS is cut.
+ */
+export function discardRest(req: IncomingMessage): void {
+  const timer = setTimeout(() => req.destroy(), LINGER_MS);
+  timer.unref();
+  const stop = (): void => clearTimeout(timer);
+  req.once('end', stop);
+  req.once('close', stop);
+  req.resume();
+}
+

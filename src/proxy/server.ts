@@ -12,7 +12,7 @@ import type { Pool } from '../datalayer/pool.js';
 import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { CancelStage, SaturationSnapshot } from '../metrics/metrics.js';
-import { BodyTooLargeError, declaresMoreThan, readBody } from './body.js';
+import { BodyTooLargeError, declaresMoreThan, discardRest, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
@@ -159,8 +159,8 @@ export class ApiServer {
         raw = await readBody(req, deps.runtime().config.server.bodyLimit);
       } catch (err) {
         if (err instanceof BodyTooLargeError) {
-          res.once('finish', () => req.destroy());
-          sendError(res, 413, err.message, { requestId, close: true });
+          sendError(res, 413, err.message, { requestId });
+          discardRest(req);
           return this.logDone(res, requestId, 413);
         }
         return this.logDone(res, requestId, 0); // client went away mid-body: nothing to answer

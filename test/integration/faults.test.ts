@@ -73,6 +73,37 @@ describe('request path faults and limits', () => {
     }
   });
 
+  test('a large body over server.bodyLimit: the client reads the 413, never a connection reset', async () => {
+    // Closing a socket with unread upload data sends a reset, which can overtake the 413: the openai
+    // client then retries the whole upload as a network error. The client runs in its own process,
+    // uploading while the gateway answers (in this one it could not race).
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Mi'));
+    try {
+      await waitForMetrics(gw);
+      const script = `
+        const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(6 << 20) }] });
+        const outcomes = [];
+        for (let i = 0; i < 20; i++) {
+          try {
+            const r = await fetch(process.argv[1], { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+            await r.text();
+            outcomes.push(String(r.status));
+          } catch (e) { outcomes.push(e.cause?.code ?? e.message); }
+        }
+        console.log(JSON.stringify(outcomes));`;
+      const child = spawn(process.execPath, ['--input-type=module', '-e', script, `${gw.apiUrl}/v1/chat/completions`]);
+      let out = '';
+      child.stdout.on('data', (c) => (out += c));
+      await new Promise((r) => child.once('close', r));
+      assert.deepEqual(JSON.parse(out), Array(20).fill('413'));
+      assert.equal((await post(`${gw.apiUrl}/v1/chat/completions`, chat('small'))).status, 200);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
   test('Expect: 100-continue with a body declared over server.bodyLimit → 413 before the client sends it', async () => {
     const backend = await startFakeBackend();
     const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Ki'));
