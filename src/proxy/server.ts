@@ -154,6 +154,13 @@ export class ApiServer {
         sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
         return this.logDone(res, requestId, 503);
       }
+      // A compressed body cannot be parsed, and vLLM would refuse it too: say so, not "invalid JSON".
+      const encoding = req.headers['content-encoding'];
+      if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
+        sendError(res, 415, `compressed request bodies are not supported (content-encoding: ${encoding.slice(0, 64)}): send the JSON uncompressed`, { requestId });
+        discardRest(req);
+        return this.logDone(res, requestId, 415);
+      }
       let raw: Buffer;
       try {
         raw = await readBody(req, deps.runtime().config.server.bodyLimit);

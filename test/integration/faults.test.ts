@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
 import { spawn } from 'node:child_process';
+import { gzipSync } from 'node:zlib';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { captureLogger, fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
@@ -98,6 +99,26 @@ describe('request path faults and limits', () => {
       await new Promise((r) => child.once('close', r));
       assert.deepEqual(JSON.parse(out), Array(20).fill('413'));
       assert.equal((await post(`${gw.apiUrl}/v1/chat/completions`, chat('small'))).status, 200);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
+  test('a compressed request body gets 415 saying so, not a JSON error that echoes its bytes', async () => {
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    try {
+      await waitForMetrics(gw);
+      const gz = gzipSync(chat('compressed'));
+      const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: gz });
+      const body = JSON.parse(await r.body.text()) as { error: { message: string; code: number } };
+      assert.equal(r.statusCode, 415);
+      assert.equal(body.error.message, 'compressed request bodies are not supported (content-encoding: gzip): send the JSON uncompressed');
+      assert.equal(backend.received.length, 0);
+      const plain = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'identity' }, body: chat('plain') });
+      assert.equal(plain.statusCode, 200);
+      await plain.body.dump();
     } finally {
       await gw.close();
       await backend.close();
