@@ -242,6 +242,32 @@ describe('cached_tokens rewrite', () => {
     assert.equal(rewriteJsonCachedTokens(bad, 16), bad);
   });
 
+  test('only the value\'s bytes change: numbers, escapes, spacing and key order stay as the server wrote them', () => {
+    const rw = (text: string, n = 16) => rewriteJsonCachedTokens(Buffer.from(text), n).toString();
+    const keep = '{"id": "x\\u00e9", "big": 12345678901234567890, "f": 1.0, "z": -0.0, ';
+    // A details object: its cached_tokens replaced, or added first.
+    assert.equal(rw(`${keep}"usage": {"prompt_tokens": 90, "prompt_tokens_details": {"cached_tokens": 90 }}}`), `${keep}"usage": {"prompt_tokens": 90, "prompt_tokens_details": {"cached_tokens": 16 }}}`);
+    assert.equal(rw(`${keep}"usage": {"prompt_tokens_details": {"audio_tokens": 0}}}`), `${keep}"usage": {"prompt_tokens_details": {"cached_tokens":16,"audio_tokens": 0}}}`);
+    assert.equal(rw(`${keep}"usage": {"prompt_tokens_details": { }}}`), `${keep}"usage": {"prompt_tokens_details": {"cached_tokens":16 }}}`);
+    // vLLM's null for 0, or no details at all: filled in when there is something to say.
+    assert.equal(rw(`${keep}"usage": {"prompt_tokens": 9, "prompt_tokens_details": null}}`), `${keep}"usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens":16}}}`);
+    assert.equal(rw(`${keep}"usage": {"prompt_tokens": 9}}`), `${keep}"usage": {"prompt_tokens": 9,"prompt_tokens_details":{"cached_tokens":16}}}`);
+    assert.equal(rw(`${keep}"usage": {}}`), `${keep}"usage": {"prompt_tokens_details":{"cached_tokens":16}}}`);
+    assert.equal(rw(`${keep}"usage": {"prompt_tokens_details": null}}`, 0), `${keep}"usage": {"prompt_tokens_details": null}}`);
+    // A "usage" inside a string or a nested object is not the answer's usage; JSON.parse's last duplicate wins.
+    assert.equal(rw('{"text": "{\\"usage\\": 1}", "usage": {"prompt_tokens_details": {"cached_tokens": 3}}}'), '{"text": "{\\"usage\\": 1}", "usage": {"prompt_tokens_details": {"cached_tokens": 16}}}');
+    assert.equal(rw('{"usage": {"prompt_tokens_details": {"cached_tokens": 1}}, "usage": {"prompt_tokens_details": {"cached_tokens": 2}}}'), '{"usage": {"prompt_tokens_details": {"cached_tokens": 1}}, "usage": {"prompt_tokens_details": {"cached_tokens": 16}}}');
+    // Keys are read as JSON.parse reads them: the last "usage", escaped or not, is the one.
+    assert.equal(
+      rw('{"usage": {"prompt_tokens_details": {"cached_tokens": 1}}, "us\\u0061ge": {"x": 1.0}}'),
+      '{"usage": {"prompt_tokens_details": {"cached_tokens": 1}}, "us\\u0061ge": {"x": 1.0,"prompt_tokens_details":{"cached_tokens":16}}}',
+    );
+    // A stream's usage line, CRLF kept.
+    const sse = new SseCachedTokensRewriter(16);
+    const line = 'data: {"choices": [], "big": 12345678901234567890, "usage": {"prompt_tokens_details": {"cached_tokens": 90}}}\r\n\r\n';
+    assert.equal(sse.push(Buffer.from(line)).toString(), line.replace('"cached_tokens": 90', '"cached_tokens": 16'));
+  });
+
   const event = (obj: unknown) => `data: ${JSON.stringify(obj)}\n\n`;
   const STREAM =
     event({ id: 'c', choices: [{ index: 0, delta: { content: 'héllo — ünïcode' }, finish_reason: null }] }) +
