@@ -87,9 +87,13 @@ export function closestMatch(word: string, allCandidates: readonly string[]): st
   const lower = word.toLowerCase();
   const sameName = allCandidates.find((c) => c.toLowerCase() === lower);
   if (sameName !== undefined) return sameName;
-  // "encode-filter" is one letter from "decode-filter" but the opposite of it: never suggest another stage.
-  const stage = STAGE_WORDS.find((w) => lower.includes(w));
-  const candidates = stage === undefined ? allCandidates : allCandidates.filter((c) => !STAGE_WORDS.some((w) => w !== stage && c.toLowerCase().includes(w)));
+  // "encode-filter" is one letter from "decode-filter" but the opposite of it: never suggest a name
+  // with another word of the same group (another stage; approximate for precise).
+  let candidates = allCandidates;
+  for (const group of EXCLUSIVE_WORDS) {
+    const own = group.find((w) => lower.includes(w));
+    if (own !== undefined) candidates = candidates.filter((c) => !group.some((w) => w !== own && c.toLowerCase().includes(w)));
+  }
   if (candidates.length === 0) return undefined;
 
   const limit = Math.max(2, Math.floor(word.length / 4));
@@ -105,7 +109,10 @@ export function closestMatch(word: string, allCandidates: readonly string[]): st
   return longer.length === 1 ? longer[0] : undefined;
 }
 
-const STAGE_WORDS = ['encode', 'decode', 'prefill'];
+const EXCLUSIVE_WORDS = [
+  ['encode', 'decode', 'prefill'],
+  ['precise', 'approx'],
+];
 
 /** Keys llm-d replaced: what to write instead (where the valid keys include `among`, when given). */
 const REPLACED_KEYS: Readonly<Record<string, { hint: string; among?: string }>> = {

@@ -182,6 +182,7 @@ describe('llm-d compatibility', () => {
         '- type: pd-profile-handler',
         '  parameters: { threshold: 100 }',
         '- type: encode-filter',
+        '- type: precise-prefix-cache-producer',
         '- type: utilization-detector',
         '  parameters: { threshold: 3 }',
       ),
@@ -190,7 +191,9 @@ describe('llm-d compatibility', () => {
     assert.match(text, /hashBlockSize: .*unknown key "hashBlockSize" \(llm-d replaced it by blockSizeTokens \(tokens per block\) on prefix-cache-scorer\)/);
     assert.match(text, /plugins\[1\]\.parameters\.threshold: .*\(llm-d replaced it by nonCachedTokens on a prefix-based-pd-decider, named in deciders\.prefill\)/);
     assert.match(text, /unknown plugin type "encode-filter"$/m);
-    assert.doesNotMatch(text, /plugins\[3\]\.parameters\.threshold: .*nonCachedTokens/, 'the P/D hint is only for a profile handler');
+    assert.match(text, /unknown plugin type "precise-prefix-cache-producer"$/m, 'not the approximate one');
+    assert.match(text, /plugins\[4\]\.parameters\.threshold: .*unknown key "threshold"/);
+    assert.doesNotMatch(text, /plugins\[4\]\.parameters\.threshold: .*nonCachedTokens/, 'the P/D hint is only for a profile handler');
   });
 
   test('validate says whether flow control is on, since llm-d defaults it off', () => {
