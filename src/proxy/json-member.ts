@@ -22,7 +22,7 @@ const CLOSE_BRACKET = 0x5d;
 
 const isSpace = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 
-function skipSpace(text: string, i: number): number {
+export function skipSpace(text: string, i: number): number {
   while (i < text.length && isSpace(text.charCodeAt(i))) i++;
   return i;
 }
@@ -71,31 +71,63 @@ function valueEnd(text: string, start: number): number {
   return i > start ? i : -1;
 }
 
-/** The text of the top-level member `key` of the JSON object `text`, or undefined (absent or not handled). */
-export function topLevelMemberText(text: string, key: string): string | undefined {
-  let i = skipSpace(text, 0);
-  if (text.charCodeAt(i) !== OPEN_BRACE) return undefined;
-  i = skipSpace(text, i + 1);
-  if (text.charCodeAt(i) === CLOSE_BRACE) return undefined;
-  let found: string | undefined;
+/** Where `findMember` found things; `start` is -1 when the object has no member `key`. */
+export interface MemberLookup {
+  /** The value of the last member named `key`: its first index and the index past it. */
+  start: number;
+  end: number;
+  /** Index of the object's closing brace. */
+  close: number;
+  /** How many members the object has. */
+  members: number;
+}
+
+/**
+ * Walks the members of the object whose `{` is at `open` into `out` (no allocation: the hot path
+ * passes a reused one). False when the text is not handled (an escaped key, a malformed text).
+ */
+export function findMember(text: string, open: number, key: string, out: MemberLookup): boolean {
+  out.start = -1;
+  out.members = 0;
+  let i = skipSpace(text, open + 1);
+  if (text.charCodeAt(i) === CLOSE_BRACE) {
+    out.close = i;
+    return true;
+  }
   for (;;) {
-    if (text.charCodeAt(i) !== QUOTE) return undefined;
+    if (text.charCodeAt(i) !== QUOTE) return false;
     const keyEnd = stringEnd(text, i);
-    if (keyEnd < 0) return undefined;
+    if (keyEnd < 0) return false;
     const keyLength = keyEnd - i - 1;
     // An escaped key may spell `key` differently; JSON.parse would see it, a literal compare would not.
-    for (let k = i + 1; k < keyEnd; k++) if (text.charCodeAt(k) === BACKSLASH) return undefined;
+    for (let k = i + 1; k < keyEnd; k++) if (text.charCodeAt(k) === BACKSLASH) return false;
     const matches = keyLength === key.length && text.startsWith(key, i + 1);
     i = skipSpace(text, keyEnd + 1);
-    if (text.charCodeAt(i) !== COLON) return undefined;
+    if (text.charCodeAt(i) !== COLON) return false;
     const start = skipSpace(text, i + 1);
     const end = valueEnd(text, start);
-    if (end < 0) return undefined;
-    if (matches) found = text.slice(start, end);
+    if (end < 0) return false;
+    if (matches) {
+      out.start = start;
+      out.end = end;
+    }
+    out.members++;
     i = skipSpace(text, end);
     const c = text.charCodeAt(i);
-    if (c === CLOSE_BRACE) return found;
-    if (c !== COMMA) return undefined;
+    if (c === CLOSE_BRACE) {
+      out.close = i;
+      return true;
+    }
+    if (c !== COMMA) return false;
     i = skipSpace(text, i + 1);
   }
+}
+
+const scratch: MemberLookup = { start: -1, end: -1, close: -1, members: 0 };
+
+/** The text of the top-level member `key` of the JSON object `text`, or undefined (absent or not handled). */
+export function topLevelMemberText(text: string, key: string): string | undefined {
+  const open = skipSpace(text, 0);
+  if (text.charCodeAt(open) !== OPEN_BRACE || !findMember(text, open, key, scratch) || scratch.start < 0) return undefined;
+  return text.slice(scratch.start, scratch.end);
 }

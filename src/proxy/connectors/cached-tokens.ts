@@ -6,7 +6,7 @@
  * Only the bytes of that value change (or the member is inserted): the rest of the answer goes out
  * as the server wrote it — numbers such as `1.0` or 20-digit integers, escapes and key order that a
  * parse and re-serialisation would alter. JSON.parse checks the text first, and decides whether
- * anything changes; a usage the byte scan cannot place falls back to re-serialising.
+ * anything changes; a usage the member scan cannot place (an escaped key) is re-serialised.
  *
  * JSON answers are rewritten whole. SSE answers are rewritten line by line as they stream: bytes up
  * to the last newline of a chunk go out at once (a line is only parsed when it mentions `"usage"`),
@@ -15,10 +15,13 @@
  * inside a UTF-8 sequence, so splitting bytes at 0x0a is safe.
  */
 
+import { findMember, skipSpace, type MemberLookup } from '../json-member.js';
+
 const NL = 0x0a;
 const CR = 0x0d;
 const USAGE = Buffer.from('"usage"', 'utf8');
 const EMPTY = Buffer.alloc(0);
+const LBRACE = 0x7b;
 /** A "line" longer than this without a newline is not SSE we understand: passed on untouched. */
 const MAX_HELD_BYTES = 1 << 20;
 
@@ -47,112 +50,42 @@ export function setCachedTokens(answer: unknown, cachedTokens: number): boolean 
 /** A complete JSON answer with the value replaced; the input itself when there is nothing to change. */
 export function rewriteJsonCachedTokens(body: Buffer, cachedTokens: number): Buffer {
   if (body.indexOf(USAGE) < 0) return body;
+  const text = body.toString('utf8');
   let parsed: unknown;
   try {
-    parsed = JSON.parse(body.toString('utf8'));
+    parsed = JSON.parse(text);
   } catch {
     return body;
   }
   if (!setCachedTokens(parsed, cachedTokens)) return body;
-  return spliceCachedTokens(body, cachedTokens) ?? Buffer.from(JSON.stringify(parsed), 'utf8');
-}
-
-// --- the byte scan: spans of JSON values in a text JSON.parse has accepted
-
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const OPEN = new Set([0x7b, 0x5b]); // { [
-const CLOSE = new Set([0x7d, 0x5d]); // } ]
-const LBRACE = 0x7b;
-const COLON = 0x3a;
-const COMMA = 0x2c;
-
-const isSpace = (b: number | undefined): boolean => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
-
-function skipSpace(buf: Buffer, i: number): number {
-  while (i < buf.length && isSpace(buf[i])) i++;
-  return i;
-}
-
-/** Index after the JSON value starting at `i`. */
-function valueEnd(buf: Buffer, i: number): number {
-  const b = buf[i]!;
-  if (b === QUOTE) return stringEnd(buf, i);
-  if (OPEN.has(b)) {
-    let depth = 0;
-    for (let k = i; k < buf.length; k++) {
-      const c = buf[k]!;
-      if (c === QUOTE) k = stringEnd(buf, k) - 1;
-      else if (OPEN.has(c)) depth++;
-      else if (CLOSE.has(c) && --depth === 0) return k + 1;
-    }
-    return buf.length;
-  }
-  let k = i;
-  while (k < buf.length && buf[k] !== COMMA && !CLOSE.has(buf[k]!) && !isSpace(buf[k])) k++;
-  return k;
-}
-
-function stringEnd(buf: Buffer, i: number): number {
-  for (let k = i + 1; k < buf.length; k++) {
-    if (buf[k] === BACKSLASH) k++;
-    else if (buf[k] === QUOTE) return k + 1;
-  }
-  return buf.length;
-}
-
-interface ObjectSpan {
-  /** Index of the closing brace. */
-  close: number;
-  members: number;
-  /** The last member with each key (as written, quotes included), as JSON.parse keeps the last. */
-  values: Map<string, { start: number; end: number }>;
-}
-
-/** The members of the object whose `{` is at `open`. */
-function objectAt(buf: Buffer, open: number): ObjectSpan {
-  const values = new Map<string, { start: number; end: number }>();
-  let members = 0;
-  let i = skipSpace(buf, open + 1);
-  while (buf[i] === QUOTE) {
-    const keyEnd = stringEnd(buf, i);
-    // Keys compare as JSON.parse reads them: an escaped one ("us\u0061ge") is decoded first.
-    let key = buf.toString('latin1', i, keyEnd);
-    if (key.includes('\\')) key = JSON.stringify(JSON.parse(buf.toString('utf8', i, keyEnd)));
-    const start = skipSpace(buf, skipSpace(buf, keyEnd) + 1); // past the colon
-    const end = valueEnd(buf, start);
-    values.set(key, { start, end });
-    members++;
-    i = skipSpace(buf, end);
-    if (buf[i] === COMMA) i = skipSpace(buf, i + 1);
-  }
-  return { close: i, members, values };
-}
-
-function splice(buf: Buffer, start: number, end: number, text: string): Buffer {
-  return Buffer.concat([buf.subarray(0, start), Buffer.from(text, 'latin1'), buf.subarray(end)]);
+  return Buffer.from(rewrittenText(text, body.length, parsed, cachedTokens), 'utf8');
 }
 
 /**
- * `text` with `usage.prompt_tokens_details.cached_tokens` set to `n` by editing only its bytes,
- * as setCachedTokens edits the parsed form; undefined when the scan cannot place it.
+ * `text` (the UTF-8 decoding of `byteLength` bytes) with the change setCachedTokens made to
+ * `parsed`: by editing the bytes of that one value when the member scan places it, else (an escaped
+ * key, bytes that were not valid UTF-8 and would not survive the round trip) re-serialised.
  */
-function spliceCachedTokens(text: Buffer, n: number): Buffer | undefined {
-  const first = skipSpace(text, 0);
-  if (text[first] !== LBRACE) return undefined;
-  const usage = objectAt(text, first).values.get('"usage"');
-  if (usage === undefined || text[usage.start] !== LBRACE) return undefined;
-  const u = objectAt(text, usage.start);
-  const details = u.values.get('"prompt_tokens_details"');
-  if (details !== undefined && text[details.start] === LBRACE) {
-    const d = objectAt(text, details.start);
-    const cached = d.values.get('"cached_tokens"');
-    if (cached !== undefined) return splice(text, cached.start, cached.end, String(n));
-    return splice(text, details.start + 1, details.start + 1, `"cached_tokens":${n}${d.members > 0 ? ',' : ''}`);
-  }
+function rewrittenText(text: string, byteLength: number, parsed: unknown, n: number): string {
+  const spliced = Buffer.byteLength(text, 'utf8') === byteLength ? spliceCachedTokens(text, n) : undefined;
+  return spliced ?? JSON.stringify(parsed);
+}
+
+/** `text` with `usage.prompt_tokens_details.cached_tokens` set to `n` as setCachedTokens sets it; undefined when not placed. */
+function spliceCachedTokens(text: string, n: number): string | undefined {
+  const at: MemberLookup = { start: -1, end: -1, close: -1, members: 0 };
+  const splice = (start: number, end: number, insert: string): string => text.slice(0, start) + insert + text.slice(end);
+  const top = skipSpace(text, 0);
+  if (text.charCodeAt(top) !== LBRACE || !findMember(text, top, 'usage', at) || at.start < 0) return undefined;
+  const usage = at.start;
+  if (text.charCodeAt(usage) !== LBRACE || !findMember(text, usage, 'prompt_tokens_details', at)) return undefined;
   const filled = `{"cached_tokens":${n}}`;
-  if (details !== undefined) return splice(text, details.start, details.end, filled);
-  return splice(text, u.close, u.close, `${u.members > 0 ? ',' : ''}"prompt_tokens_details":${filled}`);
+  if (at.start < 0) return splice(at.close, at.close, `${at.members > 0 ? ',' : ''}"prompt_tokens_details":${filled}`);
+  if (text.charCodeAt(at.start) !== LBRACE) return splice(at.start, at.end, filled); // null (vLLM's 0)
+  const details = at.start;
+  if (!findMember(text, details, 'cached_tokens', at)) return undefined;
+  if (at.start >= 0) return splice(at.start, at.end, String(n));
+  return splice(details + 1, details + 1, `"cached_tokens":${n}${at.members > 0 ? ',' : ''}`);
 }
 
 /** One SSE line (without its newline) rewritten, or undefined when it stays as it is. */
@@ -172,10 +105,9 @@ function rewriteLine(line: Buffer, cachedTokens: number): Buffer | undefined {
     return undefined;
   }
   if (!setCachedTokens(parsed, cachedTokens)) return undefined;
-  const head = Buffer.byteLength(text.slice(0, start), 'utf8');
-  const spliced = spliceCachedTokens(line.subarray(head, cr ? line.length - 1 : line.length), cachedTokens);
-  if (spliced !== undefined) return Buffer.concat([line.subarray(0, head), spliced, cr ? line.subarray(line.length - 1) : EMPTY]);
-  return Buffer.from(`${text.slice(0, start)}${JSON.stringify(parsed)}${cr ? '\r' : ''}`, 'utf8');
+  // `start` is ASCII ("data:" and a space), so the JSON's bytes are the line's bytes past it.
+  const rewritten = rewrittenText(json, line.length - start - (cr ? 1 : 0), parsed, cachedTokens);
+  return Buffer.from(`${text.slice(0, start)}${rewritten}${cr ? '\r' : ''}`, 'utf8');
 }
 
 /** Streaming SSE rewriter: `push` every chunk, send what it returns; `end` flushes the rest. */
