@@ -38,8 +38,8 @@ export const DEFAULT_MAX_LABEL_VALUES = 1000;
 /** Longest label value kept (longer values are truncated) — a 1 MB model name must not become a 1 MB series. */
 export const MAX_LABEL_VALUE_LENGTH = 256;
 
-/** Where a request was when its client went away (`sluice_request_cancelled_total{stage}`). */
-export type CancelStage = 'queued' | 'waiting_first_byte' | 'streaming';
+/** Where a request is (`/debug/requests`) or was when its client went away (`sluice_request_cancelled_total{stage}`). */
+export type RequestStage = 'queued' | 'waiting_first_byte' | 'streaming';
 
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
 export type UpstreamErrorKind = 'connect' | 'reset' | 'headers_timeout' | 'failed' | 'cut' | 'http_5xx';
@@ -434,7 +434,7 @@ export class ModelRequestMetrics {
   }
 
   /** The client went away before its answer was complete, while the request was at `stage`. */
-  cancelled(stage: CancelStage): void {
+  cancelled(stage: RequestStage): void {
     this.cancelCounter.labels(this.modelName, this.targetModelName, stage).inc();
   }
 

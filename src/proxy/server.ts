@@ -11,7 +11,7 @@ import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
 import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
-import type { CancelStage, SaturationSnapshot } from '../metrics/metrics.js';
+import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody } from './body.js';
 import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
@@ -212,7 +212,7 @@ export class ApiServer {
         // as errors) would pull the percentiles down exactly when the fleet is in trouble.
         if (ctx.ttftMs !== undefined) modelMetrics.duration((deps.clock.now() - started) / 1000);
         if (status >= 400) modelMetrics.error(status);
-        else if (status === 0) modelMetrics.cancelled(cancelStage(ctx));
+        else if (status === 0) modelMetrics.cancelled(requestStage(ctx));
         this.logDone(res, requestId, status, ctx);
       }
     } catch (err) {
@@ -235,7 +235,7 @@ export class ApiServer {
         model: ctx.sreq.model,
         priority: ctx.priority,
         fairnessId: ctx.fairnessId,
-        state: ctx.endpoint === undefined ? 'queued' : ctx.ttftMs === undefined ? 'waiting-for-first-byte' : 'streaming',
+        state: requestStage(ctx),
         endpoint: ctx.endpoint ?? null,
         prefillEndpoint: ctx.prefillEndpoint ?? null,
         attempts: ctx.attempts,
@@ -390,8 +390,11 @@ export class ApiServer {
   }
 }
 
-/** Where a request is: queued (no endpoint yet), sent and waiting for its first byte, or answering. */
-function cancelStage(ctx: ForwardContext): CancelStage {
+/**
+ * Where a request is: queued (no endpoint yet), sent and waiting for its first byte, or answering
+ * (`/debug/requests` and `sluice_request_cancelled_total{stage}` use the same words).
+ */
+function requestStage(ctx: ForwardContext): RequestStage {
   return ctx.endpoint === undefined ? 'queued' : ctx.ttftMs === undefined ? 'waiting_first_byte' : 'streaming';
 }
 

@@ -170,7 +170,7 @@ ${DETECTOR}flowControl:
       assert.deepEqual(
         requests.map((r) => [r.requestId, r.state, r.endpoint, r.fairnessId, r.attempts]),
         [
-          ['held-1', 'waiting-for-first-byte', 'b', 'tenant-a', 1],
+          ['held-1', 'waiting_first_byte', 'b', 'tenant-a', 1],
           ['queued-1', 'queued', null, 'default-flow', 0],
         ],
       );
