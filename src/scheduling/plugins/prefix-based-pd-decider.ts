@@ -45,14 +45,17 @@ export interface PrefixMatcher {
 const isPrefixMatcher = (p: object): p is PrefixMatcher & Plugin =>
   typeof (p as PrefixMatcher).prefixMatch === 'function';
 
+/** Whether the prompt is long enough to be disaggregated at all (checked before asking the prefix index). */
+function longEnough(promptChars: number, nonCachedTokens: number, promptTokens: number): boolean {
+  const inputTokens = Math.floor(promptChars / CHARS_PER_TOKEN);
+  return nonCachedTokens > 0 && inputTokens >= nonCachedTokens && inputTokens >= promptTokens;
+}
+
 /** The decision rule alone (exported for tests and the docs' formula). */
 export function shouldDisaggregate(promptChars: number, match: PrefixMatch | undefined, nonCachedTokens: number, promptTokens = 0): boolean {
-  if (nonCachedTokens <= 0) return false;
-  const inputTokens = Math.floor(promptChars / CHARS_PER_TOKEN);
-  if (inputTokens < nonCachedTokens || inputTokens < promptTokens) return false;
-  if (match === undefined) return false;
+  if (match === undefined || !longEnough(promptChars, nonCachedTokens, promptTokens)) return false;
   const cachedTokens = match.matchedBlocks * match.blockSizeTokens;
-  return inputTokens - cachedTokens >= nonCachedTokens;
+  return Math.floor(promptChars / CHARS_PER_TOKEN) - cachedTokens >= nonCachedTokens;
 }
 
 export class PrefixBasedPdDecider implements Decider {
@@ -77,9 +80,7 @@ export class PrefixBasedPdDecider implements Decider {
   }
 
   disaggregate(_ctx: CycleContext, req: SchedulingRequest, decode: Endpoint): boolean {
-    if (this.nonCachedTokens <= 0) return false;
-    const inputTokens = Math.floor(req.promptText.length / CHARS_PER_TOKEN);
-    if (inputTokens < this.nonCachedTokens || inputTokens < this.promptTokens) return false;
+    if (!longEnough(req.promptText.length, this.nonCachedTokens, this.promptTokens)) return false;
     const matcher = this.resolveMatcher();
     if (matcher === undefined) return false;
     return shouldDisaggregate(req.promptText.length, matcher.prefixMatch(req, decode), this.nonCachedTokens, this.promptTokens);
