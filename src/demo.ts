@@ -19,6 +19,11 @@ export interface DemoOptions {
   logLevel?: string;
   /** Install signal handlers and print the banner (off in tests). */
   interactive?: boolean;
+  /**
+   * Start the simulated servers on free ports rather than the config's 8101–8104. Tests set it: on
+   * a machine whose ephemeral port range starts at 1024, any outgoing connection may hold 8102.
+   */
+  anyFleetPorts?: boolean;
 }
 
 export async function startDemo(opts: DemoOptions) {
@@ -26,11 +31,13 @@ export async function startDemo(opts: DemoOptions) {
   const loaded = loadConfigFile(DEMO_CONFIG, registry);
   const logger = createLogger({ level: opts.logLevel ?? 'warn' });
   const model = 'sim-model';
-  const sims = await Promise.all(
-    loaded.config.pool.endpoints.map((ep) =>
-      startSimulator({ host: ep.address, port: ep.port, name: ep.name, model, ttftOverheadMs: 30, itlMs: 25 }),
+  const endpoints = loaded.config.pool.endpoints;
+  const sims = await startAllOrNone(
+    endpoints.map((ep) =>
+      startSimulator({ host: ep.address, port: opts.anyFleetPorts ? 0 : ep.port, name: ep.name, model, ttftOverheadMs: 30, itlMs: 25 }),
     ),
   );
+  if (opts.anyFleetPorts) endpoints.forEach((ep, i) => (ep.port = sims[i]!.port));
   let gw;
   try {
     gw = await startGateway(loaded, { logger, registry, port: opts.port, metricsPort: opts.metricsPort, host: '127.0.0.1' });
@@ -48,6 +55,19 @@ export async function startDemo(opts: DemoOptions) {
       await Promise.all(sims.map((s) => s.close()));
     },
   };
+}
+
+/**
+ * All of the servers, or none: when one fails to start (a busy port), the ones that did are closed
+ * before the error is thrown, so nothing is left listening to keep the process alive.
+ */
+export async function startAllOrNone<T extends { close(): Promise<void> }>(starting: Promise<T>[]): Promise<T[]> {
+  const settled = await Promise.allSettled(starting);
+  const started = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (!failed) return started;
+  await Promise.all(started.map((s) => s.close()));
+  throw failed.reason;
 }
 
 /** A prompt long enough for the demo's prefix-based-pd-decider (nonCachedTokens 64 ≈ 256 characters). */

@@ -132,7 +132,7 @@ describe('sluice CLI', () => {
   });
 
   test('the demo: simulated P/D-labelled fleet + gateway answers the openai client, short prompts decode-only, long ones P/D', async () => {
-    const demo = await startDemo({ port: 0, metricsPort: 0 });
+    const demo = await startDemo({ port: 0, metricsPort: 0, anyFleetPorts: true });
     try {
       const roles = demo.gateway.pool.endpoints.map((e) => e.role).sort();
       assert.deepEqual(roles, ['decode', 'decode', 'prefill', 'prefill']);
