@@ -75,7 +75,8 @@ function buildRuntime(
   logger: Logger,
   metrics: GatewayMetrics,
 ): { runtime: ProxyRuntime; detector: SaturationDetector } {
-  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map() });
+  const decisionCounter = metrics.decisionCounter.bind(metrics);
+  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map(), decisionCounter });
   const detector = built.detector;
   const saturationNow = () => globalSaturation(detector, clock.now(), pool.endpoints);
   const plugin = <T>(name: string) => {

@@ -69,6 +69,8 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       lastScrapeError: ep.lastError ?? null,
       scrapeErrors: ep.scrapeErrors,
       inFlight: ep.inFlight,
+      // Uncached prompt tokens sent to it whose answer has not begun (token-load-scorer, affinity filter).
+      inFlightTokens: ep.inFlightTokens,
       // What the detector and queue-scorer read (configuration §5): null until known.
       slots: ep.observedSlots > 0 ? ep.observedSlots : null,
       reckonedWaiting: ep.metrics ? ep.estimatedWaiting() : null,

@@ -440,12 +440,17 @@ function lendParameters(entries: unknown[], registry: PluginRegistry, sink: Prob
       entry.parameters = { ...lent, ...own };
       borrowers.push(stringAt(entry, 'name') ?? lends.to);
     }
-    sink.warn(
-      ['plugins', i, 'type'],
-      borrowers.length > 0
-        ? `${type}: its parameters apply to ${borrowers.map((b) => `"${b}"`).join(', ')} (in Sluice the ${lends.to} keeps the index itself)`
-        : `${type}: no ${lends.to} uses it, so it has no effect`,
-    );
+    if (borrowers.length > 0) {
+      sink.warn(
+        ['plugins', i, 'type'],
+        `${type}: its parameters apply to ${borrowers.map((b) => `"${b}"`).join(', ')} (in Sluice the ${lends.to} keeps the index itself)`,
+      );
+      return;
+    }
+    // Nothing borrows them: the lender does the work itself, as the type it lends to.
+    lender.type = lends.to;
+    if (stringAt(lender, 'name') === undefined) lender.name = type;
+    sink.warn(['plugins', i, 'type'], `${type}: no ${lends.to} uses it, so it runs as a ${lends.to} named "${name}" (keeping the index; it scores only in profiles that reference it)`);
   });
 }
 

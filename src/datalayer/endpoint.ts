@@ -97,6 +97,11 @@ export class Endpoint {
   scrapeErrors = 0;
   /** Requests Sluice has outstanding on this endpoint right now. */
   inFlight = 0;
+  /**
+   * Prompt tokens this endpoint has yet to compute for them: the uncached part of each prompt sent
+   * to it (scheduling/prompt-load.ts), until its answer's first byte (llm-d's in-flight tokens).
+   */
+  inFlightTokens = 0;
   /** `inFlight` when the last good metrics were recorded: what the server's numbers already include. */
   inFlightAtScrape = 0;
   /**

@@ -139,6 +139,20 @@ export class Pool implements PoolView {
     this.notify('inflight', ep);
   }
 
+  /** `ep` was given a prompt to compute: `promptTokens` uncached tokens (scheduling/prompt-load.ts). */
+  promptSent(ep: Endpoint, promptTokens: number): void {
+    if (promptTokens <= 0) return;
+    ep.inFlightTokens += promptTokens;
+    this.notify('inflight', ep);
+  }
+
+  /** `ep` is done with that prompt (the answer began, or the request ended first): once per promptSent. */
+  promptDone(ep: Endpoint, promptTokens: number): void {
+    if (promptTokens <= 0) return;
+    ep.inFlightTokens = Math.max(0, ep.inFlightTokens - promptTokens);
+    this.notify('inflight', ep);
+  }
+
   /** A request to `ep` finished (exactly once per acquire). Never takes the count below zero. */
   release(ep: Endpoint): void {
     if (ep.inFlight <= 0) {

@@ -484,6 +484,7 @@ export class GatewayMetrics {
   private readonly fcRequestChildren = new Map<string, Map<number, ValueSeries>>();
   private readonly fcQueueDurationChildren = new Map<string, Map<number, Map<string, HistogramSeries>>>();
   private readonly disaggChildren = new Map<string, Map<string, CounterChild>>();
+  private readonly decisionCounters = new Map<string, Counter<'plugin_name' | 'outcome'>>();
 
   // --- request
   readonly requestTotal: FastValueMetric<'model_name' | 'target_model_name'>;
@@ -958,6 +959,27 @@ export class GatewayMetrics {
   /** A dispatch that went ahead of earlier requests of its flow (affinity look-ahead). */
   affinityOvertake(): void {
     this.affinityOvertakesTotal.inc();
+  }
+
+  /**
+   * A plugin type's decision counter, `llm_d_epp_<type>_decisions_total{plugin_name,outcome}` (type
+   * with `-` as `_`, as llm-d names them): made on first use and shared by every instance of the
+   * type, including those a reload makes.
+   */
+  decisionCounter(pluginType: string, help: string): (pluginName: string, outcome: string) => void {
+    let counter = this.decisionCounters.get(pluginType);
+    if (counter === undefined) {
+      counter = new Counter({
+        name: `llm_d_epp_${pluginType.replace(/-/g, '_')}_decisions_total`,
+        help,
+        labelNames: ['plugin_name', 'outcome'],
+        registers: [this.registry],
+      });
+      this.decisionCounters.set(pluginType, counter);
+    }
+    const metric = counter;
+    const children = new Map<string, Map<string, CounterChild>>();
+    return (pluginName, outcome) => cachedChild2(children, metric, pluginName, outcome).inc();
   }
 
   /** One prefill/decode decision (e.g. `decode-only`, `prefill-decode`). */

@@ -19,12 +19,14 @@ import { noHitLruScorerDefinition } from '../scheduling/plugins/no-hit-lru-score
 import { pdProfileHandlerDefinition } from '../scheduling/plugins/pd-profile-handler.js';
 import { prefillFilterDefinition } from '../scheduling/plugins/prefill-filter.js';
 import { prefixBasedPdDeciderDefinition } from '../scheduling/plugins/prefix-based-pd-decider.js';
+import { prefixCacheAffinityFilterDefinition } from '../scheduling/plugins/prefix-cache-affinity-filter.js';
 import { prefixCacheScorerDefinition } from '../scheduling/plugins/prefix-cache-scorer.js';
 import { queueScorerDefinition } from '../scheduling/plugins/queue-scorer.js';
 import { randomPickerDefinition } from '../scheduling/plugins/random-picker.js';
 import { runningRequestsSizeScorerDefinition } from '../scheduling/plugins/running-requests-size-scorer.js';
 import { sessionAffinityScorerDefinition } from '../scheduling/plugins/session-affinity-scorer.js';
 import { singleProfileHandlerDefinition } from '../scheduling/plugins/single-profile-handler.js';
+import { tokenLoadScorerDefinition } from '../scheduling/plugins/token-load-scorer.js';
 import { weightedRandomPickerDefinition } from '../scheduling/plugins/weighted-random-picker.js';
 import { PluginRegistry } from './registry.js';
 
@@ -41,6 +43,7 @@ export function builtinRegistry(): PluginRegistry {
     .register(decodeFilterDefinition)
     .register(prefillFilterDefinition)
     .register(labelSelectorFilterDefinition)
+    .register(prefixCacheAffinityFilterDefinition)
     // scorers
     .register(queueScorerDefinition)
     .register(kvCacheUtilizationScorerDefinition)
@@ -50,6 +53,7 @@ export function builtinRegistry(): PluginRegistry {
     .register(loraAffinityScorerDefinition)
     .register(sessionAffinityScorerDefinition)
     .register(noHitLruScorerDefinition)
+    .register(tokenLoadScorerDefinition)
     // llm-d plugins whose work another plugin does here: accepted with a warning
     .register(approxPrefixCacheProducerDefinition)
     // pickers

@@ -38,6 +38,11 @@ export interface PluginDeps {
   logger: PluginLogger;
   /** Plugins instantiated so far, by name (a plugin may reference another in its parameters). */
   plugins: ReadonlyMap<string, Plugin>;
+  /**
+   * Counts a plugin type's decisions by outcome in `llm_d_epp_<type>_decisions_total{plugin_name,
+   * outcome}`; absent outside a gateway (unit tests), where nothing is counted.
+   */
+  decisionCounter?(pluginType: string, help: string): (pluginName: string, outcome: string) => void;
 }
 
 /** A profile or another plugin named in a plugin's parameters, for the loader to check. */
@@ -67,7 +72,8 @@ export interface PluginDefinition<P = unknown> {
   /**
    * The plugin's parameters configure plugins of another type (an llm-d data producer whose work
    * that type does here): the loader copies them into each declared plugin of type `to` whose
-   * parameter `referencedBy` names this one or is unset; that plugin's own values win.
+   * parameter `referencedBy` names this one or is unset; that plugin's own values win. When none
+   * is declared, the plugin itself runs as a plugin of type `to` (under its own name).
    */
   readonly lendsParameters?: { readonly to: string; readonly referencedBy: string };
   create(name: string, params: P, deps: PluginDeps): Plugin;

@@ -20,7 +20,7 @@ import type { Logger } from 'pino';
 import { errors as undiciErrors, type Dispatcher } from 'undici';
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
-import type { Disaggregation, SchedulingRequest } from '../scheduling/framework.js';
+import type { Disaggregation, SchedulingRequest, SchedulingResult } from '../scheduling/framework.js';
 import type { DecisionTrace, SchedulingOutcome } from '../scheduling/scheduler.js';
 import type { Clock } from '../util/clock.js';
 import { errorBody, sendError } from './errors.js';
@@ -151,7 +151,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       decisionCounted = true;
       metrics.disaggDecision(ctx.sreq.model, pd.decision);
     }
-    const r = await attemptOn(ctx, ep, prepared ?? pd);
+    const r = await attemptOn(ctx, ep, prepared ?? pd, outcome.result);
     if (r.kind === 'done') return r.status;
     if (r.prepared !== undefined) prepared = r.prepared;
     lastError = `${ep.name}: ${r.error}`;
@@ -180,7 +180,8 @@ function logDecision(ctx: ForwardContext, attempt: number, outcome: SchedulingOu
   );
 }
 
-async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): Promise<AttemptResult> {
+/** `prompt`: the scheduling result's prompt tokens (a prepared decode leg brings none). */
+async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, prompt: SchedulingResult): Promise<AttemptResult> {
   const x = new Exchange(ctx, ep);
   try {
     let leg: DecodeLeg | undefined;
@@ -189,10 +190,12 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): 
     else if (plan?.prefill !== undefined) {
       ctx.prefillEndpoint = plan.prefill.name;
       const connector = connectorFor(plan.connector);
+      const prefillPromptTokens = prompt.prefillPromptTokens ?? 0;
+      if (!connector.runsPrefill) x.countPrompt(plan.prefill, prefillPromptTokens);
       const input = { raw: ctx.raw, body: ctx.sreq.body, api: ctx.sreq.api, prefill: plan.prefill };
       // Only a prefill leg needs a signal (the decode leg is aborted through undici's controller).
       const ac = (x.prefillAbort = new AbortController());
-      const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, ac.signal));
+      const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, prefillPromptTokens, ac.signal));
       const step: PdStep = pending instanceof Promise ? await pending : pending;
       x.prefillAbort = undefined;
       if (step.kind === 'aborted' || x.clientGone || ctx.res.destroyed) return DONE_GONE;
@@ -202,7 +205,7 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan): 
       }
       leg = step.leg;
       if (connector.runsPrefill) prepared = leg;
-    }
+    } else x.countPrompt(ep, prompt.primaryPromptTokens ?? 0);
     return await x.relay(leg, prepared);
   } finally {
     x.finish();
@@ -236,6 +239,9 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   /** Set while a prefill leg runs: aborted when the client goes away. */
   prefillAbort: AbortController | undefined = undefined;
   private released = false;
+  /** Uncached prompt tokens counted on `promptEp` until the answer's first byte (or the end). */
+  private promptTokens = 0;
+  private promptEp: Endpoint | undefined = undefined;
   private settled = true;
   private resolve: ((r: AttemptResult) => void) | undefined = undefined;
   private controller: Dispatcher.DispatchController | undefined = undefined;
@@ -268,6 +274,24 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     ctx.pool.acquire(ep);
   }
 
+  /**
+   * `on` computes this request's prompt while the answer has not begun: this endpoint, or the
+   * prefill endpoint a routing sidecar sends the prompt to first.
+   */
+  countPrompt(on: Endpoint, tokens: number): void {
+    if (tokens <= 0) return;
+    this.promptEp = on;
+    this.promptTokens = tokens;
+    this.ctx.pool.promptSent(on, tokens);
+  }
+
+  /** The prompt is computed (first byte of the answer, or the attempt ended): uncounted once. */
+  private promptDone(): void {
+    if (this.promptEp === undefined) return;
+    this.ctx.pool.promptDone(this.promptEp, this.promptTokens);
+    this.promptEp = undefined;
+  }
+
   /** Sends the decode leg (or the client's request) and relays the answer. */
   relay(leg: DecodeLeg | undefined, prepared: DecodeLeg | undefined): Promise<AttemptResult> {
     const { ctx } = this;
@@ -290,6 +314,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   finish(): void {
     if (!this.released) {
       this.released = true;
+      this.promptDone();
       this.ctx.pool.release(this.ep);
     }
     unwatchClient(this.ctx.res, this);
@@ -384,6 +409,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       const ttftMs = (ctx.ttftMs = now - ctx.started);
       ctx.modelMetrics.ttft(ttftMs / 1000, ctx.stream);
       ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
+      this.promptDone();
     }
     if (this.mode === Mode.Buffer) {
       this.captured!.push(chunk);
@@ -501,11 +527,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
  * The prefill leg of a connector: same path and headers as the client request (uncompressed answer),
  * the prefill endpoint in flight for exactly the leg, aborted with the attempt's signal.
  */
-function prefillSender(ctx: ForwardContext, prefill: Endpoint, signal: AbortSignal): SendPrefill {
+function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: number, signal: AbortSignal): SendPrefill {
   return async (body: Buffer): Promise<PrefillLegResult> => {
     const { pool } = ctx;
     if (signal.aborted) return { kind: 'aborted' };
     pool.acquire(prefill);
+    pool.promptSent(prefill, promptTokens);
     const started = ctx.clock.now();
     let answered = false;
     try {
@@ -533,6 +560,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, signal: AbortSign
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {
       ctx.prefillMs = ctx.clock.now() - started;
+      pool.promptDone(prefill, promptTokens);
       pool.release(prefill);
     }
   };

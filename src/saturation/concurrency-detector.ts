@@ -3,10 +3,9 @@
  * reference §3.3. Reads the load Sluice itself has outstanding per endpoint, so it reacts at once
  * (no scrape lag) and is never stale.
  *
- * Load per endpoint: requests = `endpoint.inFlight`; tokens = `endpoint.inFlightTokens` when some
- * component maintains that optional counter (a finite number ≥ 0), else the estimate
- * `inFlight × tokensPerRequest`. (llm-d counts uncached prompt tokens per dispatched request; Sluice
- * only counts requests today, hence the estimate.)
+ * Load per endpoint: requests = `endpoint.inFlight`; tokens = `endpoint.inFlightTokens`, the
+ * uncached prompt tokens sent to it whose answer has not begun (llm-d's in-flight tokens, counted
+ * by the proxy; scheduling/prompt-load.ts).
  *
  * Saturation (N endpoints; empty list → 1.0, fail closed; never clamped; `stale` always 0):
  * - `requests`: `Σ requests / (N × maxConcurrency)`
@@ -23,8 +22,7 @@
  * - `maxConcurrency` 100 — integer > 0, requests per endpoint
  * - `maxTokenConcurrency` 1000000 — integer > 0, tokens per endpoint
  * - `headroom` 0 — ≥ 0, a fraction of burst allowance for the filter (> 1 logs a warning)
- * - `tokensPerRequest` 1000 — > 0, Sluice addition: tokens assumed per in-flight request when no
- *   token counter is maintained
+ * - `tokensPerRequest` — deprecated and ignored (a Sluice addition from before it counted tokens)
  * - `inFlightLoadProducerName` — optional string, accepted for llm-d config compatibility and
  *   ignored (Sluice keeps the in-flight counters itself)
  */
@@ -41,7 +39,7 @@ export const concurrencyDetectorParams = z.strictObject({
   maxConcurrency: z.number().int().positive().default(100),
   maxTokenConcurrency: z.number().int().positive().default(1_000_000),
   headroom: z.number().min(0).default(0),
-  tokensPerRequest: z.number().positive().default(1000),
+  tokensPerRequest: z.number().positive().optional(),
   inFlightLoadProducerName: z.string().optional(),
 });
 
@@ -53,7 +51,6 @@ export class ConcurrencyDetector implements SaturationDetector {
   readonly mode: ConcurrencyMode;
   readonly maxConcurrency: number;
   readonly maxTokenConcurrency: number;
-  readonly tokensPerRequest: number;
   readonly requestLimit: number;
   readonly tokenLimit: number;
 
@@ -64,17 +61,9 @@ export class ConcurrencyDetector implements SaturationDetector {
     this.mode = params.concurrencyMode;
     this.maxConcurrency = params.maxConcurrency;
     this.maxTokenConcurrency = params.maxTokenConcurrency;
-    this.tokensPerRequest = params.tokensPerRequest;
     // Truncated like llm-d's int64 conversion, so a limit is a whole count.
     this.requestLimit = Math.floor(params.maxConcurrency * (1 + params.headroom));
     this.tokenLimit = Math.floor(params.maxTokenConcurrency * (1 + params.headroom));
-  }
-
-  /** In-flight tokens: a maintained counter when present (read defensively), else the estimate. */
-  tokensOf(endpoint: Endpoint): number {
-    const counted = (endpoint as { inFlightTokens?: unknown }).inFlightTokens;
-    if (typeof counted === 'number' && Number.isFinite(counted) && counted >= 0) return counted;
-    return endpoint.inFlight * this.tokensPerRequest;
   }
 
   saturation(_now: number, endpoints: readonly Endpoint[]): SaturationReading {
@@ -86,12 +75,12 @@ export class ConcurrencyDetector implements SaturationDetector {
         for (const endpoint of endpoints) sum += endpoint.inFlight;
         return { value: sum / (n * this.maxConcurrency), stale: 0 };
       case 'tokens':
-        for (const endpoint of endpoints) sum += this.tokensOf(endpoint);
+        for (const endpoint of endpoints) sum += endpoint.inFlightTokens;
         return { value: sum / (n * this.maxTokenConcurrency), stale: 0 };
       case 'hybrid':
         // Per endpoint first, so an endpoint saturated on either dimension counts as such.
         for (const endpoint of endpoints) {
-          sum += Math.max(endpoint.inFlight / this.maxConcurrency, this.tokensOf(endpoint) / this.maxTokenConcurrency);
+          sum += Math.max(endpoint.inFlight / this.maxConcurrency, endpoint.inFlightTokens / this.maxTokenConcurrency);
         }
         return { value: sum / n, stale: 0 };
     }
@@ -102,9 +91,9 @@ export class ConcurrencyDetector implements SaturationDetector {
       case 'requests':
         return endpoint.inFlight < this.requestLimit;
       case 'tokens':
-        return this.tokensOf(endpoint) < this.tokenLimit;
+        return endpoint.inFlightTokens < this.tokenLimit;
       case 'hybrid':
-        return endpoint.inFlight < this.requestLimit && this.tokensOf(endpoint) < this.tokenLimit;
+        return endpoint.inFlight < this.requestLimit && endpoint.inFlightTokens < this.tokenLimit;
     }
   }
 
@@ -119,6 +108,10 @@ export const concurrencyDetectorDefinition: PluginDefinition<ConcurrencyDetector
   type: CONCURRENCY_DETECTOR_TYPE,
   kinds: ['filter', 'saturationDetector'],
   params: concurrencyDetectorParams,
+  configWarnings: (params) =>
+    params.tokensPerRequest === undefined
+      ? []
+      : [{ parameter: 'tokensPerRequest', message: 'tokensPerRequest is ignored: Sluice counts the prompt tokens in flight on each endpoint' }],
   create(name, params, deps) {
     if (params.headroom > 1) {
       deps.logger.warn({ plugin: name, headroom: params.headroom }, 'headroom is a fraction (0.2 = 20%), not a percentage');

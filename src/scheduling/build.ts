@@ -25,6 +25,7 @@ import {
   type SchedulingProfile,
   type Scorer,
 } from './framework.js';
+import { findPrefixMatcher } from './prompt-load.js';
 import { Scheduler } from './scheduler.js';
 
 export interface BuiltScheduling {
@@ -118,6 +119,7 @@ export function buildScheduling(config: SluiceConfig, registry: PluginRegistry, 
     throw new Error(`flowControl.saturationDetector: plugin '${detectorRef}' (${detector.type}) is not a saturation detector`);
   }
 
-  const scheduler = new Scheduler(handlers[0]!, profiles, preRequest, { clock: deps.clock, random: deps.random }, detector);
+  const ctx = { clock: deps.clock, random: deps.random };
+  const scheduler = new Scheduler(handlers[0]!, profiles, preRequest, ctx, detector, findPrefixMatcher(byConfigOrder.values()));
   return { scheduler, plugins: byConfigOrder, detector, responseHooks };
 }

@@ -96,6 +96,14 @@ export interface SchedulingResult {
    * how the proxy carries a P/D decision out. The primary target is the decode endpoint.
    */
   disaggregation?: Disaggregation;
+  /**
+   * Uncached prompt tokens the endpoint that computes the prompt brings upon itself
+   * (prompt-load.ts): the primary target's, or the prefill endpoint's when the prompt is prefilled
+   * there (the primary's is then 0). Reckoned by the scheduler before any PreRequest hook teaches
+   * the prefix index this prompt; the proxy counts them in `endpoint.inFlightTokens`.
+   */
+  primaryPromptTokens?: number;
+  prefillPromptTokens?: number;
 }
 
 /** How a P/D decision is carried out (SPEC §7.4). */

@@ -20,6 +20,7 @@ import type {
   SchedulingRequest,
   SchedulingResult,
 } from './framework.js';
+import { uncachedTokens, type PrefixMatcher } from './prompt-load.js';
 
 /**
  * What one profile run saw and decided, for the debug log ("why did it go there?"): filled only when
@@ -164,6 +165,8 @@ export class Scheduler {
     readonly ctx: CycleContext,
     /** The flow-control saturation detector, as the filter the profiles run (SPEC §7.2). */
     readonly saturationFilter?: Filter,
+    /** What each endpoint caches of a prompt, for its prompt tokens (none: nothing is cached). */
+    readonly prefixMatcher?: PrefixMatcher,
   ) {}
 
   /** One decision; with `trace`, every profile run is also recorded into it (for the debug log). */
@@ -181,6 +184,11 @@ export class Scheduler {
         message: primary?.failure ?? `primary profile ${result.primaryProfile} chose no endpoint`,
       };
     }
+    const prefill = result.disaggregation?.prefill;
+    if (prefill !== undefined) {
+      result.prefillPromptTokens = uncachedTokens(req, prefill, this.prefixMatcher);
+      result.primaryPromptTokens = 0;
+    } else result.primaryPromptTokens = uncachedTokens(req, target, this.prefixMatcher);
     for (const hook of this.preRequest) hook.preRequest(req, result);
     return { ok: true, result, target };
   }

@@ -72,7 +72,16 @@ describe('llm-d compatibility', () => {
     assert.equal(bad.length, 1, bad.join('\n'));
     assert.match(bad[0]!, /^c\.yaml:3:\d+: plugins\[0\]\.parameters\.blockSizeTokens: /);
     const alone = load(yaml('plugins:', '- type: approx-prefix-cache-producer', '- type: queue-scorer'));
-    assert.match(warnings(alone).join('\n'), /approx-prefix-cache-producer: no prefix-cache-scorer uses it, so it has no effect/);
+    assert.match(
+      warnings(alone).join('\n'),
+      /approx-prefix-cache-producer: no prefix-cache-scorer uses it, so it runs as a prefix-cache-scorer named "approx-prefix-cache-producer"/,
+    );
+    // Alone, it keeps the index itself: a prefix-cache-scorer under its name, with its parameters.
+    const spec = alone.config.plugins.find((p) => p.name === 'approx-prefix-cache-producer');
+    assert.equal(spec?.type, 'prefix-cache-scorer');
+    const named = load(yaml('plugins:', '- { type: approx-prefix-cache-producer, name: cpu, parameters: { blockSizeTokens: 32 } }', '- type: queue-scorer'));
+    assert.deepEqual([pluginParams(named, 'cpu')?.blockSizeTokens, named.config.plugins.find((p) => p.name === 'cpu')?.type], [32, 'prefix-cache-scorer']);
+    assert.deepEqual(load(effectiveConfigYaml(named)).config.plugins, named.config.plugins, 'validate output loads back the same');
   });
 
   test('deprecated pd-profile-handler with prefill-header-handler (llm-d e2e config): loads and runs as disagg-profile-handler', () => {

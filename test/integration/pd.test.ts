@@ -358,13 +358,18 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       decode: (r, res) => (releaseDecode = () => decodeOk(r, res)),
     });
     try {
-      const pending = post(f.gw, chatBody(longPrompt('inflight')));
+      const body = chatBody(longPrompt('inflight'));
+      const pending = post(f.gw, body);
       await until(() => releasePrefill !== undefined);
       const [p, d] = [f.gw.pool.byName('prefill-0')!, f.gw.pool.byName('decode-0')!];
       assert.deepEqual([p.inFlight, d.inFlight], [1, 1], 'during the prefill leg');
+      // The prompt's tokens are the prefill endpoint's work (chat: the messages JSON, 4 characters a token).
+      const promptTokens = Math.floor(JSON.stringify(body.messages).length / 4);
+      assert.deepEqual([p.inFlightTokens, d.inFlightTokens], [promptTokens, 0], 'prompt tokens during the prefill leg');
       releasePrefill!();
       await until(() => releaseDecode !== undefined);
       assert.deepEqual([p.inFlight, d.inFlight], [0, 1], 'during the decode leg');
+      assert.deepEqual([p.inFlightTokens, d.inFlightTokens], [0, 0], 'the decode endpoint receives the prompt computed');
       releaseDecode!();
       assert.equal((await pending).status, 200);
       await until(() => d.inFlight === 0);
@@ -438,6 +443,24 @@ describe('P/D with the sidecar connector', () => {
       assert.equal(d.headers['x-prefiller-host-port'], `127.0.0.1:${f.prefill[0]!.port}`);
       assert.equal(d.body, raw);
       assert.equal(JSON.parse(r.text).usage.prompt_tokens_details.cached_tokens, DECODE_CACHED, 'the sidecar rewrites usage, not Sluice');
+    } finally {
+      await f.close();
+    }
+  });
+
+  test("the prompt's tokens count on the prefill endpoint until the decode answer's first byte", async () => {
+    let releaseDecode: (() => void) | undefined;
+    const f = await pdFleet({ connector: 'sidecar', decider: 'always-disagg-pd-decider', decode: (r, res) => (releaseDecode = () => decodeOk(r, res)) });
+    try {
+      const body = chatBody(longPrompt('sidecar'));
+      const pending = post(f.gw, body);
+      await until(() => releaseDecode !== undefined);
+      const [p, d] = [f.gw.pool.byName('prefill-0')!, f.gw.pool.byName('decode-0')!];
+      assert.deepEqual([p.inFlightTokens, d.inFlightTokens], [Math.floor(JSON.stringify(body.messages).length / 4), 0]);
+      releaseDecode!();
+      assert.equal((await pending).status, 200);
+      await until(() => d.inFlight === 0);
+      assert.deepEqual([p.inFlightTokens, d.inFlightTokens], [0, 0]);
     } finally {
       await f.close();
     }

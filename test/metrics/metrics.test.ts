@@ -399,6 +399,9 @@ describe('promtool check metrics', () => {
     metrics.scrapeError('decode-0');
     metrics.upstreamRetry('prefill-0');
     metrics.disaggDecision('m', 'decode-only');
+    // A plugin type's decision counter is made once, however often asked for (a reload asks again).
+    metrics.decisionCounter('prefix-cache-affinity-filter', 'Prefix cache affinity filter decisions.')('affinity', 'sticky');
+    metrics.decisionCounter('prefix-cache-affinity-filter', 'Prefix cache affinity filter decisions.')('affinity', 'sticky');
     metrics.dispatchCycle(0.00002);
     metrics.flowControlOutcome('RejectedCapacity', 10, 'flow "1"', 0.5);
     metrics.setSaturationSource(() => ({ stages: { prefill: 0.4, decode: 1 }, global: 1, stale: 1, detector: 'utilization-detector' }));
@@ -411,6 +414,7 @@ describe('promtool check metrics', () => {
 
   test('the exposition passes promtool (lint warnings tolerated, errors not)', async (t) => {
     const text = await fullExposition();
+    assert.match(text, /^llm_d_epp_prefix_cache_affinity_filter_decisions_total\{plugin_name="affinity",outcome="sticky"\} 2$/m);
     const run = runPromtool(t, ['check', 'metrics'], text);
     if (run === undefined) return;
     const output = `${run.stdout}${run.stderr}`;

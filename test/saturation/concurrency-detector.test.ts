@@ -22,7 +22,7 @@ function detector(params: Record<string, unknown>): ConcurrencyDetector {
 function fleet(...loads: { req?: number; tok?: number }[]): Endpoint[] {
   return loads.map((load, i) => {
     const endpoint = makeEndpoint(`e${i}`, { inFlight: load.req ?? 0 }, NOW);
-    if (load.tok !== undefined) (endpoint as Endpoint & { inFlightTokens?: number }).inFlightTokens = load.tok;
+    endpoint.inFlightTokens = load.tok ?? 0;
     return endpoint;
   });
 }
@@ -55,7 +55,7 @@ describe('concurrency-detector, requests mode (max 10)', () => {
 
   test('ignores scraped metrics and a token counter', () => {
     const endpoints = [makeEndpoint('busy', { waiting: 50, kv: 0.99, inFlight: 2 }, NOW)];
-    (endpoints[0] as Endpoint & { inFlightTokens?: number }).inFlightTokens = 10_000_000;
+    endpoints[0]!.inFlightTokens = 10_000_000;
     assertSaturation(d, endpoints, 0.2);
   });
 
@@ -112,23 +112,10 @@ describe('concurrency-detector, tokens mode (max 100)', () => {
     assert.deepEqual(kept(h, tok(120, 130)), ['e0', 'e1'], 'fail open');
   });
 
-  test('without a token counter, tokens are estimated as inFlight × tokensPerRequest', () => {
-    const est = detector({ concurrencyMode: 'tokens', maxTokenConcurrency: 100, tokensPerRequest: 10 });
-    assertSaturation(est, req(3), 0.3);
-    assertSaturation(est, req(5, 0), 0.25);
-    assert.deepEqual(kept(est, req(9, 10)), ['e0']);
-    // default estimate: 1000 tokens per request
-    assertSaturation(detector({ concurrencyMode: 'tokens' }), req(500), 0.5);
-  });
-
-  test('a maintained counter wins over the estimate; a malformed one is ignored', () => {
-    const est = detector({ concurrencyMode: 'tokens', maxTokenConcurrency: 100, tokensPerRequest: 10 });
-    assertSaturation(est, fleet({ req: 5, tok: 0 }), 0);
-    const bogus = fleet({ req: 5 });
-    for (const value of [NaN, -3, Infinity, '40']) {
-      (bogus[0] as unknown as { inFlightTokens: unknown }).inFlightTokens = value;
-      assertSaturation(est, bogus, 0.5);
-    }
+  test('tokens are the counted prompt tokens in flight, whatever the request count', () => {
+    const d = detector({ concurrencyMode: 'tokens', maxTokenConcurrency: 100 });
+    assertSaturation(d, fleet({ req: 5, tok: 0 }), 0);
+    assertSaturation(d, fleet({ req: 0, tok: 30 }, { req: 9, tok: 10 }), 0.2);
   });
 });
 
@@ -162,9 +149,15 @@ describe('concurrency-detector parameters', () => {
       maxConcurrency: 100,
       maxTokenConcurrency: 1_000_000,
       headroom: 0,
-      tokensPerRequest: 1000,
     });
     assertSaturation(detector({}), req(50), 0.5);
+  });
+
+  test('tokensPerRequest is accepted and ignored, with a warning', () => {
+    const warn = (raw: object) => concurrencyDetectorDefinition.configWarnings!(p.parse(raw), { metricsIntervalMs: 50 });
+    assert.deepEqual(warn({}), []);
+    assert.match(warn({ tokensPerRequest: 512 })[0]!.message, /tokensPerRequest is ignored: Sluice counts the prompt tokens in flight/);
+    assertSaturation(detector({ concurrencyMode: 'tokens', maxTokenConcurrency: 100, tokensPerRequest: 10 }), fleet({ req: 5, tok: 20 }), 0.2);
   });
 
   test('parsed parameters parse again to the same value', () => {

@@ -3,7 +3,9 @@
  * so llm-d configurations load unchanged. In Sluice `prefix-cache-scorer` keeps the index itself,
  * so this plugin does nothing at run time: the loader copies its parameters into every
  * `prefix-cache-scorer` whose `prefixMatchInfoProducerName` names it or is unset (the scorer's own
- * values win), and says so in a warning.
+ * values win), and says so in a warning. When no `prefix-cache-scorer` is declared, the loader runs
+ * it as one, under its own name: it keeps the index that `prefix-cache-affinity-filter`,
+ * `token-load-scorer` and `prefix-based-pd-decider` read, and scores only where a profile names it.
  *
  * Parameters: those of the prefix index, with `prefix-cache-scorer`'s defaults — `autoTune` true,
  * `blockSizeTokens` 16, `maxPrefixTokensToMatch` 131072, `maxPrefixBlocksToMatch` 256,

@@ -5,28 +5,41 @@
  * - `disagg-headers-handler`, `prefill-header-handler` — set `x-prefiller-host-port` for the routing
  *   sidecar; deprecated in llm-d since `disagg-profile-handler` sets it (here: the `sidecar` connector)
  * - `models-responder` — answers `/v1/models`; Sluice answers it itself (from the endpoints)
- * - `inflight-load-producer` — counts requests in flight per endpoint; Sluice always counts them
+ * - `inflight-load-producer` — counts requests and uncached prompt tokens in flight per endpoint;
+ *   Sluice always counts both (`endpoint.inFlight`, `endpoint.inFlightTokens`)
  *
- * Parameters: none.
+ * Parameters: none, but `inflight-load-producer` accepts llm-d's `addEstimatedOutputTokens` (and its
+ * older name `includeOutputTokens`); `true` is warned about: Sluice counts prompt tokens only.
  */
 import { z } from 'zod';
-import type { PluginDefinition } from '../../plugins/registry.js';
+import type { PluginConfigWarning, PluginDefinition } from '../../plugins/registry.js';
 
 const params = z.strictObject({});
+const inflightParams = z.strictObject({
+  addEstimatedOutputTokens: z.boolean().optional(),
+  includeOutputTokens: z.boolean().optional(),
+});
+type NoOpParams = z.infer<typeof inflightParams>;
 
-function noOp(type: string, why: string): PluginDefinition<z.infer<typeof params>> {
+function noOp(type: string, why: string, schema: z.ZodType<NoOpParams> = params): PluginDefinition<NoOpParams> {
   return {
     type,
     kinds: [],
-    params,
-    configWarnings: () => [{ message: `${type} does nothing here: ${why}` }],
+    params: schema,
+    configWarnings: (p) => {
+      const warnings: PluginConfigWarning[] = [{ message: `${type} does nothing here: ${why}` }];
+      for (const key of ['addEstimatedOutputTokens', 'includeOutputTokens'] as const) {
+        if (p[key] === true) warnings.push({ parameter: key, message: `${key} is ignored: Sluice counts uncached prompt tokens only` });
+      }
+      return warnings;
+    },
     create: (name) => ({ type, name }),
   };
 }
 
-export const llmdNoOpDefinitions: readonly PluginDefinition<z.infer<typeof params>>[] = [
+export const llmdNoOpDefinitions: readonly PluginDefinition<NoOpParams>[] = [
   noOp('disagg-headers-handler', 'deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself'),
   noOp('prefill-header-handler', 'deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself'),
   noOp('models-responder', 'Sluice answers /v1/models itself'),
-  noOp('inflight-load-producer', 'Sluice counts the requests in flight on each endpoint itself'),
+  noOp('inflight-load-producer', 'Sluice counts the requests and prompt tokens in flight on each endpoint itself', inflightParams),
 ];

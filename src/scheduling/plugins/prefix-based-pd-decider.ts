@@ -22,11 +22,9 @@ import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../../plugins/registry.js';
 import type { CycleContext, Decider, Plugin, SchedulingRequest } from '../framework.js';
-import type { PrefixMatch } from './prefix-cache-scorer.js';
+import { PrefixMatcherRef, promptTokensOf, uncachedTokensOf, type PrefixMatch } from '../prompt-load.js';
 
 export const PREFIX_BASED_PD_DECIDER_TYPE = 'prefix-based-pd-decider';
-
-const CHARS_PER_TOKEN = 4;
 
 export const prefixBasedPdDeciderParams = z.strictObject({
   nonCachedTokens: z.number().int().min(0).default(0),
@@ -37,33 +35,23 @@ export const prefixBasedPdDeciderParams = z.strictObject({
 
 export type PrefixBasedPdDeciderParams = z.infer<typeof prefixBasedPdDeciderParams>;
 
-/** What the decider needs from a prefix-cache plugin. */
-export interface PrefixMatcher {
-  prefixMatch(req: SchedulingRequest, endpoint: Endpoint): PrefixMatch;
-}
-
-const isPrefixMatcher = (p: object): p is PrefixMatcher & Plugin =>
-  typeof (p as PrefixMatcher).prefixMatch === 'function';
-
 /** Whether the prompt is long enough to be disaggregated at all (checked before asking the prefix index). */
 function longEnough(promptChars: number, nonCachedTokens: number, promptTokens: number): boolean {
-  const inputTokens = Math.floor(promptChars / CHARS_PER_TOKEN);
+  const inputTokens = promptTokensOf(promptChars);
   return nonCachedTokens > 0 && inputTokens >= nonCachedTokens && inputTokens >= promptTokens;
 }
 
 /** The decision rule alone (exported for tests and the docs' formula). */
 export function shouldDisaggregate(promptChars: number, match: PrefixMatch | undefined, nonCachedTokens: number, promptTokens = 0): boolean {
   if (match === undefined || !longEnough(promptChars, nonCachedTokens, promptTokens)) return false;
-  const cachedTokens = match.matchedBlocks * match.blockSizeTokens;
-  return Math.floor(promptChars / CHARS_PER_TOKEN) - cachedTokens >= nonCachedTokens;
+  return uncachedTokensOf(promptChars, match) >= nonCachedTokens;
 }
 
 export class PrefixBasedPdDecider implements Decider {
   readonly type = PREFIX_BASED_PD_DECIDER_TYPE;
   readonly nonCachedTokens: number;
   readonly promptTokens: number;
-  private matcher: PrefixMatcher | undefined;
-  private warned = false;
+  private readonly matcher: PrefixMatcherRef;
 
   /**
    * `plugins` is the live map of instantiated plugins: the prefix scorer may be declared after this
@@ -72,36 +60,21 @@ export class PrefixBasedPdDecider implements Decider {
   constructor(
     readonly name: string,
     params: PrefixBasedPdDeciderParams,
-    private readonly plugins: ReadonlyMap<string, Plugin>,
-    private readonly logger?: PluginLogger,
+    plugins: ReadonlyMap<string, Plugin>,
+    logger?: PluginLogger,
   ) {
     this.nonCachedTokens = params.nonCachedTokens;
     this.promptTokens = params.promptTokens;
+    this.matcher = new PrefixMatcherRef(plugins, () =>
+      logger?.warn({ decider: name }, 'prefix-based-pd-decider: no prefix-cache-scorer is configured, so every request is decode-only'),
+    );
   }
 
   disaggregate(_ctx: CycleContext, req: SchedulingRequest, decode: Endpoint): boolean {
     if (!longEnough(req.promptText.length, this.nonCachedTokens, this.promptTokens)) return false;
-    const matcher = this.resolveMatcher();
+    const matcher = this.matcher.get();
     if (matcher === undefined) return false;
     return shouldDisaggregate(req.promptText.length, matcher.prefixMatch(req, decode), this.nonCachedTokens, this.promptTokens);
-  }
-
-  private resolveMatcher(): PrefixMatcher | undefined {
-    if (this.matcher !== undefined) return this.matcher;
-    for (const plugin of this.plugins.values()) {
-      if (isPrefixMatcher(plugin)) {
-        this.matcher = plugin;
-        return plugin;
-      }
-    }
-    if (!this.warned) {
-      this.warned = true;
-      this.logger?.warn(
-        { decider: this.name },
-        'prefix-based-pd-decider: no prefix-cache-scorer is configured, so every request is decode-only',
-      );
-    }
-    return undefined;
   }
 }
 

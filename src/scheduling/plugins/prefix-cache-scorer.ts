@@ -37,13 +37,13 @@ import type {
   SchedulingResult,
 } from '../framework.js';
 import { blockHashes, hashString, PrefixIndex, type PrefixHashOptions } from '../prefix-index.js';
+import { CHARS_PER_TOKEN, type PrefixMatch, type PrefixMatcher } from '../prompt-load.js';
 
 export const PREFIX_CACHE_SCORER_TYPE = 'prefix-cache-scorer';
 
 /** Profile whose target also learns the blocks (hard-coded in llm-d too). */
 const PREFILL_PROFILE_NAME = 'prefill';
 const PURGE_INTERVAL_MS = 120_000;
-const CHARS_PER_TOKEN = 4;
 
 /** llm-d's default window: the first 131 072 tokens of a prompt are matched. */
 export const DEFAULT_MAX_PREFIX_TOKENS = 131_072;
@@ -82,15 +82,7 @@ export const prefixCacheScorerParams = z
 
 export type PrefixCacheScorerParams = z.infer<typeof prefixCacheScorerParams>;
 
-/** What the scorer knows about one request on one endpoint (e.g. for a P/D decider). */
-export interface PrefixMatch {
-  matchedBlocks: number;
-  totalBlocks: number;
-  /** Tokens per block (estimated at 4 characters per token). */
-  blockSizeTokens: number;
-}
-
-export class PrefixCacheScorer implements Scorer, PreRequest {
+export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
   readonly type = PREFIX_CACHE_SCORER_TYPE;
   readonly index = new PrefixIndex();
   readonly hashOptions: PrefixHashOptions;

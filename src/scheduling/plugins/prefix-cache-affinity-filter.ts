@@ -1,0 +1,136 @@
+/**
+ * `prefix-cache-affinity-filter` — filter (llm-d): keeps a prompt on the endpoints that cache it,
+ * unless they are so busy that starting elsewhere would be faster ("sticky until saturated").
+ *
+ *   affinity(e) = matchedBlocks(e) / totalBlocks          (the configured prefix-cache-scorer's index)
+ *   sticky      = { e : affinity(e) ≥ affinityThreshold }
+ *   ttftMs(e)   = (e.inFlightTokens + uncachedTokens(request, e)) / peakPrefillThroughput × 1000
+ *   keep sticky, unless no endpoint is sticky, or
+ *        min ttftMs(sticky) − min ttftMs(others) > maxTTFTPenaltyMs  (then keep all)
+ *
+ * With probability `explorationProbability` the gate is skipped and all endpoints are kept. With
+ * one candidate, or `affinityThreshold` 0, it keeps all. `maxTTFTPenaltyMs` 0 always sticks.
+ * Each decision is counted in `llm_d_epp_prefix_cache_affinity_filter_decisions_total{plugin_name,
+ * outcome}` (sticky, no_match, load_override, exploration, not_applicable).
+ *
+ * Parameters (defaults):
+ * - `affinityThreshold` 0.80 — in [0, 1]
+ * - `explorationProbability` 0 — in [0, 1]
+ * - `maxTTFTPenaltyMs` 18000 — ≥ 0
+ * - `peakPrefillThroughput` 15928 — ≥ 0, prompt tokens per second one endpoint prefills (must be
+ *   > 0 when `maxTTFTPenaltyMs` > 0)
+ * - `ttftSource` "prefillThroughput" — the only source here (llm-d's `latencyPredictor` needs its
+ *   latency predictor, which Sluice does not have)
+ * - `penaltySource` "constant" — the only one here (llm-d's `sessionCost` is not implemented)
+ * - `prefixMatchInfoProducerName`, `inFlightLoadProducerName`, `latencyPredictionInfoProducerName`
+ *   — llm-d's producer references; accepted, not needed
+ */
+import { z } from 'zod';
+import type { Endpoint } from '../../datalayer/endpoint.js';
+import type { PluginDefinition, PluginLogger } from '../../plugins/registry.js';
+import type { CycleContext, Filter, Plugin, SchedulingRequest } from '../framework.js';
+import { PrefixMatcherRef, uncachedTokensOf } from '../prompt-load.js';
+
+export const PREFIX_CACHE_AFFINITY_FILTER_TYPE = 'prefix-cache-affinity-filter';
+
+export const prefixCacheAffinityFilterParams = z
+  .strictObject({
+    affinityThreshold: z.number().min(0).max(1).default(0.8),
+    explorationProbability: z.number().min(0).max(1).default(0),
+    maxTTFTPenaltyMs: z.number().min(0).default(18_000),
+    peakPrefillThroughput: z.number().min(0).default(15_928),
+    ttftSource: z
+      .literal('prefillThroughput', {
+        error: 'only "prefillThroughput" is supported (llm-d\'s "latencyPredictor" needs a latency predictor, which Sluice does not have)',
+      })
+      .default('prefillThroughput'),
+    penaltySource: z
+      .literal('constant', { error: 'only "constant" is supported (llm-d\'s "sessionCost" is not implemented in Sluice)' })
+      .default('constant'),
+    prefixMatchInfoProducerName: z.string().optional(),
+    inFlightLoadProducerName: z.string().optional(),
+    latencyPredictionInfoProducerName: z.string().optional(),
+  })
+  .refine((p) => p.maxTTFTPenaltyMs === 0 || p.peakPrefillThroughput > 0, {
+    path: ['peakPrefillThroughput'],
+    message: 'peakPrefillThroughput must be > 0 when maxTTFTPenaltyMs is > 0',
+  });
+
+export type PrefixCacheAffinityFilterParams = z.infer<typeof prefixCacheAffinityFilterParams>;
+
+export type AffinityOutcome = 'sticky' | 'no_match' | 'load_override' | 'exploration' | 'not_applicable';
+
+/** Counts each decision (the gateway's metrics; a no-op in unit tests). */
+export type AffinityDecisionRecorder = (pluginName: string, outcome: AffinityOutcome) => void;
+
+export class PrefixCacheAffinityFilter implements Filter {
+  readonly type = PREFIX_CACHE_AFFINITY_FILTER_TYPE;
+  private readonly threshold: number;
+  private readonly exploration: number;
+  private readonly maxPenaltyMs: number;
+  private readonly msPerToken: number;
+  private readonly matcher: PrefixMatcherRef;
+  /** The outcome of the last decision (for tests and the debug log). */
+  lastOutcome: AffinityOutcome | undefined = undefined;
+
+  constructor(
+    readonly name: string,
+    params: PrefixCacheAffinityFilterParams,
+    plugins: ReadonlyMap<string, Plugin>,
+    private readonly record: AffinityDecisionRecorder = () => {},
+    logger?: PluginLogger,
+  ) {
+    this.threshold = params.affinityThreshold;
+    this.exploration = params.explorationProbability;
+    this.maxPenaltyMs = params.maxTTFTPenaltyMs;
+    this.msPerToken = params.peakPrefillThroughput > 0 ? 1000 / params.peakPrefillThroughput : 0;
+    this.matcher = new PrefixMatcherRef(plugins, () =>
+      logger?.warn({ plugin: name }, 'prefix-cache-affinity-filter: no prefix-cache-scorer is configured, so no endpoint is ever sticky'),
+    );
+  }
+
+  filter(ctx: CycleContext, req: SchedulingRequest, endpoints: readonly Endpoint[]): Endpoint[] {
+    if (endpoints.length <= 1 || this.threshold <= 0) return this.decide('not_applicable', endpoints);
+    if (this.exploration > 0 && ctx.random() < this.exploration) return this.decide('exploration', endpoints);
+    const matcher = this.matcher.get();
+    if (matcher === undefined) return this.decide('no_match', endpoints);
+
+    const sticky: Endpoint[] = [];
+    let bestSticky = Infinity;
+    let bestOther = Infinity;
+    const promptChars = req.promptText.length;
+    for (const endpoint of endpoints) {
+      const match = matcher.prefixMatch(req, endpoint);
+      const ttftMs = (endpoint.inFlightTokens + uncachedTokensOf(promptChars, match)) * this.msPerToken;
+      if (match.totalBlocks > 0 && match.matchedBlocks / match.totalBlocks >= this.threshold) {
+        sticky.push(endpoint);
+        if (ttftMs < bestSticky) bestSticky = ttftMs;
+      } else if (ttftMs < bestOther) bestOther = ttftMs;
+    }
+    if (sticky.length === 0) return this.decide('no_match', endpoints);
+    if (this.maxPenaltyMs > 0 && sticky.length < endpoints.length && bestSticky - bestOther > this.maxPenaltyMs) {
+      return this.decide('load_override', endpoints);
+    }
+    return this.decide('sticky', sticky);
+  }
+
+  private decide(outcome: AffinityOutcome, kept: readonly Endpoint[]): Endpoint[] {
+    this.lastOutcome = outcome;
+    this.record(this.name, outcome);
+    return kept as Endpoint[];
+  }
+}
+
+export const prefixCacheAffinityFilterDefinition: PluginDefinition<PrefixCacheAffinityFilterParams> = {
+  type: PREFIX_CACHE_AFFINITY_FILTER_TYPE,
+  kinds: ['filter'],
+  params: prefixCacheAffinityFilterParams,
+  create: (name, params, deps) =>
+    new PrefixCacheAffinityFilter(
+      name,
+      params,
+      deps.plugins,
+      deps.decisionCounter?.(PREFIX_CACHE_AFFINITY_FILTER_TYPE, 'Prefix cache affinity filter decisions, by plugin instance and outcome.'),
+      deps.logger,
+    ),
+};
