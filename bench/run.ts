@@ -153,7 +153,8 @@ async function main(): Promise<number> {
     meta.srcHashes['quality'] = srcHash();
     console.log('\n== scheduling quality ==');
     try {
-      const routers: Router[] = ['sluice', 'sluice-ttft', 'sluice-random', 'nginx-rr', 'sluice-fc-off', 'sluice-pd'];
+      // llm-d's optimized baseline only in the full run (a comparison, not a target).
+      const routers: Router[] = ['sluice', 'sluice-ttft', ...(full ? (['sluice-llmd'] as const) : []), 'sluice-random', 'nginx-rr', 'sluice-fc-off', 'sluice-pd'];
       quality = await runQuality({
         quick: !full,
         instances: full ? 8 : 4,

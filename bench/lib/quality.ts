@@ -6,6 +6,8 @@
  *   nginx-rr       — nginx round-robin with upstream keepalive,
  *   sluice-ttft    — Sluice with the default plugins and queue-scorer weighed ×3, as heavy as the prefix
  *                    scorer (the profile configuration.md recommends when TTFT matters most),
+ *   sluice-llmd    — llm-d's optimized baseline: prefix-cache-affinity-filter (calibrated to the
+ *                    simulator's prefill speed) + token-load-scorer, the index kept by the producer,
  * and optionally a P/D variant (Sluice with disagg-profile-handler on a prefill/decode-labelled fleet)
  * and a diagnostic one without flow control (sluice-fc-off: what the saturation gate costs or saves).
  *
@@ -24,7 +26,7 @@ import { expGapMs, fmt, fmtInt, summarize, textTable, type Summary } from './sta
 import { hasCommand, startNginx, startSimFleet, startSluice, validateSluiceConfig, type Backend, type SimParams, type Started } from './targets.js';
 import { seededRandom } from '../../src/util/clock.js';
 
-export type Router = 'sluice' | 'sluice-random' | 'nginx-rr' | 'sluice-pd' | 'sluice-fc-off' | 'sluice-ttft';
+export type Router = 'sluice' | 'sluice-random' | 'nginx-rr' | 'sluice-pd' | 'sluice-fc-off' | 'sluice-ttft' | 'sluice-llmd';
 
 export interface Workload {
   systemPrompts: number;
@@ -358,8 +360,28 @@ schedulingProfiles:
   if (router === 'sluice-pd') return PD_CONFIG;
   if (router === 'sluice-fc-off') return 'featureGates: ["flowControl=false"]\n';
   if (router === 'sluice-ttft') return TTFT_CONFIG;
+  if (router === 'sluice-llmd') return LLMD_BASELINE_CONFIG;
   return '';
 }
+
+/**
+ * llm-d's optimized baseline (its guides: approx producer, in-flight producer, affinity filter,
+ * token-load scorer), calibrated to the simulator: peakPrefillThroughput = 1 / prefillMsPerToken
+ * (0.1 ms) = 10 000 tokens/s; maxTTFTPenaltyMs = what computing a shared system prompt costs
+ * (1 500 tokens × 0.1 ms), so a prompt leaves its cache only when waiting there costs more.
+ */
+const LLMD_BASELINE_CONFIG = `plugins:
+- type: approx-prefix-cache-producer
+- type: inflight-load-producer
+- type: prefix-cache-affinity-filter
+  parameters: { peakPrefillThroughput: 10000, maxTTFTPenaltyMs: 150 }
+- type: token-load-scorer
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: prefix-cache-affinity-filter
+  - pluginRef: token-load-scorer
+`;
 
 /** The default plugins with the queue scorer as heavy as the prefix scorer (configuration.md, "Tuning for TTFT"). */
 const TTFT_CONFIG = `plugins:

@@ -543,6 +543,14 @@ export function writeReport(res: BenchResults, dir: string): string[] {
       );
       L.push('');
     }
+    if (q.routers.some((r) => r.router === 'sluice-llmd')) {
+      L.push(
+        "`sluice-llmd` is llm-d's optimized baseline: `prefix-cache-affinity-filter` (peakPrefillThroughput 10 000 tokens/s, the simulator's; maxTTFTPenaltyMs 150, " +
+          'what computing a shared system prompt costs) then `token-load-scorer`. Both read the uncached prompt tokens in flight, which end at the first byte: ' +
+          'they do not see slots held by requests that are decoding, which is where this fleet queues.',
+      );
+      L.push('');
+    }
     if (q.routers.some((r) => r.router === 'sluice-fc-off')) {
       L.push(
         '`sluice-fc-off` is a diagnostic: the default profile with `featureGates: ["flowControl=false"]`, so requests are never held in the gateway queue; ' +
