@@ -9,6 +9,7 @@ import { activeRequestScorerDefinition } from '../scheduling/plugins/active-requ
 import { alwaysDisaggPdDeciderDefinition } from '../scheduling/plugins/always-disagg-pd-decider.js';
 import { approxPrefixCacheProducerDefinition } from '../scheduling/plugins/approx-prefix-cache-producer.js';
 import { decodeFilterDefinition } from '../scheduling/plugins/decode-filter.js';
+import { encodeFilterDefinition } from '../scheduling/plugins/encode-filter.js';
 import { disaggProfileHandlerDefinition } from '../scheduling/plugins/disagg-profile-handler.js';
 import { kvCacheUtilizationScorerDefinition } from '../scheduling/plugins/kv-cache-utilization-scorer.js';
 import { labelSelectorFilterDefinition } from '../scheduling/plugins/label-selector-filter.js';
@@ -42,6 +43,7 @@ export function builtinRegistry(): PluginRegistry {
     // filters
     .register(decodeFilterDefinition)
     .register(prefillFilterDefinition)
+    .register(encodeFilterDefinition)
     .register(labelSelectorFilterDefinition)
     .register(prefixCacheAffinityFilterDefinition)
     // scorers

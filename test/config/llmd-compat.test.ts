@@ -135,6 +135,8 @@ describe('llm-d compatibility', () => {
     const r = load(
       yaml(
         'plugins:',
+        '- type: encode-filter',
+        '- type: prefill-filter',
         '- type: decode-filter',
         '- type: max-score-picker',
         '- type: disagg-profile-handler',
@@ -143,6 +145,7 @@ describe('llm-d compatibility', () => {
         '  plugins: [{ pluginRef: decode-filter }, { pluginRef: max-score-picker }]',
       ),
     );
+    assert.ok(r.config.plugins.some((p) => p.type === 'encode-filter'), 'loads whole, the unused encode and prefill filters included');
     assert.equal(r.config.schedulingProfiles.length, 1);
     // With a decider, the prefill profile must exist.
     const lines = problems(
@@ -190,7 +193,7 @@ describe('llm-d compatibility', () => {
         '  parameters: { hashBlockSize: 64 }',
         '- type: pd-profile-handler',
         '  parameters: { threshold: 100 }',
-        '- type: encode-filter',
+        '- type: encode-scorer',
         '- type: precise-prefix-cache-producer',
         '- type: utilization-detector',
         '  parameters: { threshold: 3 }',
@@ -199,7 +202,7 @@ describe('llm-d compatibility', () => {
     const text = lines.join('\n');
     assert.match(text, /hashBlockSize: .*unknown key "hashBlockSize" \(llm-d replaced it by blockSizeTokens \(tokens per block\) on prefix-cache-scorer\)/);
     assert.match(text, /plugins\[1\]\.parameters\.threshold: .*\(llm-d replaced it by nonCachedTokens on a prefix-based-pd-decider, named in deciders\.prefill\)/);
-    assert.match(text, /unknown plugin type "encode-filter"$/m);
+    assert.match(text, /unknown plugin type "encode-scorer"$/m, 'no decode-… suggestion for an encode name');
     assert.match(text, /unknown plugin type "precise-prefix-cache-producer"$/m, 'not the approximate one');
     assert.match(text, /plugins\[4\]\.parameters\.threshold: .*unknown key "threshold"/);
     assert.doesNotMatch(text, /plugins\[4\]\.parameters\.threshold: .*nonCachedTokens/, 'the P/D hint is only for a profile handler');

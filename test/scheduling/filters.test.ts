@@ -2,6 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Filter } from '../../src/scheduling/framework.js';
 import { decodeFilterDefinition } from '../../src/scheduling/plugins/decode-filter.js';
+import { encodeFilterDefinition } from '../../src/scheduling/plugins/encode-filter.js';
 import {
   LabelSelectorFilter,
   labelSelectorFilterDefinition,
@@ -43,6 +44,12 @@ describe('role filters', () => {
   test('prefill-filter keeps prefill-capable roles, never unlabelled', () => {
     const filter = prefillFilterDefinition.create('prefill-filter', {}, makeDeps()) as Filter;
     assert.deepEqual(run(filter), ['prefill', 'prefill-decode', 'both', 'encode-prefill', 'encode-prefill-decode']);
+  });
+
+  test('encode-filter keeps encode-capable roles (llm-d: encode, encode-prefill, encode-prefill-decode), never unlabelled', () => {
+    const filter = encodeFilterDefinition.create('encode-filter', {}, makeDeps()) as Filter;
+    assert.deepEqual(run(filter), ['encode', 'encode-prefill', 'encode-prefill-decode']);
+    assert.equal(encodeFilterDefinition.params.safeParse({ x: 1 }).success, false);
   });
 
   test('may return an empty list (the profile then fails)', () => {
