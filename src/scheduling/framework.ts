@@ -36,6 +36,11 @@ export interface SchedulingRequest {
 export interface CycleContext {
   readonly clock: Clock;
   readonly random: RandomSource;
+  /**
+   * Set when the run is a probe (flow control's affinity look-ahead asking where a request would
+   * go): nothing may be counted or learned.
+   */
+  readonly probe?: boolean;
 }
 
 export interface Plugin {

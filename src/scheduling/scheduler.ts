@@ -158,6 +158,9 @@ function scoreAndPick(
 }
 
 export class Scheduler {
+  /** The context of the look-ahead's probe runs. */
+  private readonly probeCtx: CycleContext;
+
   constructor(
     readonly handler: ProfileHandler,
     readonly profiles: ReadonlyMap<string, SchedulingProfile>,
@@ -167,14 +170,16 @@ export class Scheduler {
     readonly saturationFilter?: Filter,
     /** What each endpoint caches of a prompt, for its prompt tokens (none: nothing is cached). */
     readonly prefixMatcher?: PrefixMatcher,
-  ) {}
+  ) {
+    this.probeCtx = { ...ctx, probe: true };
+  }
 
   /** One decision; with `trace`, every profile run is also recorded into it (for the debug log). */
   schedule(req: SchedulingRequest, candidates: readonly Endpoint[], trace?: DecisionTrace): SchedulingOutcome {
     if (candidates.length === 0) {
       return { ok: false, reason: 'no-endpoints', message: 'no endpoints available for scheduling' };
     }
-    const result = this.decide(req, candidates, undefined, trace);
+    const result = this.decide(this.ctx, req, candidates, undefined, trace);
     const primary = result.profileResults.get(result.primaryProfile);
     const target = primary?.targets[0];
     if (target === undefined) {
@@ -204,16 +209,17 @@ export class Scheduler {
   favouriteIsSaturated(req: SchedulingRequest, candidates: readonly Endpoint[]): boolean {
     const skip = this.saturationFilter;
     if (skip === undefined || candidates.length === 0) return false;
-    const unfiltered = this.decide(req, candidates, skip);
+    const ctx = this.probeCtx;
+    const unfiltered = this.decide(ctx, req, candidates, skip);
     const run = unfiltered.profileResults.get(unfiltered.primaryProfile);
     const favourite = run?.targets[0];
     const profile = this.profiles.get(unfiltered.primaryProfile);
     if (favourite === undefined || run?.scored === undefined || profile === undefined || !profile.filters.includes(skip)) return false;
     // The common case, cheaply: the favourite passes the filters, so nothing keeps the request from it.
-    const remaining = runFilters(this.ctx, profile, req, candidates);
+    const remaining = runFilters(ctx, profile, req, candidates);
     if (typeof remaining === 'string' || remaining.includes(favourite)) return false;
     // What dispatching now would pick: the same profile over what its filters keep.
-    const pick = scoreAndPick(this.ctx, profile, req, remaining).targets[0];
+    const pick = scoreAndPick(ctx, profile, req, remaining).targets[0];
     if (pick === undefined) return false;
     // Both scored in the same (unfiltered) run, so min-max normalised scorers compare like with like.
     let favouriteScore = NaN;
@@ -226,8 +232,8 @@ export class Scheduler {
   }
 
   /** The profile handler's rounds over the candidates (profiles run without `skip`). */
-  private decide(req: SchedulingRequest, candidates: readonly Endpoint[], skip?: Filter, trace?: DecisionTrace): SchedulingResult {
-    const { ctx, handler, profiles } = this;
+  private decide(ctx: CycleContext, req: SchedulingRequest, candidates: readonly Endpoint[], skip?: Filter, trace?: DecisionTrace): SchedulingResult {
+    const { handler, profiles } = this;
     const results = new Map<string, ProfileRunResult>();
     for (let round = 0; ; round++) {
       const next = handler.pickProfiles(ctx, req, profiles, results);

@@ -5,7 +5,7 @@ import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { isSaturationDetector } from '../../src/saturation/detector.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
-import type { Scorer } from '../../src/scheduling/framework.js';
+import type { Filter, Scorer } from '../../src/scheduling/framework.js';
 import { makeContext, makeDeps, makeEndpoint, makeRequest } from './helpers.js';
 
 function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfig[], detectorRef = 'utilization-detector'): SluiceConfig {
@@ -235,6 +235,19 @@ describe('Scheduler.favouriteIsSaturated (the affinity look-ahead probe)', () =>
     const out = new Float64Array(2);
     scorer.score(makeContext(), makeRequest(prompt('R')), [cached, other], out);
     assert.deepEqual([...out], [0, 0]);
+  });
+
+  test('its filters run with a probe context, so a filter that counts its decisions does not count these', () => {
+    const { built, cached, other, setWaiting } = setup();
+    const seen: (boolean | undefined)[] = [];
+    const profile = built.scheduler.profiles.get('default')!;
+    (profile.filters as Filter[]).unshift({ type: 'spy', name: 'spy', filter: (ctx, _req, eps) => (seen.push(ctx.probe), [...eps]) });
+    setWaiting(cached, 5);
+    built.scheduler.favouriteIsSaturated(makeRequest(prompt('P')), [cached, other]);
+    assert.ok(seen.length > 0 && seen.every((p) => p === true), `probe flags: ${seen.join(',')}`);
+    seen.length = 0;
+    built.scheduler.schedule(makeRequest(prompt('P')), [cached, other]);
+    assert.deepEqual(seen, [undefined]);
   });
 });
 

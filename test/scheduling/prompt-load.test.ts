@@ -160,6 +160,18 @@ describe('prefix-cache-affinity-filter', () => {
     assert.deepEqual(names(always.filter.filter(makeContext(), makeRequest(text), always.endpoints)), ['a'], 'maxTTFTPenaltyMs 0 always sticks');
   });
 
+  test("a flow-control probe (the affinity look-ahead's) filters alike but counts nothing and never explores", () => {
+    const { endpoints, filter, learn, outcomes } = setup({ explorationProbability: 1 });
+    const text = prompt(8, 10);
+    learn(text, endpoints[0]);
+    const probe = { ...makeContext(), probe: true };
+    assert.deepEqual(names(filter.filter(probe, makeRequest(text), endpoints)), ['a']);
+    assert.deepEqual(outcomes, []);
+    assert.equal(filter.lastOutcome, undefined);
+    assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a', 'b', 'c']);
+    assert.deepEqual(outcomes, ['exploration']);
+  });
+
   test('explorationProbability skips the gate with that probability (seeded random)', () => {
     const { endpoints, filter, learn, outcomes } = setup({ explorationProbability: 0.5 });
     const text = prompt(6, 10);

@@ -10,7 +10,7 @@
  *
  * With probability `explorationProbability` the gate is skipped and all endpoints are kept. With
  * one candidate, or `affinityThreshold` 0, it keeps all. `maxTTFTPenaltyMs` 0 always sticks.
- * Each decision is counted in `llm_d_epp_prefix_cache_affinity_filter_decisions_total{plugin_name,
+ * Each decision (but a flow-control look-ahead's probe) is counted in `llm_d_epp_prefix_cache_affinity_filter_decisions_total{plugin_name,
  * outcome}` (sticky, no_match, load_override, exploration, not_applicable).
  *
  * Parameters (defaults):
@@ -90,10 +90,11 @@ export class PrefixCacheAffinityFilter implements Filter {
   }
 
   filter(ctx: CycleContext, req: SchedulingRequest, endpoints: readonly Endpoint[]): Endpoint[] {
-    if (endpoints.length <= 1 || this.threshold <= 0) return this.decide('not_applicable', endpoints);
-    if (this.exploration > 0 && ctx.random() < this.exploration) return this.decide('exploration', endpoints);
+    if (endpoints.length <= 1 || this.threshold <= 0) return this.decide(ctx, 'not_applicable', endpoints);
+    // A probe neither explores (it would spend the random source) nor counts.
+    if (this.exploration > 0 && !ctx.probe && ctx.random() < this.exploration) return this.decide(ctx, 'exploration', endpoints);
     const matcher = this.matcher.get();
-    if (matcher === undefined) return this.decide('no_match', endpoints);
+    if (matcher === undefined) return this.decide(ctx, 'no_match', endpoints);
 
     const sticky: Endpoint[] = [];
     let bestSticky = Infinity;
@@ -107,16 +108,18 @@ export class PrefixCacheAffinityFilter implements Filter {
         if (ttftMs < bestSticky) bestSticky = ttftMs;
       } else if (ttftMs < bestOther) bestOther = ttftMs;
     }
-    if (sticky.length === 0) return this.decide('no_match', endpoints);
+    if (sticky.length === 0) return this.decide(ctx, 'no_match', endpoints);
     if (this.maxPenaltyMs > 0 && sticky.length < endpoints.length && bestSticky - bestOther > this.maxPenaltyMs) {
-      return this.decide('load_override', endpoints);
+      return this.decide(ctx, 'load_override', endpoints);
     }
-    return this.decide('sticky', sticky);
+    return this.decide(ctx, 'sticky', sticky);
   }
 
-  private decide(outcome: AffinityOutcome, kept: readonly Endpoint[]): Endpoint[] {
-    this.lastOutcome = outcome;
-    this.record(this.name, outcome);
+  private decide(ctx: CycleContext, outcome: AffinityOutcome, kept: readonly Endpoint[]): Endpoint[] {
+    if (!ctx.probe) {
+      this.lastOutcome = outcome;
+      this.record(this.name, outcome);
+    }
     return kept as Endpoint[];
   }
 }
