@@ -504,6 +504,7 @@ export class GatewayMetrics {
   readonly endpointRunningRequests: Gauge<'endpoint_name' | 'role'>;
   readonly endpointKvCacheUsage: Gauge<'endpoint_name' | 'role'>;
   readonly endpointInflightRequests: Gauge<'endpoint_name' | 'role'>;
+  readonly endpointInflightTokens: Gauge<'endpoint_name' | 'role'>;
   readonly datalayerPollErrorsTotal: Counter<'endpoint_name'>;
   readonly upstreamRetriesTotal: Counter<'endpoint_name'>;
   readonly endpointFirstByteSeconds: FastHistogram<'endpoint_name'>;
@@ -636,6 +637,11 @@ export class GatewayMetrics {
       'llm_d_epp_endpoint_inflight_requests',
       'Requests the gateway currently has outstanding on the endpoint.',
       (ep) => ep.inFlight,
+    );
+    this.endpointInflightTokens = endpointGauge(
+      'llm_d_epp_inflight_tokens',
+      'Uncached prompt tokens the gateway has sent the endpoint whose answer has not begun (its prefill backlog, as llm-d\'s in-flight load producer counts it).',
+      (ep) => ep.inFlightTokens,
     );
     this.datalayerPollErrorsTotal = counter({
       name: 'llm_d_epp_datalayer_poll_errors_total',

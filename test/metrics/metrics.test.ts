@@ -204,6 +204,7 @@ describe('GatewayMetrics', () => {
     scraped.metrics = { waiting: 4, running: 2, kvUsage: 0.3 };
     scraped.metricsAt = now - 250;
     scraped.inFlight = 3;
+    scraped.inFlightTokens = 1200;
     const neverScraped = endpoint('decode-0');
     let endpoints = [scraped, neverScraped];
     const metrics = new GatewayMetrics({ poolName: 'p', pool: () => ({ endpoints }), now: () => now, defaultMetrics: false });
@@ -227,12 +228,16 @@ describe('GatewayMetrics', () => {
       samplesOf(text, 'llm_d_epp_endpoint_inflight_requests').map((s) => [s.labels.endpoint_name, s.value]),
       [['prefill-0', 3], ['decode-0', 0]],
     );
+    assert.deepEqual(
+      samplesOf(text, 'llm_d_epp_inflight_tokens').map((s) => [s.labels.endpoint_name, s.labels.role, s.value]),
+      [['prefill-0', 'prefill', 1200], ['decode-0', '', 0]],
+    );
 
     now += 1000;
     scraped.inFlight = 1;
     endpoints = [scraped];
     text = await metrics.text();
-    for (const name of ['llm_d_epp_endpoint_metrics_age_seconds', 'llm_d_epp_per_endpoint_queue_size', 'sluice_endpoint_running_requests', 'sluice_endpoint_kv_cache_usage_ratio', 'llm_d_epp_endpoint_inflight_requests']) {
+    for (const name of ['llm_d_epp_endpoint_metrics_age_seconds', 'llm_d_epp_per_endpoint_queue_size', 'sluice_endpoint_running_requests', 'sluice_endpoint_kv_cache_usage_ratio', 'llm_d_epp_endpoint_inflight_requests', 'llm_d_epp_inflight_tokens']) {
       const names = samplesOf(text, name).map((s) => s.labels.endpoint_name);
       assert.deepEqual(names, ['prefill-0'], `${name} after removal`);
     }
