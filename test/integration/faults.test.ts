@@ -268,7 +268,7 @@ schedulingProfiles:
       // Refused: no connection was made, so the model server never saw the request.
       assert.match(metrics, /sluice_endpoint_upstream_errors_total\{endpoint_name="sim-0",error="connect"\} [1-9]/);
       assert.doesNotMatch(metrics, /endpoint_name="sim-0",error="reset"/);
-      for (const ep of fleet.gw.pool.endpoints) assert.equal(ep.inFlight, 0);
+      for (const ep of fleet.gw.pool.endpoints) assert.deepEqual([ep.inFlight, ep.inFlightTokens], [0, 0], ep.name);
     } finally {
       await fleet.close();
     }

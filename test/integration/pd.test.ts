@@ -185,7 +185,7 @@ function sample(text: string, name: string, labels: string): number | undefined 
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const json = (r: Received) => JSON.parse(r.body) as Record<string, unknown>;
-const inFlight = (gw: Gateway) => gw.pool.endpoints.map((e) => `${e.name}=${e.inFlight}`).join(' ');
+const inFlight = (gw: Gateway) => gw.pool.endpoints.map((e) => `${e.name}=${e.inFlight}/${e.inFlightTokens}`).join(' ');
 
 describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
   test('long uncached prompt: prefill leg then decode leg with the exact bodies; cached_tokens from the prefill', async () => {
@@ -232,7 +232,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.equal(Number(r.headers['content-length']), Buffer.byteLength(r.text));
       assert.equal(r.headers['x-request-id'], 'req-pd-1');
       assert.equal(r.headers['x-inference-pod'], 'decoder');
-      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0), 2000, `in-flight back to 0 (${inFlight(f.gw)})`);
+      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 2000, `in-flight back to 0 (${inFlight(f.gw)})`);
     } finally {
       await f.close();
     }
@@ -387,7 +387,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       ac.abort();
       assert.ok((await pending) instanceof Error);
       await until(() => f.prefill[0]!.active === 0, 2000, 'prefill request aborted upstream');
-      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0), 2000, `in-flight released (${inFlight(f.gw)})`);
+      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 2000, `in-flight released (${inFlight(f.gw)})`);
       await sleep(100);
       assert.equal(f.decode[0]!.received.length, 0);
     } finally {

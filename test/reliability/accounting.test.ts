@@ -121,7 +121,7 @@ flowControl:
     // Clients that did not abort always got an answer; a stream cut mid-way is a status 200 with an error event.
     assert.equal(results.filter((r) => r === 'error').length, 0, 'no client was left with a broken connection');
 
-    for (const ep of gw.pool.endpoints) assert.equal(ep.inFlight, 0, `${ep.name} in flight`);
+    for (const ep of gw.pool.endpoints) assert.deepEqual([ep.inFlight, ep.inFlightTokens], [0, 0], `${ep.name} in flight (requests, prompt tokens)`);
     assert.equal(sum(sample(m, 'llm_d_epp_request_running')), 0, 'request_running back to 0');
     assert.equal(sum(sample(m, 'llm_d_epp_flow_control_queue_size')), 0, 'queue empty');
     assert.equal(sum(sample(m, 'llm_d_epp_endpoint_inflight_requests')), 0);

@@ -109,7 +109,7 @@ test('healthy endpoints keep serving while the others lie, hang, flood, break or
       assert.match(m, new RegExp(`llm_d_epp_datalayer_poll_errors_total\\{endpoint_name="${name}"\\} [1-9]`));
     }
     if (resetter.received.length > 0) assert.match(m, /llm_d_epp_upstream_retries_total\{endpoint_name="resetter"\} [1-9]/);
-    for (const ep of gw.pool.endpoints) assert.equal(ep.inFlight, 0, `${ep.name} in flight`);
+    for (const ep of gw.pool.endpoints) assert.deepEqual([ep.inFlight, ep.inFlightTokens], [0, 0], `${ep.name} in flight (requests, prompt tokens)`);
     assert.match(m, /llm_d_epp_request_running\{model_name="m"\} 0/);
     assert.deepEqual(unhandled, []);
   } finally {
