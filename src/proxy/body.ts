@@ -87,8 +87,8 @@ const LINGER_MS = 5000;
  * overtake the 413: the client then sees a network error (and the openai client uploads it all
  * again). A client still sending after LINGER_MS is cut.
  */
-export function discardRest(req: IncomingMessage): void {
-  const timer = setTimeout(() => req.destroy(), LINGER_MS);
+export function discardRest(req: IncomingMessage, lingerMs = LINGER_MS): void {
+  const timer = setTimeout(() => req.destroy(), lingerMs);
   timer.unref();
   const stop = (): void => clearTimeout(timer);
   req.once('end', stop);
