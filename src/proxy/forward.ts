@@ -180,7 +180,10 @@ function logDecision(ctx: ForwardContext, attempt: number, outcome: SchedulingOu
   );
 }
 
-/** `prompt`: the scheduling result's prompt tokens (a prepared decode leg brings none). */
+/**
+ * `prompt`: the scheduling result's prompt tokens, counted on the endpoint that computes the prompt
+ * (a prepared decode leg brings none, unless P/D fell back and the decoder computes it).
+ */
 async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, prompt: SchedulingResult): Promise<AttemptResult> {
   const x = new Exchange(ctx, ep);
   try {
@@ -205,7 +208,8 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       }
       leg = step.leg;
       if (connector.runsPrefill) prepared = leg;
-    } else x.countPrompt(ep, prompt.primaryPromptTokens ?? 0);
+    }
+    if (leg === undefined || leg.recomputesPrompt === true) x.countPrompt(ep, prompt.primaryPromptTokens ?? 0);
     return await x.relay(leg, prepared);
   } finally {
     x.finish();

@@ -102,10 +102,10 @@ export interface SchedulingResult {
    */
   disaggregation?: Disaggregation;
   /**
-   * Uncached prompt tokens the endpoint that computes the prompt brings upon itself
-   * (prompt-load.ts): the primary target's, or the prefill endpoint's when the prompt is prefilled
-   * there (the primary's is then 0). Reckoned by the scheduler before any PreRequest hook teaches
-   * the prefix index this prompt; the proxy counts them in `endpoint.inFlightTokens`.
+   * Uncached prompt tokens (prompt-load.ts) of the primary target and, with P/D, of the prefill
+   * endpoint; reckoned by the scheduler before any PreRequest hook teaches the prefix index this
+   * prompt. The proxy counts them (`endpoint.inFlightTokens`) on the endpoint that computes the
+   * prompt: the prefill endpoint with P/D, the primary otherwise or when P/D falls back.
    */
   primaryPromptTokens?: number;
   prefillPromptTokens?: number;

@@ -189,11 +189,9 @@ export class Scheduler {
         message: primary?.failure ?? `primary profile ${result.primaryProfile} chose no endpoint`,
       };
     }
+    result.primaryPromptTokens = uncachedTokens(req, target, this.prefixMatcher);
     const prefill = result.disaggregation?.prefill;
-    if (prefill !== undefined) {
-      result.prefillPromptTokens = uncachedTokens(req, prefill, this.prefixMatcher);
-      result.primaryPromptTokens = 0;
-    } else result.primaryPromptTokens = uncachedTokens(req, target, this.prefixMatcher);
+    if (prefill !== undefined) result.prefillPromptTokens = uncachedTokens(req, prefill, this.prefixMatcher);
     for (const hook of this.preRequest) hook.preRequest(req, result);
     return { ok: true, result, target };
   }

@@ -378,6 +378,23 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
     }
   });
 
+  test("when P/D falls back to decode-only the decode endpoint's prompt work is counted", async () => {
+    let releaseDecode: (() => void) | undefined;
+    const f = await pdFleet({ prefill: errorWith(503), decode: (r, res) => (releaseDecode = () => decodeOk(r, res)) });
+    try {
+      const body = chatBody(longPrompt('fallback'));
+      const pending = post(f.gw, body);
+      await until(() => releaseDecode !== undefined);
+      const [p, d] = [f.gw.pool.byName('prefill-0')!, f.gw.pool.byName('decode-0')!];
+      assert.deepEqual([p.inFlightTokens, d.inFlightTokens], [0, Math.floor(JSON.stringify(body.messages).length / 4)], 'the decoder recomputes the prompt');
+      releaseDecode!();
+      assert.equal((await pending).status, 200);
+      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 2000, `released (${inFlight(f.gw)})`);
+    } finally {
+      await f.close();
+    }
+  });
+
   test('client disconnect during the prefill leg aborts it; the decode leg never starts', async () => {
     const f = await pdFleet({ prefill: hold });
     try {

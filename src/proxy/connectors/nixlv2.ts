@@ -112,7 +112,7 @@ export const nixlv2Connector: Connector = {
     if (out === undefined) return decodeOnly(input.raw, `prefill ${input.prefill.name} answered a body that is not a JSON object`);
     return {
       kind: 'decode',
-      leg: { body: decodeBody(out.kvTransferParams), cachedTokens: out.cachedTokens },
+      leg: { body: decodeBody(out.kvTransferParams), cachedTokens: out.cachedTokens, ...(out.missingParams ? { recomputesPrompt: true } : {}) },
       ...(out.missingParams ? { warning: `prefill ${input.prefill.name} returned no kv_transfer_params; the decoder recomputes the prompt` } : {}),
     };
   },

@@ -37,6 +37,8 @@ export interface DecodeLeg {
   headers?: Readonly<Record<string, string>>;
   /** When set, `usage.prompt_tokens_details.cached_tokens` of the answer is replaced by this. */
   cachedTokens?: number;
+  /** The decode endpoint computes the prompt itself: P/D fell back (no KV came from a prefill leg). */
+  recomputesPrompt?: boolean;
 }
 
 export type PdStep =
@@ -58,9 +60,10 @@ export interface Connector {
   carryOut(input: PdInput, sendPrefill: SendPrefill): PdStep | Promise<PdStep>;
 }
 
-/** A decode leg that is the client's request unchanged (no P/D, or a fallback). */
+/** A decode leg that is the client's request unchanged: P/D fell back, the decoder computes the prompt. */
 export function decodeOnly(raw: Buffer, warning?: string): PdStep {
-  return warning === undefined ? { kind: 'decode', leg: { body: raw } } : { kind: 'decode', leg: { body: raw }, warning };
+  const leg: DecodeLeg = { body: raw, recomputesPrompt: true };
+  return warning === undefined ? { kind: 'decode', leg } : { kind: 'decode', leg, warning };
 }
 
 /** Prefill answers the client sees as they are (llm-d: 400–451; Sluice: any 4xx). */
