@@ -66,7 +66,8 @@ export async function startAllOrNone<T extends { close(): Promise<void> }>(start
   const started = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
   const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (!failed) return started;
-  await Promise.all(started.map((s) => s.close()));
+  // The start failure is what the caller needs to see, whatever closing the others does.
+  await Promise.allSettled(started.map((s) => s.close()));
   throw failed.reason;
 }
 

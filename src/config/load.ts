@@ -390,12 +390,14 @@ function parsePlugins(value: unknown, registry: PluginRegistry, sink: ProblemSin
     return [];
   }
   state.declaredCount = value.length;
+  // Whether the user named each plugin (before lending may name a lender it turns into another type).
+  const named = value.map((entry: unknown) => stringAt(entry, 'name') !== undefined);
   lendParameters(value, registry, sink);
   return value.map((entry: unknown, i): PluginSpec => {
     const path = ['plugins', i];
     const rawType = stringAt(entry, 'type') ?? '';
     const rawName = stringAt(entry, 'name') ?? rawType;
-    state.explicitName[i] = stringAt(entry, 'name') !== undefined;
+    state.explicitName[i] = named[i]!;
     // Broken entries stay in the list as placeholders so later indexes still match the file.
     const placeholder: PluginSpec = { type: rawType, name: rawName, parameters: {} };
     const spec = sink.parse(pluginSpecSchema, entry, path);
@@ -420,10 +422,16 @@ function parsePlugins(value: unknown, registry: PluginRegistry, sink: ProblemSin
   });
 }
 
-/** Copies the parameters of plugins that lend them (PluginDefinition.lendsParameters) into their borrowers, in place. */
+/**
+ * Copies the parameters of plugins that lend them (PluginDefinition.lendsParameters) into their
+ * borrowers, in place; a lender nobody borrows from becomes a plugin of the type it lends to. The
+ * borrowers are the entries declared with that type: a lender renamed here borrows from no one.
+ */
 function lendParameters(entries: unknown[], registry: PluginRegistry, sink: ProblemSink): void {
+  const declaredType = entries.map((entry) => stringAt(entry, 'type'));
+  const renames: (() => void)[] = [];
   entries.forEach((lender, i) => {
-    const type = stringAt(lender, 'type');
+    const type = declaredType[i];
     const def = type === undefined ? undefined : registry.get(type);
     const lends = def?.lendsParameters;
     if (lends === undefined || !isPlainObject(lender)) return;
@@ -432,14 +440,14 @@ function lendParameters(entries: unknown[], registry: PluginRegistry, sink: Prob
     // Invalid parameters are reported once, at the lender: the borrowers keep their own.
     if (!def!.params.safeParse(lent).success) return;
     const borrowers: string[] = [];
-    for (const entry of entries) {
-      if (!isPlainObject(entry) || stringAt(entry, 'type') !== lends.to) continue;
+    entries.forEach((entry, j) => {
+      if (!isPlainObject(entry) || declaredType[j] !== lends.to) return;
       const own = isPlainObject(entry.parameters) ? entry.parameters : {};
       const ref = own[lends.referencedBy];
-      if (ref !== undefined && ref !== name) continue;
+      if (ref !== undefined && ref !== name) return;
       entry.parameters = { ...lent, ...own };
       borrowers.push(stringAt(entry, 'name') ?? lends.to);
-    }
+    });
     if (borrowers.length > 0) {
       sink.warn(
         ['plugins', i, 'type'],
@@ -447,11 +455,16 @@ function lendParameters(entries: unknown[], registry: PluginRegistry, sink: Prob
       );
       return;
     }
-    // Nothing borrows them: the lender does the work itself, as the type it lends to.
-    lender.type = lends.to;
-    if (stringAt(lender, 'name') === undefined) lender.name = type;
+    // Nothing borrows them: the lender does the work itself, as the type it lends to (after every
+    // lender has lent, so that no lender borrows from another).
+    renames.push(() => {
+      lender.type = lends.to;
+      // An invalid name stays, to be reported where it was written.
+      if (!('name' in lender)) lender.name = type;
+    });
     sink.warn(['plugins', i, 'type'], `${type}: no ${lends.to} uses it, so it runs as a ${lends.to} named "${name}" (keeping the index; it scores only in profiles that reference it)`);
   });
+  for (const rename of renames) rename();
 }
 
 function parseProfiles(value: unknown, sink: ProblemSink): SchedulingProfileConfig[] {

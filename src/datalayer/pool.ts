@@ -149,6 +149,10 @@ export class Pool implements PoolView {
   /** `ep` is done with that prompt (the answer began, or the request ended first): once per promptSent. */
   promptDone(ep: Endpoint, promptTokens: number): void {
     if (promptTokens <= 0) return;
+    if (ep.inFlightTokens < promptTokens) {
+      this.releaseUnderflows++;
+      this.onInvariantViolation?.(`prompt tokens released without being sent on endpoint '${ep.name}'`, ep);
+    }
     ep.inFlightTokens = Math.max(0, ep.inFlightTokens - promptTokens);
     this.notify('inflight', ep);
   }

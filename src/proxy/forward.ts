@@ -318,8 +318,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   finish(): void {
     if (!this.released) {
       this.released = true;
-      this.promptDone();
-      this.ctx.pool.release(this.ep);
+      try {
+        this.promptDone();
+      } finally {
+        this.ctx.pool.release(this.ep);
+      }
     }
     unwatchClient(this.ctx.res, this);
     if (this.waitingDrain) {

@@ -84,6 +84,50 @@ describe('llm-d compatibility', () => {
     assert.deepEqual(load(effectiveConfigYaml(named)).config.plugins, named.config.plugins, 'validate output loads back the same');
   });
 
+  test('producers without a scorer each run as one with their own parameters; an invalid name is still reported', () => {
+    const r = load(
+      yaml(
+        'plugins:',
+        '- { type: approx-prefix-cache-producer, name: a, parameters: { blockSizeTokens: 32 } }',
+        '- { type: approx-prefix-cache-producer, name: b, parameters: { blockSizeTokens: 64, lruCapacityPerServer: 7 } }',
+        '- type: queue-scorer',
+      ),
+    );
+    const spec = (name: string) => r.config.plugins.find((p) => p.name === name);
+    assert.deepEqual([spec('a')?.type, spec('a')?.parameters.blockSizeTokens, spec('a')?.parameters.lruCapacityPerServer], ['prefix-cache-scorer', 32, 31250]);
+    assert.deepEqual([spec('b')?.type, spec('b')?.parameters.blockSizeTokens, spec('b')?.parameters.lruCapacityPerServer], ['prefix-cache-scorer', 64, 7]);
+    for (const name of ['5', "''"]) {
+      const lines = problems(yaml('plugins:', `- { type: approx-prefix-cache-producer, name: ${name} }`, '- type: queue-scorer'));
+      assert.match(lines.join('\n'), /plugins\[0\]\.name: /, `name ${name}`);
+    }
+    // Two unnamed producers: the duplicate is reported at the type, the key the user wrote.
+    const twice = problems(yaml('plugins:', '- type: approx-prefix-cache-producer', '- type: approx-prefix-cache-producer'));
+    assert.match(twice.join('\n'), /plugins\[1\]\.type: .*approx-prefix-cache-producer/);
+  });
+
+  test("llm-d's optimized baseline guide, the revision with the in-flight token gate, loads", () => {
+    const r = load(
+      yaml(
+        'apiVersion: llm-d.ai/v1alpha1',
+        'kind: EndpointPickerConfig',
+        'plugins:',
+        '- type: token-load-scorer',
+        '- type: inflight-load-producer',
+        '- type: approx-prefix-cache-producer',
+        '  parameters: { maxPrefixTokensToMatch: 40960 }',
+        '- type: prefix-cache-affinity-filter',
+        '  parameters: { affinityThreshold: 0.80, maxTokensInFlightPenalty: 286720, maxTTFTPenaltyMs: 0 }',
+        'schedulingProfiles:',
+        '- name: default',
+        '  plugins:',
+        '  - pluginRef: prefix-cache-affinity-filter',
+        '  - pluginRef: token-load-scorer',
+      ),
+    );
+    assert.equal(pluginParams(r, 'prefix-cache-affinity-filter')?.maxTokensInFlightPenalty, 286720);
+    assert.equal(r.config.plugins.find((p) => p.name === 'approx-prefix-cache-producer')?.type, 'prefix-cache-scorer');
+  });
+
   test('deprecated pd-profile-handler with prefill-header-handler (llm-d e2e config): loads and runs as disagg-profile-handler', () => {
     const r = load(DEPRECATED_PD);
     assert.deepEqual(pluginParams(r, 'pd-profile-handler'), {
@@ -183,6 +227,17 @@ describe('llm-d compatibility', () => {
     assert.match(ws, /inflight-load-producer does nothing here/);
     assert.equal(warnings(r).length, 3, ws);
     assert.equal(pluginParams(r, 'prefix-based-pd-decider')?.promptTokens, 100);
+    // Its llm-d parameters load; the ones that would change what is counted say they are ignored.
+    const keys = load(
+      yaml(
+        'plugins:',
+        '- type: inflight-load-producer',
+        '  parameters: { addEstimatedOutputTokens: true, outputRatio: 1.5, maxEstimatedOutputTokens: 512, prefixMatchInfoProducerName: p, syncCrossReplicaState: true }',
+      ),
+    );
+    const kw = warnings(keys).join('\n');
+    assert.match(kw, /addEstimatedOutputTokens: addEstimatedOutputTokens is ignored: Sluice counts uncached prompt tokens only/);
+    assert.match(kw, /syncCrossReplicaState: syncCrossReplicaState is ignored: each Sluice replica counts its own requests/);
   });
 
   test('keys llm-d removed get what replaced them; an encode plugin is never taken for a decode one', () => {

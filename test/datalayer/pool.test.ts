@@ -174,6 +174,22 @@ describe('Pool: in-flight accounting', () => {
     assert.equal(events.length, 2); // acquire + the one real release
   });
 
+  test('prompt tokens: sent and done add and take away; more done than sent is counted and reported', () => {
+    const violations: string[] = [];
+    const pool = new Pool([spec('a', 1)], { onInvariantViolation: (msg) => violations.push(msg) });
+    const ep = pool.byName('a')!;
+    const events = recordEvents(pool);
+    pool.promptSent(ep, 100);
+    pool.promptSent(ep, 0); // nothing to count: no event
+    pool.promptSent(ep, 20);
+    pool.promptDone(ep, 100);
+    assert.deepEqual([ep.inFlightTokens, pool.releaseUnderflows], [20, 0]);
+    pool.promptDone(ep, 50);
+    assert.deepEqual([ep.inFlightTokens, pool.releaseUnderflows], [0, 1]);
+    assert.match(violations[0]!, /prompt tokens released without being sent on endpoint 'a'/);
+    assert.equal(events.length, 4);
+  });
+
   test('requests to a removed endpoint still release against the old object', () => {
     const pool = new Pool([spec('a', 1)]);
     const ep = pool.byName('a')!;

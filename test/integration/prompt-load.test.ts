@@ -106,15 +106,15 @@ schedulingProfiles:
       const home = served()[0] === 1 ? 0 : 1;
       answerAll();
       await first;
-      // Its home caches it: 0 ms of prompt work there against 192 ms (1000 tokens/s) on the other. It stays.
+      // Its home caches it and has no prompt work ahead: it stays there.
       const second = client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 2 });
       await until(() => servers[home]!.held.length === 1, 5000, 'second request went home');
       const third = client.completions.create({ model: MODEL, prompt: `${PROMPT} and more`, max_tokens: 2 });
       await until(() => served()[0]! + served()[1]! === 2, 5000, 'third request sent');
       assert.equal(servers[home]!.held.length, 2, 'a cached prompt stays with its cache while that is not much slower');
-      // Make home busy: 400 more prompt tokens in flight there (another client's long prompt). Starting
-      // there now takes 402 ms, on the other 192 ms: more than 150 ms worse, so the gate opens and the
-      // token-load scorer sends it to the other.
+      // Make home busy: 400 more prompt tokens in flight there (another client's long prompt): 402 ms of
+      // prompt work ahead of the request there, none on the other, more than 150 ms: the gate opens and
+      // the token-load scorer sends it to the other (402 tokens of load against its 192 uncached).
       gw.pool.endpoints[home]!.inFlightTokens += 400;
       const fourth = client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 2 });
       await until(() => servers[1 - home]!.held.length === 1, 5000, 'fourth request left its busy home');

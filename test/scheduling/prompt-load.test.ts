@@ -15,7 +15,7 @@ import {
 import { PrefixCacheScorer, prefixCacheScorerParams } from '../../src/scheduling/plugins/prefix-cache-scorer.js';
 import { MaxScorePicker } from '../../src/scheduling/plugins/max-score-picker.js';
 import { SingleProfileHandler } from '../../src/scheduling/plugins/single-profile-handler.js';
-import { TokenLoadScorer, tokenLoadScore, tokenLoadScorerParams } from '../../src/scheduling/plugins/token-load-scorer.js';
+import { TokenLoadScorer, tokenLoadScore, tokenLoadScorerDefinition, tokenLoadScorerParams } from '../../src/scheduling/plugins/token-load-scorer.js';
 import { findPrefixMatcher, promptTokensOf, uncachedTokensOf } from '../../src/scheduling/prompt-load.js';
 import { Scheduler } from '../../src/scheduling/scheduler.js';
 import { ManualClock } from '../../src/util/clock.js';
@@ -100,9 +100,17 @@ describe('token-load-scorer', () => {
   test('parameters: llm-d defaults and keys, strict', () => {
     assert.equal(tokenLoadScorerParams.parse({}).queueThresholdTokens, 4_194_304);
     assert.ok(tokenLoadScorerParams.safeParse({ inFlightLoadProducerName: 'x', nonTextTokenWeight: 2 }).success);
-    for (const bad of [{ queueThresholdTokens: 0 }, { queueThresholdTokens: 1.5 }, { other: 1 }]) {
+    for (const bad of [{ queueThresholdTokens: 1.5 }, { other: 1 }]) {
       assert.equal(tokenLoadScorerParams.safeParse(bad).success, false, JSON.stringify(bad));
     }
+    // ≤ 0 means the default, as in llm-d, and says so.
+    const zero = tokenLoadScorerParams.parse({ queueThresholdTokens: 0 });
+    assert.match(tokenLoadScorerDefinition.configWarnings!(zero, { metricsIntervalMs: 50 })[0]!.message, /means the default, 4194304/);
+    const out = new Float64Array(1);
+    const endpoint = makeEndpoint('x');
+    endpoint.inFlightTokens = 4_194_304 / 2;
+    new TokenLoadScorer('t', zero, new Map()).score(makeContext(), makeRequest(''), [endpoint], out);
+    assert.equal(out[0], 0.5);
   });
 });
 
@@ -141,23 +149,37 @@ describe('prefix-cache-affinity-filter', () => {
     assert.deepEqual(off.outcomes, ['not_applicable']);
   });
 
-  test('sticky until saturated: a busy cache holder is left when starting elsewhere is > maxTTFTPenaltyMs faster', () => {
+  test('sticky until saturated: the cache holders are left when their prompt work ahead is > maxTTFTPenaltyMs more (llm-d)', () => {
     const { endpoints, filter, learn, outcomes } = setup(); // 1000 tokens/s, 500 ms
     const [a, b, c] = endpoints;
-    const text = prompt(5, 10); // 160 tokens: 160 ms uncached
+    const text = prompt(5, 10);
     learn(text, a);
-    b.inFlightTokens = 100; // b: 260 ms, c: 160 ms uncached
-    a.inFlightTokens = 660; // a: 660 ms; 660 − 160 = 500, not more than the penalty
+    b.inFlightTokens = 100;
+    a.inFlightTokens = 500; // 500 ms ahead of it against 0 on c: not more than the penalty
     assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a']);
-    a.inFlightTokens = 661; // 501 ms worse
+    a.inFlightTokens = 501;
     assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a', 'b', 'c']);
-    c.inFlightTokens = 2; // the best other endpoint is now 2 ms slower: 661 − 162 = 499
+    c.inFlightTokens = 2; // the least loaded other endpoint now has 2 ms ahead: 501 − 2 = 499
     assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a']);
     assert.deepEqual(outcomes, ['sticky', 'load_override', 'sticky']);
     const always = setup({ maxTTFTPenaltyMs: 0 });
     always.learn(text, always.endpoints[0]);
     always.endpoints[0].inFlightTokens = 1e9;
     assert.deepEqual(names(always.filter.filter(makeContext(), makeRequest(text), always.endpoints)), ['a'], 'maxTTFTPenaltyMs 0 always sticks');
+  });
+
+  test('maxTokensInFlightPenalty: the same gate in tokens (0 = off)', () => {
+    const { endpoints, filter, learn, outcomes } = setup({ maxTTFTPenaltyMs: 0, maxTokensInFlightPenalty: 100 });
+    const [a, b] = endpoints;
+    const text = prompt(9, 10);
+    learn(text, a);
+    b.inFlightTokens = 50;
+    a.inFlightTokens = 100; // 100 more than the idle c: not more than the penalty
+    assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a']);
+    a.inFlightTokens = 101;
+    assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a', 'b', 'c']);
+    assert.deepEqual(outcomes, ['sticky', 'load_override']);
+    assert.equal(prefixCacheAffinityFilterParams.safeParse({ maxTokensInFlightPenalty: 1.5 }).success, false);
   });
 
   test("a flow-control probe (the affinity look-ahead's) filters alike but counts nothing and never explores", () => {
@@ -200,6 +222,7 @@ describe('prefix-cache-affinity-filter', () => {
       affinityThreshold: 0.8,
       explorationProbability: 0,
       maxTTFTPenaltyMs: 18_000,
+      maxTokensInFlightPenalty: 0,
       peakPrefillThroughput: 15_928,
       ttftSource: 'prefillThroughput',
       penaltySource: 'constant',

@@ -8,8 +8,11 @@
  * - `inflight-load-producer` — counts requests and uncached prompt tokens in flight per endpoint;
  *   Sluice always counts both (`endpoint.inFlight`, `endpoint.inFlightTokens`)
  *
- * Parameters: none, but `inflight-load-producer` accepts llm-d's `addEstimatedOutputTokens` (and its
- * older name `includeOutputTokens`); `true` is warned about: Sluice counts prompt tokens only.
+ * Parameters: none, but `inflight-load-producer` accepts llm-d's: `addEstimatedOutputTokens` (older
+ * name `includeOutputTokens`), `outputRatio` and `maxEstimatedOutputTokens` (Sluice counts prompt
+ * tokens only: `true` is warned about, the others mean nothing), `prefixMatchInfoProducerName` (the
+ * prefix index is the prefix-cache-scorer's), `syncCrossReplicaState` (`true` is warned about: each
+ * Sluice replica counts its own requests).
  */
 import { z } from 'zod';
 import type { PluginConfigWarning, PluginDefinition } from '../../plugins/registry.js';
@@ -18,6 +21,10 @@ const params = z.strictObject({});
 const inflightParams = z.strictObject({
   addEstimatedOutputTokens: z.boolean().optional(),
   includeOutputTokens: z.boolean().optional(),
+  outputRatio: z.number().optional(),
+  maxEstimatedOutputTokens: z.number().optional(),
+  prefixMatchInfoProducerName: z.string().optional(),
+  syncCrossReplicaState: z.boolean().optional(),
 });
 type NoOpParams = z.infer<typeof inflightParams>;
 
@@ -30,6 +37,9 @@ function noOp(type: string, why: string, schema: z.ZodType<NoOpParams> = params)
       const warnings: PluginConfigWarning[] = [{ message: `${type} does nothing here: ${why}` }];
       for (const key of ['addEstimatedOutputTokens', 'includeOutputTokens'] as const) {
         if (p[key] === true) warnings.push({ parameter: key, message: `${key} is ignored: Sluice counts uncached prompt tokens only` });
+      }
+      if (p.syncCrossReplicaState === true) {
+        warnings.push({ parameter: 'syncCrossReplicaState', message: 'syncCrossReplicaState is ignored: each Sluice replica counts its own requests' });
       }
       return warnings;
     },

@@ -4,9 +4,11 @@
  *
  *   affinity(e) = matchedBlocks(e) / totalBlocks          (the configured prefix-cache-scorer's index)
  *   sticky      = { e : affinity(e) ≥ affinityThreshold }
- *   ttftMs(e)   = (e.inFlightTokens + uncachedTokens(request, e)) / peakPrefillThroughput × 1000
+ *   ttftMs(e)   = e.inFlightTokens / peakPrefillThroughput × 1000   (prompt tokens ahead of it, as llm-d)
  *   keep sticky, unless no endpoint is sticky, or
- *        min ttftMs(sticky) − min ttftMs(others) > maxTTFTPenaltyMs  (then keep all)
+ *        min ttftMs(sticky) − min ttftMs(others) > maxTTFTPenaltyMs              (when > 0), or
+ *        min inFlightTokens(sticky) − min inFlightTokens(others) > maxTokensInFlightPenalty   (when > 0)
+ *   (then keep all)
  *
  * With probability `explorationProbability` the gate is skipped and all endpoints are kept. With
  * one candidate, or `affinityThreshold` 0, it keeps all. `maxTTFTPenaltyMs` 0 always sticks.
@@ -16,7 +18,8 @@
  * Parameters (defaults):
  * - `affinityThreshold` 0.80 — in [0, 1]
  * - `explorationProbability` 0 — in [0, 1]
- * - `maxTTFTPenaltyMs` 18000 — ≥ 0
+ * - `maxTTFTPenaltyMs` 18000 — ≥ 0 (0 = no time gate)
+ * - `maxTokensInFlightPenalty` 0 — integer ≥ 0, the same gate in tokens (an earlier llm-d form; 0 = off)
  * - `peakPrefillThroughput` 15928 — ≥ 0, prompt tokens per second one endpoint prefills (must be
  *   > 0 when `maxTTFTPenaltyMs` > 0)
  * - `ttftSource` "prefillThroughput" — the only source here (llm-d's `latencyPredictor` needs its
@@ -29,7 +32,7 @@ import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../../plugins/registry.js';
 import type { CycleContext, Filter, Plugin, SchedulingRequest } from '../framework.js';
-import { PrefixMatcherRef, uncachedTokensOf } from '../prompt-load.js';
+import { PrefixMatcherRef } from '../prompt-load.js';
 
 export const PREFIX_CACHE_AFFINITY_FILTER_TYPE = 'prefix-cache-affinity-filter';
 
@@ -38,6 +41,7 @@ export const prefixCacheAffinityFilterParams = z
     affinityThreshold: z.number().min(0).max(1).default(0.8),
     explorationProbability: z.number().min(0).max(1).default(0),
     maxTTFTPenaltyMs: z.number().min(0).default(18_000),
+    maxTokensInFlightPenalty: z.number().int().min(0).default(0),
     peakPrefillThroughput: z.number().min(0).default(15_928),
     ttftSource: z
       .literal('prefillThroughput', {
@@ -68,6 +72,7 @@ export class PrefixCacheAffinityFilter implements Filter {
   private readonly threshold: number;
   private readonly exploration: number;
   private readonly maxPenaltyMs: number;
+  private readonly maxPenaltyTokens: number;
   private readonly msPerToken: number;
   private readonly matcher: PrefixMatcherRef;
   /** The outcome of the last decision (for tests and the debug log). */
@@ -83,6 +88,7 @@ export class PrefixCacheAffinityFilter implements Filter {
     this.threshold = params.affinityThreshold;
     this.exploration = params.explorationProbability;
     this.maxPenaltyMs = params.maxTTFTPenaltyMs;
+    this.maxPenaltyTokens = params.maxTokensInFlightPenalty;
     this.msPerToken = params.peakPrefillThroughput > 0 ? 1000 / params.peakPrefillThroughput : 0;
     this.matcher = new PrefixMatcherRef(plugins, () =>
       logger?.warn({ plugin: name }, 'prefix-cache-affinity-filter: no prefix-cache-scorer is configured, so no endpoint is ever sticky'),
@@ -97,20 +103,22 @@ export class PrefixCacheAffinityFilter implements Filter {
     if (matcher === undefined) return this.decide(ctx, 'no_match', endpoints);
 
     const sticky: Endpoint[] = [];
-    let bestSticky = Infinity;
-    let bestOther = Infinity;
-    const promptChars = req.promptText.length;
+    // The least prompt work (tokens in flight) ahead of a request among the sticky endpoints and the others.
+    let leastSticky = Infinity;
+    let leastOther = Infinity;
     for (const endpoint of endpoints) {
       const match = matcher.prefixMatch(req, endpoint);
-      const ttftMs = (endpoint.inFlightTokens + uncachedTokensOf(promptChars, match)) * this.msPerToken;
+      const ahead = endpoint.inFlightTokens;
       if (match.totalBlocks > 0 && match.matchedBlocks / match.totalBlocks >= this.threshold) {
         sticky.push(endpoint);
-        if (ttftMs < bestSticky) bestSticky = ttftMs;
-      } else if (ttftMs < bestOther) bestOther = ttftMs;
+        if (ahead < leastSticky) leastSticky = ahead;
+      } else if (ahead < leastOther) leastOther = ahead;
     }
     if (sticky.length === 0) return this.decide(ctx, 'no_match', endpoints);
-    if (this.maxPenaltyMs > 0 && sticky.length < endpoints.length && bestSticky - bestOther > this.maxPenaltyMs) {
-      return this.decide(ctx, 'load_override', endpoints);
+    if (sticky.length < endpoints.length) {
+      const extra = leastSticky - leastOther;
+      const tooSlow = this.maxPenaltyMs > 0 && extra * this.msPerToken > this.maxPenaltyMs;
+      if (tooSlow || (this.maxPenaltyTokens > 0 && extra > this.maxPenaltyTokens)) return this.decide(ctx, 'load_override', endpoints);
     }
     return this.decide(ctx, 'sticky', sticky);
   }

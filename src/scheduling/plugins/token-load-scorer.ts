@@ -10,7 +10,8 @@
  * configured prefix-cache-scorer believes the endpoint caches (scheduling/prompt-load.ts).
  *
  * Parameters (defaults):
- * - `queueThresholdTokens` 4194304 — integer > 0; the load that scores 0 (128 requests × 32K)
+ * - `queueThresholdTokens` 4194304 — integer; the load that scores 0 (128 requests × 32K); ≤ 0 means
+ *   the default, as in llm-d (with a warning)
  * - `inFlightLoadProducerName`, `nonTextTokenWeight` — llm-d's; accepted and unused here (Sluice
  *   counts the tokens itself, and estimates them from the prompt's characters)
  */
@@ -22,8 +23,10 @@ import { PrefixMatcherRef, uncachedTokens } from '../prompt-load.js';
 
 export const TOKEN_LOAD_SCORER_TYPE = 'token-load-scorer';
 
+const DEFAULT_QUEUE_THRESHOLD_TOKENS = 4_194_304;
+
 export const tokenLoadScorerParams = z.strictObject({
-  queueThresholdTokens: z.number().int().positive().default(4_194_304),
+  queueThresholdTokens: z.number().int().default(DEFAULT_QUEUE_THRESHOLD_TOKENS),
   inFlightLoadProducerName: z.string().optional(),
   nonTextTokenWeight: z.number().optional(),
 });
@@ -46,7 +49,7 @@ export class TokenLoadScorer implements Scorer {
     params: TokenLoadScorerParams,
     plugins: ReadonlyMap<string, Plugin>,
   ) {
-    this.threshold = params.queueThresholdTokens;
+    this.threshold = params.queueThresholdTokens > 0 ? params.queueThresholdTokens : DEFAULT_QUEUE_THRESHOLD_TOKENS;
     this.matcher = new PrefixMatcherRef(plugins);
   }
 
@@ -63,5 +66,9 @@ export const tokenLoadScorerDefinition: PluginDefinition<TokenLoadScorerParams> 
   type: TOKEN_LOAD_SCORER_TYPE,
   kinds: ['scorer'],
   params: tokenLoadScorerParams,
+  configWarnings: (params) =>
+    params.queueThresholdTokens > 0
+      ? []
+      : [{ parameter: 'queueThresholdTokens', message: `queueThresholdTokens ${params.queueThresholdTokens} means the default, ${DEFAULT_QUEUE_THRESHOLD_TOKENS} (as in llm-d)` }],
   create: (name, params, deps) => new TokenLoadScorer(name, params, deps.plugins),
 };
