@@ -546,8 +546,8 @@ export function writeReport(res: BenchResults, dir: string): string[] {
     if (q.routers.some((r) => r.router === 'sluice-llmd')) {
       L.push(
         "`sluice-llmd` is llm-d's optimized baseline: `prefix-cache-affinity-filter` (peakPrefillThroughput 10 000 tokens/s, the simulator's; maxTTFTPenaltyMs 150, " +
-          'what computing a shared system prompt costs) then `token-load-scorer`. Both read the uncached prompt tokens in flight, which end at the first byte: ' +
-          'they do not see slots held by requests that are decoding, which is where this fleet queues.',
+          'what computing a shared system prompt costs) then `token-load-scorer`. Both read the uncached prompt tokens Sluice counts in flight per endpoint ' +
+          '(configuration.md, "Prompt tokens in flight"). A comparison, not a target: the targets are measured on `sluice`, the default profile.',
       );
       L.push('');
     }
