@@ -182,6 +182,20 @@ describe('prefix-cache-affinity-filter', () => {
     assert.equal(prefixCacheAffinityFilterParams.safeParse({ maxTokensInFlightPenalty: 1.5 }).success, false);
   });
 
+  test('maxInFlightRequestsDelta: adds the others within maxTTFTPenaltyMs when the cache holders hold many more requests (llm-d)', () => {
+    const { endpoints, filter, learn, outcomes } = setup({ maxInFlightRequestsDelta: 2 }); // 1000 tokens/s, 500 ms
+    const [a, b, c] = endpoints;
+    const text = prompt(10, 10); // 160 tokens, all cached on a
+    learn(text, a);
+    b.inFlight = 1; // starting there: 160 ms of prompt, within 500 ms of a's 0
+    c.inFlightTokens = 400; // 560 ms: over the penalty, never added (and not the least loaded other for the time gate)
+    a.inFlight = 3; // 3 − 1 = 2: not more than the delta
+    assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a']);
+    a.inFlight = 4;
+    assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a', 'b']);
+    assert.deepEqual(outcomes, ['sticky', 'request_load_override']);
+  });
+
   test("a flow-control probe (the affinity look-ahead's) filters alike but counts nothing and never explores", () => {
     const { endpoints, filter, learn, outcomes } = setup({ explorationProbability: 1 });
     const text = prompt(8, 10);
@@ -223,6 +237,7 @@ describe('prefix-cache-affinity-filter', () => {
       explorationProbability: 0,
       maxTTFTPenaltyMs: 18_000,
       maxTokensInFlightPenalty: 0,
+      maxInFlightRequestsDelta: 0,
       peakPrefillThroughput: 15_928,
       ttftSource: 'prefillThroughput',
       penaltySource: 'constant',

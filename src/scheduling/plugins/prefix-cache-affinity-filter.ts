@@ -8,18 +8,23 @@
  *   keep sticky, unless no endpoint is sticky, or
  *        min ttftMs(sticky) − min ttftMs(others) > maxTTFTPenaltyMs              (when > 0), or
  *        min inFlightTokens(sticky) − min inFlightTokens(others) > maxTokensInFlightPenalty   (when > 0)
- *   (then keep all)
+ *   (then keep all); else, with maxInFlightRequestsDelta > 0 (llm-d's request gate):
+ *     requestMs(e) = ttftMs(e) + (totalBlocks − matchedBlocks(e)) × blockSizeTokens / peakPrefillThroughput × 1000
+ *     within = { other e : requestMs(e) − min requestMs(sticky) ≤ maxTTFTPenaltyMs }
+ *     keep sticky ∪ within when min inFlight(sticky) − min inFlight(within) > maxInFlightRequestsDelta
+ *     (inFlight: requests the gateway has outstanding there, decoding ones included)
  *
  * With probability `explorationProbability` the gate is skipped and all endpoints are kept. With
  * one candidate, or `affinityThreshold` 0, it keeps all. `maxTTFTPenaltyMs` 0 always sticks.
  * Each decision (but a flow-control look-ahead's probe) is counted in `llm_d_epp_prefix_cache_affinity_filter_decisions_total{plugin_name,
- * outcome}` (sticky, no_match, load_override, exploration, not_applicable).
+ * outcome}` (sticky, no_match, load_override, request_load_override, exploration, not_applicable).
  *
  * Parameters (defaults):
  * - `affinityThreshold` 0.80 — in [0, 1]
  * - `explorationProbability` 0 — in [0, 1]
  * - `maxTTFTPenaltyMs` 18000 — ≥ 0 (0 = no time gate)
  * - `maxTokensInFlightPenalty` 0 — integer ≥ 0, the same gate in tokens (an earlier llm-d form; 0 = off)
+ * - `maxInFlightRequestsDelta` 0 — integer ≥ 0, the request gate above (0 = off)
  * - `peakPrefillThroughput` 15928 — ≥ 0, prompt tokens per second one endpoint prefills (must be
  *   > 0 when `maxTTFTPenaltyMs` > 0)
  * - `ttftSource` "prefillThroughput" — the only source here (llm-d's `latencyPredictor` needs its
@@ -32,7 +37,7 @@ import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../../plugins/registry.js';
 import type { CycleContext, Filter, Plugin, SchedulingRequest } from '../framework.js';
-import { PrefixMatcherRef } from '../prompt-load.js';
+import { PrefixMatcherRef, type PrefixMatcher } from '../prompt-load.js';
 
 export const PREFIX_CACHE_AFFINITY_FILTER_TYPE = 'prefix-cache-affinity-filter';
 
@@ -42,6 +47,7 @@ export const prefixCacheAffinityFilterParams = z
     explorationProbability: z.number().min(0).max(1).default(0),
     maxTTFTPenaltyMs: z.number().min(0).default(18_000),
     maxTokensInFlightPenalty: z.number().int().min(0).default(0),
+    maxInFlightRequestsDelta: z.number().int().min(0).default(0),
     peakPrefillThroughput: z.number().min(0).default(15_928),
     ttftSource: z
       .literal('prefillThroughput', {
@@ -62,7 +68,7 @@ export const prefixCacheAffinityFilterParams = z
 
 export type PrefixCacheAffinityFilterParams = z.infer<typeof prefixCacheAffinityFilterParams>;
 
-export type AffinityOutcome = 'sticky' | 'no_match' | 'load_override' | 'exploration' | 'not_applicable';
+export type AffinityOutcome = 'sticky' | 'no_match' | 'load_override' | 'request_load_override' | 'exploration' | 'not_applicable';
 
 /** Counts each decision (the gateway's metrics; a no-op in unit tests). */
 export type AffinityDecisionRecorder = (pluginName: string, outcome: AffinityOutcome) => void;
@@ -73,6 +79,7 @@ export class PrefixCacheAffinityFilter implements Filter {
   private readonly exploration: number;
   private readonly maxPenaltyMs: number;
   private readonly maxPenaltyTokens: number;
+  private readonly maxRequestsDelta: number;
   private readonly msPerToken: number;
   private readonly matcher: PrefixMatcherRef;
   /** The outcome of the last decision (for tests and the debug log). */
@@ -89,6 +96,7 @@ export class PrefixCacheAffinityFilter implements Filter {
     this.exploration = params.explorationProbability;
     this.maxPenaltyMs = params.maxTTFTPenaltyMs;
     this.maxPenaltyTokens = params.maxTokensInFlightPenalty;
+    this.maxRequestsDelta = params.maxInFlightRequestsDelta;
     this.msPerToken = params.peakPrefillThroughput > 0 ? 1000 / params.peakPrefillThroughput : 0;
     this.matcher = new PrefixMatcherRef(plugins, () =>
       logger?.warn({ plugin: name }, 'prefix-cache-affinity-filter: no prefix-cache-scorer is configured, so no endpoint is ever sticky'),
@@ -119,8 +127,25 @@ export class PrefixCacheAffinityFilter implements Filter {
       const extra = leastSticky - leastOther;
       const tooSlow = this.maxPenaltyMs > 0 && extra * this.msPerToken > this.maxPenaltyMs;
       if (tooSlow || (this.maxPenaltyTokens > 0 && extra > this.maxPenaltyTokens)) return this.decide(ctx, 'load_override', endpoints);
+      if (this.maxRequestsDelta > 0) {
+        const within = this.withinPenalty(matcher, req, endpoints, sticky);
+        if (within.length > 0 && leastInFlight(sticky) - leastInFlight(within) > this.maxRequestsDelta) {
+          return this.decide(ctx, 'request_load_override', sticky.concat(within));
+        }
+      }
     }
     return this.decide(ctx, 'sticky', sticky);
+  }
+
+  /** The other endpoints where the request would start at most maxTTFTPenaltyMs later than on the best sticky one. */
+  private withinPenalty(matcher: PrefixMatcher, req: SchedulingRequest, endpoints: readonly Endpoint[], sticky: readonly Endpoint[]): Endpoint[] {
+    const requestMs = (endpoint: Endpoint): number => {
+      const match = matcher.prefixMatch(req, endpoint);
+      return (endpoint.inFlightTokens + (match.totalBlocks - match.matchedBlocks) * match.blockSizeTokens) * this.msPerToken;
+    };
+    let best = Infinity;
+    for (const endpoint of sticky) best = Math.min(best, requestMs(endpoint));
+    return endpoints.filter((endpoint) => !sticky.includes(endpoint) && requestMs(endpoint) - best <= this.maxPenaltyMs);
   }
 
   private decide(ctx: CycleContext, outcome: AffinityOutcome, kept: readonly Endpoint[]): Endpoint[] {
@@ -130,6 +155,12 @@ export class PrefixCacheAffinityFilter implements Filter {
     }
     return kept as Endpoint[];
   }
+}
+
+function leastInFlight(endpoints: readonly Endpoint[]): number {
+  let least = Infinity;
+  for (const endpoint of endpoints) if (endpoint.inFlight < least) least = endpoint.inFlight;
+  return least;
 }
 
 export const prefixCacheAffinityFilterDefinition: PluginDefinition<PrefixCacheAffinityFilterParams> = {
