@@ -15,9 +15,10 @@
  *     (inFlight: requests the gateway has outstanding there, decoding ones included)
  *
  * With probability `explorationProbability` the gate is skipped and all endpoints are kept. With
- * one candidate, or `affinityThreshold` 0, it keeps all. `maxTTFTPenaltyMs` 0 always sticks.
- * Each decision (but a flow-control look-ahead's probe) is counted in `llm_d_epp_prefix_cache_affinity_filter_decisions_total{plugin_name,
- * outcome}` (sticky, no_match, load_override, request_load_override, exploration, not_applicable).
+ * one candidate, or `affinityThreshold` 0, it keeps all. With every gate at 0 it always sticks.
+ * Each decision (but a flow-control look-ahead probe's) is counted in
+ * `llm_d_epp_prefix_cache_affinity_filter_decisions_total{plugin_name, outcome}` (sticky, no_match,
+ * load_override, request_load_override, exploration, not_applicable).
  *
  * Parameters (defaults):
  * - `affinityThreshold` 0.80 — in [0, 1]
