@@ -38,7 +38,7 @@ import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../../plugins/registry.js';
 import type { CycleContext, Filter, Plugin, SchedulingRequest } from '../framework.js';
-import { PrefixMatcherRef, type PrefixMatcher } from '../prompt-load.js';
+import { PrefixMatcherRef } from '../prompt-load.js';
 
 export const PREFIX_CACHE_AFFINITY_FILTER_TYPE = 'prefix-cache-affinity-filter';
 
@@ -111,42 +111,45 @@ export class PrefixCacheAffinityFilter implements Filter {
     const matcher = this.matcher.get();
     if (matcher === undefined) return this.decide(ctx, 'no_match', endpoints);
 
+    const requestGate = this.maxRequestsDelta > 0;
     const sticky: Endpoint[] = [];
-    // The least prompt work (tokens in flight) ahead of a request among the sticky endpoints and the others.
+    // The least prompt work (tokens in flight) ahead of a request among the sticky endpoints and the
+    // others; for the request gate, when the request would start on each (its own blocks counted).
     let leastSticky = Infinity;
     let leastOther = Infinity;
+    let bestStickyMs = Infinity;
+    const others: Endpoint[] = [];
+    const othersMs: number[] = [];
     for (const endpoint of endpoints) {
       const match = matcher.prefixMatch(req, endpoint);
       const ahead = endpoint.inFlightTokens;
+      const requestMs = (ahead + (match.totalBlocks - match.matchedBlocks) * match.blockSizeTokens) * this.msPerToken;
       if (match.totalBlocks > 0 && match.matchedBlocks / match.totalBlocks >= this.threshold) {
         sticky.push(endpoint);
         if (ahead < leastSticky) leastSticky = ahead;
-      } else if (ahead < leastOther) leastOther = ahead;
+        if (requestMs < bestStickyMs) bestStickyMs = requestMs;
+      } else {
+        if (ahead < leastOther) leastOther = ahead;
+        if (requestGate) {
+          others.push(endpoint);
+          othersMs.push(requestMs);
+        }
+      }
     }
     if (sticky.length === 0) return this.decide(ctx, 'no_match', endpoints);
     if (sticky.length < endpoints.length) {
       const extra = leastSticky - leastOther;
       const tooSlow = this.maxPenaltyMs > 0 && extra * this.msPerToken > this.maxPenaltyMs;
       if (tooSlow || (this.maxPenaltyTokens > 0 && extra > this.maxPenaltyTokens)) return this.decide(ctx, 'load_override', endpoints);
-      if (this.maxRequestsDelta > 0) {
-        const within = this.withinPenalty(matcher, req, endpoints, sticky);
+      if (requestGate) {
+        // The others where the request would start at most maxTTFTPenaltyMs later than on the best sticky one.
+        const within = others.filter((_, i) => othersMs[i]! - bestStickyMs <= this.maxPenaltyMs);
         if (within.length > 0 && leastInFlight(sticky) - leastInFlight(within) > this.maxRequestsDelta) {
           return this.decide(ctx, 'request_load_override', sticky.concat(within));
         }
       }
     }
     return this.decide(ctx, 'sticky', sticky);
-  }
-
-  /** The other endpoints where the request would start at most maxTTFTPenaltyMs later than on the best sticky one. */
-  private withinPenalty(matcher: PrefixMatcher, req: SchedulingRequest, endpoints: readonly Endpoint[], sticky: readonly Endpoint[]): Endpoint[] {
-    const requestMs = (endpoint: Endpoint): number => {
-      const match = matcher.prefixMatch(req, endpoint);
-      return (endpoint.inFlightTokens + (match.totalBlocks - match.matchedBlocks) * match.blockSizeTokens) * this.msPerToken;
-    };
-    let best = Infinity;
-    for (const endpoint of sticky) best = Math.min(best, requestMs(endpoint));
-    return endpoints.filter((endpoint) => !sticky.includes(endpoint) && requestMs(endpoint) - best <= this.maxPenaltyMs);
   }
 
   private decide(ctx: CycleContext, outcome: AffinityOutcome, kept: readonly Endpoint[]): Endpoint[] {
