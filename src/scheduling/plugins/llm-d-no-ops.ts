@@ -17,7 +17,24 @@
 import { z } from 'zod';
 import type { PluginConfigWarning, PluginDefinition } from '../../plugins/registry.js';
 
-const params = z.strictObject({});
+const noParams = z.strictObject({});
+
+/** A plugin that does nothing here, with the warning saying why (and any its parameters add). */
+function noOp<P>(
+  type: string,
+  why: string,
+  params: z.ZodType<P>,
+  ignored: (p: P) => PluginConfigWarning[] = () => [],
+): PluginDefinition<P> {
+  return {
+    type,
+    kinds: [],
+    params,
+    configWarnings: (p) => [{ message: `${type} does nothing here: ${why}` }, ...ignored(p)],
+    create: (name) => ({ type, name }),
+  };
+}
+
 const inflightParams = z.strictObject({
   addEstimatedOutputTokens: z.boolean().optional(),
   includeOutputTokens: z.boolean().optional(),
@@ -26,30 +43,22 @@ const inflightParams = z.strictObject({
   prefixMatchInfoProducerName: z.string().optional(),
   syncCrossReplicaState: z.boolean().optional(),
 });
-type NoOpParams = z.infer<typeof inflightParams>;
 
-function noOp(type: string, why: string, schema: z.ZodType<NoOpParams> = params): PluginDefinition<NoOpParams> {
-  return {
-    type,
-    kinds: [],
-    params: schema,
-    configWarnings: (p) => {
-      const warnings: PluginConfigWarning[] = [{ message: `${type} does nothing here: ${why}` }];
-      for (const key of ['addEstimatedOutputTokens', 'includeOutputTokens'] as const) {
-        if (p[key] === true) warnings.push({ parameter: key, message: `${key} is ignored: Sluice counts uncached prompt tokens only` });
-      }
-      if (p.syncCrossReplicaState === true) {
-        warnings.push({ parameter: 'syncCrossReplicaState', message: 'syncCrossReplicaState is ignored: each Sluice replica counts its own requests' });
-      }
-      return warnings;
-    },
-    create: (name) => ({ type, name }),
-  };
+/** What `inflight-load-producer`'s parameters would change in llm-d, and Sluice does not do. */
+function inflightIgnored(p: z.infer<typeof inflightParams>): PluginConfigWarning[] {
+  const warnings: PluginConfigWarning[] = [];
+  for (const key of ['addEstimatedOutputTokens', 'includeOutputTokens'] as const) {
+    if (p[key] === true) warnings.push({ parameter: key, message: `${key} is ignored: Sluice counts uncached prompt tokens only` });
+  }
+  if (p.syncCrossReplicaState === true) {
+    warnings.push({ parameter: 'syncCrossReplicaState', message: 'syncCrossReplicaState is ignored: each Sluice replica counts its own requests' });
+  }
+  return warnings;
 }
 
-export const llmdNoOpDefinitions: readonly PluginDefinition<NoOpParams>[] = [
-  noOp('disagg-headers-handler', 'deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself'),
-  noOp('prefill-header-handler', 'deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself'),
-  noOp('models-responder', 'Sluice answers /v1/models itself'),
-  noOp('inflight-load-producer', 'Sluice counts the requests and prompt tokens in flight on each endpoint itself', inflightParams),
+export const llmdNoOpDefinitions: readonly PluginDefinition<unknown>[] = [
+  noOp('disagg-headers-handler', 'deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself', noParams),
+  noOp('prefill-header-handler', 'deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself', noParams),
+  noOp('models-responder', 'Sluice answers /v1/models itself', noParams),
+  noOp('inflight-load-producer', 'Sluice counts the requests and prompt tokens in flight on each endpoint itself', inflightParams, inflightIgnored),
 ];
