@@ -95,4 +95,3 @@ export function discardRest(req: IncomingMessage, lingerMs = LINGER_MS): void {
   req.once('close', stop);
   req.resume();
 }
-

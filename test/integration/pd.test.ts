@@ -412,6 +412,27 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
     }
   });
 
+  test('a fallback decode leg retried on another decode endpoint counts its prompt work there', async () => {
+    let releaseDecode: (() => void) | undefined;
+    const f = await pdFleet({ decodeCount: 2, prefill: errorWith(503), decode: (r, res) => (releaseDecode = () => decodeOk(r, res)) });
+    try {
+      f.decode[1]!.metrics = vllmPage(3); // decode-0 looks idle and is picked first, but refuses connections
+      await until(() => f.gw.pool.byName('decode-1')!.metrics?.waiting === 3);
+      await f.decode[0]!.close();
+      const body = chatBody(longPrompt('fallback-retry'));
+      const pending = post(f.gw, body);
+      await until(() => releaseDecode !== undefined);
+      assert.equal(f.prefill[0]!.received.length, 1, 'the prefill leg ran once');
+      const [d0, d1] = [f.gw.pool.byName('decode-0')!, f.gw.pool.byName('decode-1')!];
+      assert.deepEqual([d0.inFlightTokens, d1.inFlightTokens], [0, Math.floor(JSON.stringify(body.messages).length / 4)]);
+      releaseDecode!();
+      assert.equal((await pending).status, 200);
+      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 2000, `released (${inFlight(f.gw)})`);
+    } finally {
+      await f.close();
+    }
+  });
+
   test('a refused decode endpoint is retried on another with the same decode leg; the prefill runs once', async () => {
     const debug = captureLogger('debug');
     const f = await pdFleet({ decodeCount: 2, logger: debug.logger });
