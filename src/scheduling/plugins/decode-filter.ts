@@ -6,17 +6,10 @@
  * decode-capable, so a plain vLLM fleet works with this filter). Other roles, and a role label with
  * an unknown value, are dropped.
  */
-import { z } from 'zod';
-import type { PluginDefinition } from '../../plugins/registry.js';
-import { RoleFilter } from './role-filter.js';
+import { roleFilterDefinition } from './role-filter.js';
 
 export const DECODE_FILTER_TYPE = 'decode-filter';
 
 export const DECODE_ROLES = ['decode', 'prefill-decode', 'encode-prefill-decode'] as const;
 
-export const decodeFilterDefinition: PluginDefinition<Record<string, never>> = {
-  type: DECODE_FILTER_TYPE,
-  kinds: ['filter'],
-  params: z.strictObject({}),
-  create: (name) => new RoleFilter(DECODE_FILTER_TYPE, name, DECODE_ROLES, true),
-};
+export const decodeFilterDefinition = roleFilterDefinition(DECODE_FILTER_TYPE, DECODE_ROLES, true);

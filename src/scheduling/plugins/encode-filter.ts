@@ -5,17 +5,10 @@
  * Unlabelled endpoints are dropped, as are other roles. Sluice runs no encode stage of its own
  * (llm-d's E/P/D disaggregation); the filter narrows any profile that names it.
  */
-import { z } from 'zod';
-import type { PluginDefinition } from '../../plugins/registry.js';
-import { RoleFilter } from './role-filter.js';
+import { roleFilterDefinition } from './role-filter.js';
 
 export const ENCODE_FILTER_TYPE = 'encode-filter';
 
 export const ENCODE_ROLES = ['encode', 'encode-prefill', 'encode-prefill-decode'] as const;
 
-export const encodeFilterDefinition: PluginDefinition<Record<string, never>> = {
-  type: ENCODE_FILTER_TYPE,
-  kinds: ['filter'],
-  params: z.strictObject({}),
-  create: (name) => new RoleFilter(ENCODE_FILTER_TYPE, name, ENCODE_ROLES, false),
-};
+export const encodeFilterDefinition = roleFilterDefinition(ENCODE_FILTER_TYPE, ENCODE_ROLES, false);

@@ -4,7 +4,9 @@
  * its role is one of the accepted values. A label with an unknown (or empty) value is always dropped.
  * Roles are compared normalised (`both` → `prefill-decode`, see Endpoint.role).
  */
+import { z } from 'zod';
 import { ROLE_LABEL, type Endpoint } from '../../datalayer/endpoint.js';
+import type { PluginDefinition } from '../../plugins/registry.js';
 import type { CycleContext, Filter, SchedulingRequest } from '../framework.js';
 
 export class RoleFilter implements Filter {
@@ -28,4 +30,14 @@ export class RoleFilter implements Filter {
     }
     return kept;
   }
+}
+
+/** A role filter's definition (no parameters): `type` keeps `roles`, and unlabelled endpoints when `allowsNoLabel`. */
+export function roleFilterDefinition(type: string, roles: readonly string[], allowsNoLabel: boolean): PluginDefinition<Record<string, never>> {
+  return {
+    type,
+    kinds: ['filter'],
+    params: z.strictObject({}),
+    create: (name) => new RoleFilter(type, name, roles, allowsNoLabel),
+  };
 }
