@@ -1,7 +1,7 @@
 /**
- * Shared logic of the role filters (`decode-filter`, `prefill-filter`), after llm-d's ByLabel:
- * keep an endpoint iff (it has no `llm-d.ai/role` label and unlabelled endpoints are allowed) or
- * its role is one of the accepted values. A label with an unknown (or empty) value is always dropped.
+ * Shared logic of the role filters (`decode-filter`, `prefill-filter`, `encode-filter`), after
+ * llm-d's ByLabel: keep an endpoint iff (it has no `llm-d.ai/role` label and unlabelled endpoints
+ * are allowed) or its role is one of the accepted values. A label with an unknown (or empty) value is always dropped.
  * Roles are compared normalised (`both` → `prefill-decode`, see Endpoint.role).
  */
 import { z } from 'zod';
