@@ -5,9 +5,9 @@
  * /debug/requests (the requests in flight, oldest first). Fastify: not on the per-request path, and its routing/404 handling is
  * what we want here.
  */
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Pool } from '../datalayer/pool.js';
-import { errorBody } from '../proxy/errors.js';
+import { errorBody, rawErrorResponse } from '../proxy/errors.js';
 import type { SaturationDetector } from '../saturation/detector.js';
 import { stageSaturation } from '../saturation/stages.js';
 import type { Clock } from '../util/clock.js';
@@ -28,7 +28,17 @@ export interface AdminDeps {
 }
 
 export function buildAdminServer(deps: AdminDeps): FastifyInstance {
-  const app = Fastify({ logger: false });
+  const app = Fastify({
+    logger: false,
+    // Fastify's own answers to a bad URL or malformed HTTP are not §5-shaped: these are.
+    frameworkErrors: (err, _req, reply) => {
+      void (reply as FastifyReply).code(400).header('content-type', 'application/json').send(errorBody(400, err.message));
+    },
+    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
+      if (!socket.writable || err.code === 'ECONNRESET') return socket.destroy();
+      socket.end(rawErrorResponse(400, 'Bad Request', 'malformed HTTP request'));
+    },
+  });
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', deps.metricsContentType);
     return deps.metricsText();
@@ -45,8 +55,10 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
   app.setNotFoundHandler((req, reply) => {
     reply.code(404).header('content-type', 'application/json').send(errorBody(404, `no route for ${req.method} ${req.url}`));
   });
-  app.setErrorHandler((err, _req, reply) => {
-    reply.code(500).header('content-type', 'application/json').send(errorBody(500, (err as Error).message));
+  app.setErrorHandler((err: Error & { statusCode?: number }, _req, reply) => {
+    // A client's mistake Fastify caught (a body it cannot parse, one too large) keeps its 4xx.
+    const status = err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
+    reply.code(status).header('content-type', 'application/json').send(errorBody(status, err.message));
   });
   return app;
 }

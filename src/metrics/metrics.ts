@@ -42,7 +42,7 @@ export const MAX_LABEL_VALUE_LENGTH = 256;
 export type RequestStage = 'queued' | 'waiting_first_byte' | 'streaming';
 
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
-export type UpstreamErrorKind = 'connect' | 'reset' | 'headers_timeout' | 'failed' | 'cut' | 'http_5xx';
+export type UpstreamErrorKind = 'connect' | 'reset' | 'headers_timeout' | 'body_timeout' | 'failed' | 'cut' | 'http_5xx';
 
 /**
  * Maps a client-controlled label value to itself for the first `maxValues` distinct values and to
@@ -490,6 +490,7 @@ export class GatewayMetrics {
   readonly requestTotal: FastValueMetric<'model_name' | 'target_model_name'>;
   readonly requestErrorTotal: Counter<'model_name' | 'target_model_name' | 'error_code'>;
   readonly requestCancelledTotal: Counter<'model_name' | 'target_model_name' | 'stage'>;
+  readonly requestBodyIncompleteTotal: Counter<never>;
   readonly requestDuration: FastHistogram<'model_name' | 'target_model_name'>;
   readonly requestTtft: FastHistogram<'model_name' | 'target_model_name' | 'streaming'>;
   readonly requestInputTokens: FastHistogram<'model_name' | 'target_model_name'>;
@@ -563,6 +564,10 @@ export class GatewayMetrics {
       name: 'sluice_request_cancelled_total',
       help: 'Inference requests whose client went away before the answer was complete, by where the request was: queued (in flow control or before an endpoint was chosen), waiting_first_byte (sent to an endpoint), streaming (part of the answer relayed). With request_error_total and the answered requests, accounts for request_total.',
       labelNames: [...modelLabels, 'stage'],
+    });
+    this.requestBodyIncompleteTotal = counter({
+      name: 'sluice_request_body_incomplete_total',
+      help: 'API requests whose connection ended before their whole body arrived: the client went away, or it was cut (408 past server.requestTimeout, 503 when the shutdown grace period ended). Not in request_total: the model is not known before the body is.',
     });
     this.requestDuration = fastHistogram({
       name: 'llm_d_epp_request_duration_seconds',
@@ -656,7 +661,7 @@ export class GatewayMetrics {
     });
     this.endpointUpstreamErrorsTotal = counter({
       name: 'sluice_endpoint_upstream_errors_total',
-      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), reset (the connection was lost before any answer byte: retried elsewhere too, though the server may have begun the work), headers_timeout (504), failed (another error before an answer: 502), cut (the answer broke off mid-way), http_5xx (the endpoint answered 5xx, relayed).',
+      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), reset (the connection was lost before any answer byte: retried elsewhere too, though the server may have begun the work), headers_timeout (504), body_timeout (the answer stalled past upstream.bodyTimeout: 504), failed (another error before an answer: 502), cut (the answer broke off mid-way: 502), http_5xx (the endpoint answered 5xx, relayed).',
       labelNames: ['endpoint_name', 'error'],
     });
     this.upstreamRetriesTotal = counter({
@@ -897,6 +902,11 @@ export class GatewayMetrics {
   /** A request failed at the endpoint (error paths only). */
   endpointUpstreamError(endpointName: string, error: UpstreamErrorKind): void {
     cachedChild2(this.upstreamErrorChildren, this.endpointUpstreamErrorsTotal, endpointName, error).inc();
+  }
+
+  /** An API request's connection ended before its whole body arrived. */
+  bodyIncomplete(): void {
+    this.requestBodyIncompleteTotal.inc();
   }
 
   /** A request moved off this endpoint because connecting to it failed. */

@@ -48,6 +48,12 @@ export function errorBody(status: number, message: string, param: string | null 
   return JSON.stringify({ error: { message, type: errorType(status), param, code: status } });
 }
 
+/** A whole §5 error response as raw HTTP, for a socket that has no ServerResponse (malformed HTTP, CONNECT); it closes the connection. */
+export function rawErrorResponse(status: number, reason: string, message: string): string {
+  const body = errorBody(status, message);
+  return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+}
+
 const kSentError = Symbol('sluice.sentError');
 
 /** The error Sluice answered on this response, if any (for the debug-level `request done` line). */

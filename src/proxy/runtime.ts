@@ -29,4 +29,5 @@ export type ProxyMetrics = Pick<
   | 'disaggDecision'
   | 'endpointFirstByte'
   | 'endpointUpstreamError'
+  | 'bodyIncomplete'
 >;

@@ -5,6 +5,7 @@
  * streaming with backpressure and abort-on-disconnect is simplest on the raw objects.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Endpoint } from '../datalayer/endpoint.js';
@@ -13,7 +14,7 @@ import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody } from './body.js';
-import { GatewayError, errorBody, sendError, sendGatewayError, sentError } from './errors.js';
+import { GatewayError, errorBody, rawErrorResponse, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
@@ -27,6 +28,7 @@ import { interruptWatcher, trackResponse, unwatchClient, watchClient, watchPipel
 import { RefusalLog } from './refusal-log.js';
 import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
+import { AgeList } from '../util/age-list.js';
 
 export interface ApiServerDeps {
   runtime: () => ProxyRuntime;
@@ -50,14 +52,10 @@ export class ApiServer {
   private idleWaiters: (() => void)[] = [];
   /** Sluice's own refusals at warn level (debug logging is not needed to see them). */
   readonly refusals: RefusalLog;
-  /**
-   * Valid API requests not yet ended, oldest first, for /debug/requests (a request hung on a frozen
-   * server shows there). A list linked through the contexts: a Set of them cost ~9 µs of CPU per
-   * request in an A/B (79.4 against 70.6 µs), most likely for the identity hash each context got.
-   */
-  private oldest: ForwardContext | undefined = undefined;
-  private newest: ForwardContext | undefined = undefined;
-  private inFlightCount = 0;
+  /** Valid API requests not yet ended, oldest first, for /debug/requests (a request hung on a frozen server shows there). */
+  private readonly inFlight = new AgeList<ForwardContext>();
+  /** API requests whose body is still arriving: the end of the shutdown grace period answers them too. */
+  private readonly receiving = new AgeList<ReceivingBody>();
 
   constructor(private readonly deps: ApiServerDeps) {
     this.refusals = new RefusalLog(deps.logger);
@@ -70,6 +68,8 @@ export class ApiServer {
         headersTimeout: requestHeadersTimeout,
         requestTimeout: Math.max(requestTimeout, requestHeadersTimeout),
         connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(requestHeadersTimeout / 2))),
+        // Routing never reads Host; Node's own refusal of a request without one has no §5 body.
+        requireHostHeader: false,
       },
       (req, res) => this.handle(req, res),
     );
@@ -79,9 +79,20 @@ export class ApiServer {
       if (!declaresMoreThan(req, this.deps.runtime().config.server.bodyLimit)) res.writeContinue();
       this.handle(req, res);
     });
-    this.server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-      // Malformed or oversized HTTP from a client: answer when the socket still can, never crash.
-      if (!socket.writable || err.code === 'ECONNRESET') {
+    // Node's own answers to these carry no §5 body (417), or there is none at all (CONNECT).
+    this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
+      this.active++;
+      trackResponse(res, this.requestEnded);
+      sendError(res, 417, `unsupported expectation: ${String(req.headers.expect).slice(0, 64)}`, { requestId: requestIdOf(req), close: true });
+    });
+    this.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
+      socket.on('error', () => socket.destroy());
+      socket.end(rawErrorResponse(404, 'Not Found', `no route for CONNECT ${String(req.url).slice(0, 256)}`));
+    });
+    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex & { _httpMessage?: ServerResponse | null }) => {
+      // Malformed or oversized HTTP from a client: answer when the socket still can, never crash. Not
+      // when an answer on this connection has begun: a status line inside it would corrupt it.
+      if (!socket.writable || err.code === 'ECONNRESET' || socket._httpMessage?.headersSent === true) {
         socket.destroy();
         return;
       }
@@ -91,10 +102,7 @@ export class ApiServer {
           : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
             ? [408, 'Request Timeout', 'request not received in time']
             : [400, 'Bad Request', 'malformed HTTP request'];
-      const body = errorBody(status, message);
-      socket.end(
-        `HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
-      );
+      socket.end(rawErrorResponse(status, text, message));
     });
   }
 
@@ -117,7 +125,9 @@ export class ApiServer {
     this.active++;
     trackResponse(res, this.requestEnded);
     if (res.socket === null) watchPipelined(req.socket, res);
-    const url = req.url ?? '/';
+    let url = req.url ?? '/';
+    // Absolute form (`POST http://host/v1/…`), which HTTP/1.1 servers must accept: routed and forwarded as origin form.
+    if (url.charCodeAt(0) !== 0x2f) url = req.url = originForm(url);
     const q = url.indexOf('?');
     const path = q < 0 ? url : url.slice(0, q);
     if (req.method === 'POST') {
@@ -136,7 +146,7 @@ export class ApiServer {
         const requestId = requestIdOf(req);
         this.deps.models
           .list(firstHeader(req.headers, ['authorization']), requestId)
-          .then((a) => json(res, a.status, a.body, requestId))
+          .then((a) => json(res, a.status, a.body, requestId, a.contentType))
           .catch(() => sendError(res, 502, 'could not list models from the pool', { requestId }));
         return;
       }
@@ -162,6 +172,8 @@ export class ApiServer {
         return this.logDone(res, requestId, 415);
       }
       let raw: Buffer;
+      const receiving: ReceivingBody = { res, requestId, older: undefined, newer: undefined };
+      this.receiving.push(receiving);
       try {
         raw = await readBody(req, deps.runtime().config.server.bodyLimit);
       } catch (err) {
@@ -170,7 +182,11 @@ export class ApiServer {
           discardRest(req);
           return this.logDone(res, requestId, 413);
         }
-        return this.logDone(res, requestId, 0); // client went away mid-body: nothing to answer
+        // The connection ended mid-body: the client went away, or it was cut (408, end of shutdown).
+        deps.metrics.bodyIncomplete();
+        return this.logDone(res, requestId, res.headersSent ? res.statusCode : 0);
+      } finally {
+        this.receiving.remove(receiving);
       }
       // Read after the body: a reload while it arrived retired the runtime (and queue) before.
       const rt = deps.runtime();
@@ -186,7 +202,7 @@ export class ApiServer {
 
       const { modelMetrics, started } = ctx;
       modelMetrics.started();
-      this.track(ctx);
+      this.inFlight.push(ctx);
       let status = 0;
       try {
         if (rt.flowControl) {
@@ -206,7 +222,7 @@ export class ApiServer {
         this.internalError(res, requestId, err);
       } finally {
         if (ctx.endedByGateway && status < 400) status = 503;
-        this.untrack(ctx);
+        this.inFlight.remove(ctx);
         modelMetrics.ended();
         // Latency of answers from a model server, as llm-d records it: Sluice's own refusals (counted
         // as errors) would pull the percentiles down exactly when the fleet is in trouble.
@@ -224,12 +240,14 @@ export class ApiServer {
    * /debug/requests: the oldest `limit` requests in flight, each with its flow, where it is (queued,
    * waiting for the first byte, streaming) and for how long.
    */
-  inFlightRequests(limit = 100): { total: number; requests: object[] } {
+  inFlightRequests(limit = 100): { total: number; receivingBodies: number; requests: object[] } {
     const now = this.deps.clock.now();
     const oldest: ForwardContext[] = [];
-    for (let c = this.oldest; c !== undefined && oldest.length < limit; c = c.newer) oldest.push(c);
+    for (let c = this.inFlight.oldest; c !== undefined && oldest.length < limit; c = c.newer) oldest.push(c);
     return {
-      total: this.inFlightCount,
+      total: this.inFlight.size,
+      // Connections that sent a request's headers and are still sending its body (not yet a request of a model).
+      receivingBodies: this.receiving.size,
       requests: oldest.map((ctx) => ({
         requestId: ctx.requestId,
         model: ctx.sreq.model,
@@ -253,14 +271,21 @@ export class ApiServer {
    */
   endInFlight(message: string): number {
     let n = 0;
-    for (let c = this.oldest; c !== undefined; c = c.newer) {
+    const refusal = { droppedReason: 'rejected-shutting-down', close: true } as const;
+    for (let c = this.inFlight.oldest; c !== undefined; c = c.newer) {
       const { res } = c;
       if (res.writableEnded || res.destroyed) continue;
       n++;
       c.endedByGateway = true;
       interruptWatcher(res);
-      if (!res.headersSent) sendError(res, 503, message, { requestId: c.requestId, close: true });
+      if (!res.headersSent) sendError(res, 503, message, { ...refusal, requestId: c.requestId });
       else if (c.sseAnswer) res.end(`data: ${errorBody(503, message)}\n\n`);
+    }
+    // Still uploading: not yet a request of any model, but answered all the same.
+    for (let r = this.receiving.oldest; r !== undefined; r = r.newer) {
+      if (r.res.headersSent || r.res.destroyed) continue;
+      n++;
+      sendError(r.res, 503, message, { ...refusal, requestId: r.requestId });
     }
     return n;
   }
@@ -280,25 +305,6 @@ export class ApiServer {
   };
   private whyAt = NaN;
   private why = '';
-
-  /** Appends the request to the in-flight list (arrival order is age order). */
-  private track(ctx: ForwardContext): void {
-    ctx.older = this.newest;
-    if (this.newest !== undefined) this.newest.newer = ctx;
-    else this.oldest = ctx;
-    this.newest = ctx;
-    this.inFlightCount++;
-  }
-
-  private untrack(ctx: ForwardContext): void {
-    const { older, newer } = ctx;
-    if (older !== undefined) older.newer = newer;
-    else this.oldest = newer;
-    if (newer !== undefined) newer.older = older;
-    else this.newest = older;
-    ctx.older = ctx.newer = undefined;
-    this.inFlightCount--;
-  }
 
   private internalError(res: ServerResponse, requestId: string, err: unknown): void {
     this.deps.logger.error({ err, requestId }, 'unexpected error handling request');
@@ -390,12 +396,30 @@ export class ApiServer {
   }
 }
 
+/** A request whose body is still arriving, in the server's `receiving` list. */
+interface ReceivingBody {
+  readonly res: ServerResponse;
+  readonly requestId: string;
+  older: ReceivingBody | undefined;
+  newer: ReceivingBody | undefined;
+}
+
 /**
  * Where a request is: queued (no endpoint yet), sent and waiting for its first byte, or answering
  * (`/debug/requests` and `sluice_request_cancelled_total{stage}` use the same words).
  */
 function requestStage(ctx: ForwardContext): RequestStage {
   return ctx.endpoint === undefined ? 'queued' : ctx.ttftMs === undefined ? 'waiting_first_byte' : 'streaming';
+}
+
+/** `/v1/…?q` of an absolute-form request target; the target itself when it is no URL (then no route matches). */
+function originForm(target: string): string {
+  try {
+    const u = new URL(target);
+    return u.pathname + u.search;
+  } catch {
+    return target;
+  }
 }
 
 /** The client's `x-request-id` when it is 1–256 characters (longer ones are not trusted into logs and headers), else a new UUID. */
@@ -506,8 +530,8 @@ class Queued implements FlowRequest, ClientWatcher {
   }
 }
 
-function json(res: ServerResponse, status: number, body: string, requestId?: string): void {
-  const headers: Record<string, string | number> = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
+function json(res: ServerResponse, status: number, body: string, requestId?: string, contentType = 'application/json'): void {
+  const headers: Record<string, string | number> = { 'content-type': contentType, 'content-length': Buffer.byteLength(body) };
   if (requestId !== undefined) headers['x-request-id'] = requestId;
   res.writeHead(status, headers);
   res.end(body);

@@ -1,0 +1,269 @@
+/**
+ * The edges of the HTTP surface (SPEC §2, §5): what Node would answer on its own — CONNECT, a
+ * request without Host, an unknown `Expect`, malformed HTTP on a busy connection, an upload cut by
+ * shutdown — and what a model server does badly (a stalled body, a refusal of /v1/models). Every
+ * answer is a §5 error or a response; nothing ends silently or uncounted.
+ */
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { request } from 'undici';
+import type { Gateway } from '../../src/app.js';
+import { fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
+import { startFakeBackend, slowJson, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
+import { until } from '../helpers/wait.js';
+
+/** Sends raw bytes, returns everything the server sent until it closed (or `ms` passed). */
+function raw(port: number, text: string, ms = 3000): Promise<string> {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1', () => s.write(text));
+    let out = '';
+    const t = setTimeout(() => {
+      s.destroy();
+      resolve(out);
+    }, ms);
+    s.on('data', (c) => (out += c));
+    s.on('error', () => undefined);
+    s.on('close', () => {
+      clearTimeout(t);
+      resolve(out);
+    });
+  });
+}
+
+/** A §5 error: the status, JSON content type and {"error":{message,type,param,code}}. */
+function assertSpecError(response: string, status: number): { message: string } {
+  assert.match(response, new RegExp(`^HTTP/1\\.1 ${status} `), JSON.stringify(response.slice(0, 200)));
+  assert.match(response, /content-type: application\/json/i);
+  const body = JSON.parse(response.slice(response.indexOf('\r\n\r\n') + 4)) as { error: { message: string; type: string; param: unknown; code: number } };
+  assert.equal(body.error.code, status);
+  assert.equal(typeof body.error.type, 'string');
+  assert.ok('param' in body.error);
+  return body.error;
+}
+
+const CHAT = '{"model":"m","messages":[{"role":"user","content":"h"}]}';
+const post = (path: string, extra = '') =>
+  `POST ${path} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${CHAT.length}\r\nconnection: close\r\n${extra}\r\n${CHAT}`;
+
+async function debugRequests(gw: Gateway): Promise<{ total: number; receivingBodies: number }> {
+  return (await request(`${gw.metricsUrl}/debug/requests`)).body.json() as Promise<{ total: number; receivingBodies: number }>;
+}
+
+async function metricsText(gw: Gateway): Promise<string> {
+  return (await request(`${gw.metricsUrl}/metrics`)).body.text();
+}
+
+describe('requests Node would answer on its own', () => {
+  let backend: FakeBackend;
+  let gw: Gateway;
+  before(async () => {
+    backend = await startFakeBackend();
+    gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    await waitForMetrics(gw);
+  });
+  after(async () => {
+    await gw.close();
+    await backend.close();
+  });
+
+  test('CONNECT gets a §5 404, not a closed connection', async () => {
+    const e = assertSpecError(await raw(gw.apiPort, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n'), 404);
+    assert.match(e.message, /no route for CONNECT example\.com:443/);
+  });
+
+  test('an HTTP/1.1 request without Host is served (routing never reads it), not refused with an empty 400', async () => {
+    const r = await raw(gw.apiPort, post('/v1/chat/completions').replace('Host: x\r\n', ''));
+    assert.match(r, /^HTTP\/1\.1 200 /, JSON.stringify(r.slice(0, 200)));
+  });
+
+  test('an absolute-form request target is routed and forwarded as its path', async () => {
+    const before = backend.received.length;
+    const r = await raw(gw.apiPort, post('http://gateway.example/v1/chat/completions?x=1'));
+    assert.match(r, /^HTTP\/1\.1 200 /, JSON.stringify(r.slice(0, 200)));
+    assert.equal(backend.received.length, before + 1);
+    assert.equal(backend.received.at(-1)!.url, '/v1/chat/completions?x=1');
+    assertSpecError(await raw(gw.apiPort, post('http://gateway.example/v2/nothing')), 404);
+  });
+
+  test('an Expect other than 100-continue gets a §5 417, not an empty one', async () => {
+    const e = assertSpecError(await raw(gw.apiPort, post('/v1/chat/completions', 'expect: 200-ok\r\n')), 417);
+    assert.match(e.message, /unsupported expectation: 200-ok/);
+  });
+
+  test('metrics port: a client mistake is a §5 4xx, not 500; a bad URL and malformed HTTP are §5-shaped', async () => {
+    const bad = await raw(gw.metricsPort, 'POST /metrics HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 3\r\nconnection: close\r\n\r\n{x}');
+    assert.match(bad, /^HTTP\/1\.1 4\d\d /, JSON.stringify(bad.slice(0, 200)));
+    assertSpecError(await raw(gw.metricsPort, 'GET /debug/%zz HTTP/1.1\r\nHost: x\r\nconnection: close\r\n\r\n'), 400);
+    assertSpecError(await raw(gw.metricsPort, 'GARBAGE /\x00 HTTP/9\r\n\r\n'), 400);
+  });
+
+  test('a client that leaves mid-body is counted in sluice_request_body_incomplete_total', async () => {
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    await new Promise((r) => s.once('connect', r));
+    s.write(post('/v1/chat/completions').slice(0, -10));
+    await until(async () => (await debugRequests(gw)).receivingBodies === 1, 3000, 'the body is arriving');
+    s.destroy();
+    await until(async () => /sluice_request_body_incomplete_total 1\b/.test(await metricsText(gw)), 3000, 'counted');
+  });
+});
+
+test('a malformed request pipelined behind a streaming answer does not write a status line into that answer', async () => {
+  const fleet = await startFleet(1, { itlMs: 50, ttftOverheadMs: 1 });
+  try {
+    const body = JSON.stringify({ model: 'sim-model', stream: true, max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] });
+    const out = await new Promise<string>((resolve) => {
+      const s = net.connect(fleet.gw.apiPort, '127.0.0.1', () => {
+        s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+        setTimeout(() => s.write('GARBAGE /\x00 HTTP/9\r\n\r\n'), 200);
+      });
+      let o = '';
+      s.on('data', (c) => (o += c));
+      s.on('error', () => undefined);
+      s.on('close', () => resolve(o));
+      setTimeout(() => s.destroy(), 3000);
+    });
+    assert.match(out, /^HTTP\/1\.1 200 /);
+    assert.match(out, /data: /, 'the stream had begun');
+    assert.doesNotMatch(out.slice(out.indexOf('\r\n\r\n') + 4), /HTTP\/1\.1 400/);
+  } finally {
+    await fleet.close();
+  }
+});
+
+describe('a model server that stalls its answer past upstream.bodyTimeout: 504 (SPEC §2)', () => {
+  const config = (port: number) => fleetConfig([{ name: 'b', port }]).replace('retries: 2 }', 'retries: 2, bodyTimeout: 300ms }');
+
+  test('a JSON answer not yet relayed: a §5 504', async () => {
+    const backend = await startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
+      res.write('{"id":"x",');
+    });
+    const gw = await gatewayFor(config(backend.port));
+    try {
+      await waitForMetrics(gw);
+      const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: CHAT });
+      const e = ((await r.body.json()) as { error: { type: string; message: string } }).error;
+      assert.equal(r.statusCode, 504);
+      assert.equal(e.type, 'GatewayTimeoutError');
+      assert.match(e.message, /upstream b stopped answering for longer than upstream\.bodyTimeout \(300 ms\)/);
+      assert.match(await metricsText(gw), /sluice_endpoint_upstream_errors_total\{endpoint_name="b",error="body_timeout"\} 1/);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
+  test('a stream under way: a final error event with code 504', async () => {
+    const backend = await startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n');
+    });
+    const gw = await gatewayFor(config(backend.port));
+    try {
+      await waitForMetrics(gw);
+      const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'h' }] });
+      const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+      assert.equal(r.statusCode, 200);
+      const text = await r.body.text();
+      assert.match(text, /"content":"a"/);
+      assert.match(text, /data: \{"error":\{[^}]*"type":"GatewayTimeoutError","param":null,"code":504\}\}\n\n$/);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+});
+
+test('/v1/models relays a model server refusal unchanged, its content type too', async () => {
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(401, { 'content-type': 'text/html' });
+    res.end('<h1>401</h1>');
+  });
+  const gw = await gatewayFor(fleetConfig([{ name: 'a', port: backend.port }]));
+  try {
+    const r = await request(`${gw.apiUrl}/v1/models`);
+    assert.equal(r.statusCode, 401);
+    assert.equal(r.headers['content-type'], 'text/html');
+    assert.equal(await r.body.text(), '<h1>401</h1>');
+  } finally {
+    await gw.close();
+    await backend.close();
+  }
+});
+
+test('a request still uploading its body when the shutdown grace period ends gets 503 rejected-shutting-down', async () => {
+  const backend = await startFakeBackend(slowJson(10));
+  const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'));
+  try {
+    await waitForMetrics(gw);
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    let out = '';
+    s.on('data', (c) => (out += c));
+    s.on('error', () => undefined);
+    const closed = new Promise<void>((r) => s.on('close', () => r()));
+    s.write(post('/v1/chat/completions').slice(0, -10));
+    await until(async () => (await debugRequests(gw)).receivingBodies === 1, 3000, 'the body is arriving');
+    await gw.close();
+    await closed;
+    assertSpecError(out, 503);
+    assert.match(out, /x-llm-d-request-dropped-reason: rejected-shutting-down/i);
+  } finally {
+    await gw.close();
+    await backend.close();
+  }
+});
+
+describe('rules that hold, kept by a test', () => {
+  test('/ready is 503 while the pool has endpoints but none with fresh metrics, 200 once one has', async () => {
+    const backend = await startFakeBackend();
+    backend.metrics = 500; // every scrape fails
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    try {
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal((await request(`${gw.apiUrl}/ready`)).statusCode, 503);
+      assert.equal((await request(`${gw.metricsUrl}/ready`)).statusCode, 503);
+      backend.metrics = vllmPage();
+      await until(async () => (await request(`${gw.apiUrl}/ready`)).statusCode === 200, 3000, 'ready once fresh');
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
+  test('an unknown objective is priority 0 (not sheddable); the fairness-id alias and SLO headers are stripped', async () => {
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], 'featureGates: ["flowControl=false"]\nobjectives:\n- { name: batch, priority: -1 }\n'));
+    try {
+      await waitForMetrics(gw);
+      backend.metrics = vllmPage(50);
+      await until(() => gw.pool.endpoints[0]!.metrics?.waiting === 50);
+      const send = async (h: Record<string, string>) => {
+        const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...h }, body: CHAT });
+        await r.body.text();
+        return r.statusCode;
+      };
+      assert.equal(await send({ 'x-llm-d-inference-objective': 'batch' }), 429, 'a sheddable one is refused while saturated');
+      const headers = { 'x-llm-d-inference-objective': 'no-such-objective', 'x-gateway-inference-fairness-id': 't', 'x-llm-d-slo-ttft-ms': '5', 'x-slo-ttft-ms': '5' };
+      assert.equal(await send(headers), 200);
+      const got = backend.received.at(-1)!.headers;
+      for (const h of ['x-gateway-inference-fairness-id', 'x-llm-d-slo-ttft-ms', 'x-slo-ttft-ms']) assert.equal(got[h], undefined, h);
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
+  test('/v1/responses without input: 400 naming the field', async () => {
+    const backend = await startFakeBackend();
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    try {
+      const r = await request(`${gw.apiUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m"}' });
+      assert.equal(r.statusCode, 400);
+      assert.equal(((await r.body.json()) as { error: { param: string } }).error.param, 'input');
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+});
