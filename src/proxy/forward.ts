@@ -518,15 +518,17 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId });
       return this.done({ kind: 'done', status: 502 });
     }
-    // The upstream failed mid-answer: when the status line is gone, end the stream visibly.
-    ctx.metrics.endpointUpstreamError(ep.name, 'cut');
-    ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message }, 'upstream failed mid-response');
-    if (!res.headersSent) {
-      sendError(res, 502, `upstream ${ep.name} failed mid-response: ${err.message}`, { requestId });
-    } else if (this.sse) {
-      res.end(`data: ${errorBody(502, `upstream ${ep.name} failed mid-stream: ${err.message}`)}\n\n`);
-    } else res.destroy();
-    this.done({ kind: 'done', status: 502 });
+    // The upstream failed mid-answer: when the status line is gone, end the stream visibly. A
+    // time-out is a 504 (SPEC §2), whether or not part of the answer was relayed.
+    const timedOut = err instanceof undiciErrors.BodyTimeoutError;
+    const status = timedOut ? 504 : 502;
+    const what = timedOut ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)` : `failed mid-response: ${err.message}`;
+    ctx.metrics.endpointUpstreamError(ep.name, timedOut ? 'body_timeout' : 'cut');
+    ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
+    if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId });
+    else if (this.sse) res.end(`data: ${errorBody(status, `upstream ${ep.name} ${what}`)}\n\n`);
+    else res.destroy();
+    this.done({ kind: 'done', status });
   }
 }
 

@@ -9,6 +9,7 @@
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Clock } from '../util/clock.js';
 import type { Upstreams } from './upstreams.js';
+import { errorBody } from './errors.js';
 
 interface ModelEntry {
   id: string;
@@ -17,8 +18,10 @@ interface ModelEntry {
 
 export interface ModelsAnswer {
   status: number;
-  /** JSON text. */
+  /** JSON text, or a model server's refusal as it sent it. */
   body: string;
+  /** A relayed refusal's own content type (JSON when absent). */
+  contentType?: string;
 }
 
 /** Distinct authorization values cached at once (they come from clients): past it the cache starts over. */
@@ -64,7 +67,8 @@ export class ModelsCache {
           const r = await this.upstreams.get(ep).request({ method: 'GET', path: '/v1/models', headers, signal: AbortSignal.timeout(2000) });
           const text = await r.body.text();
           if (r.statusCode !== 200) {
-            refusal ??= { status: r.statusCode, body: text };
+            const type = r.headers['content-type'];
+            refusal ??= { status: r.statusCode, body: text, contentType: typeof type === 'string' ? type : undefined };
             return;
           }
           const data = (JSON.parse(text) as { data?: unknown }).data;
@@ -77,7 +81,7 @@ export class ModelsCache {
       }),
     );
     if (listed === 0 && endpoints.length > 0) {
-      return refusal ?? { status: 502, body: JSON.stringify({ error: { message: 'no model server of the pool listed its models', type: 'BadGatewayError', param: null, code: 502 } }) };
+      return refusal ?? { status: 502, body: errorBody(502, 'no model server of the pool listed its models') };
     }
     const answer = { status: 200, body: JSON.stringify({ object: 'list', data: [...byId.values()] }) };
     if (this.cached.size >= MAX_CACHED_KEYS) this.cached.clear();
