@@ -9,13 +9,12 @@ import { ConfigError, formatProblem, loadConfigFile } from './config/load.js';
 import { effectiveConfigYaml } from './config/print.js';
 import { startGateway, type Gateway } from './app.js';
 import { builtinRegistry } from './plugins/builtin.js';
-import { createLogger } from './util/logger.js';
+import { createLogger, parseLogLevel, type LogSettings } from './util/logger.js';
 import { runSimCli } from './sim/cli.js';
 import { runDemo } from './demo.js';
 import { handleSignals } from './util/signals.js';
 import { ConfigReloader } from './config/reload.js';
 import { UsageError } from './util/usage.js';
-import pino from 'pino';
 
 const USAGE = `usage:
   sluice serve --config FILE [--port N] [--metrics-port N] [--log-level L]
@@ -26,18 +25,19 @@ const USAGE = `usage:
 
 function intFlag(v: string | undefined, name: string): number | undefined {
   if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new UsageError(`--${name} must be a port number (0-65535), got '${v}'`);
+  // Digits only: Number() would read '' as 0 (any free port) and accept '0x1F90' or '1e3'.
+  const n = /^\d{1,5}$/.test(v) ? Number(v) : NaN;
+  if (!(n <= 65535)) throw new UsageError(`--${name} must be a port number (0-65535), got '${v}'`);
   return n;
 }
 
-const LOG_LEVELS = [...Object.keys(pino.levels.values), 'silent'];
-
-/** `--log-level`, else `LOG_LEVEL`, checked here so that a typo is a usage error (exit 1), not a crash. */
-function logLevelFlag(v: string | undefined): string | undefined {
-  const level = v ?? process.env.LOG_LEVEL;
-  if (level === undefined || LOG_LEVELS.includes(level)) return level;
-  throw new UsageError(`${v !== undefined ? '--log-level' : 'LOG_LEVEL'} must be one of ${LOG_LEVELS.join(', ')}, got '${level}'`);
+/** `--log-level`, else `LOG_LEVEL` (see parseLogLevel): a typo is a usage error (exit 1), not a crash. */
+function logLevelFlag(v: string | undefined): LogSettings {
+  try {
+    return parseLogLevel(v ?? process.env.LOG_LEVEL);
+  } catch (err) {
+    throw new UsageError(`${v !== undefined ? '--log-level' : 'LOG_LEVEL'} ${(err as Error).message}`);
+  }
 }
 
 type Flag = 'config' | 'port' | 'metrics-port' | 'log-level';
@@ -96,11 +96,11 @@ async function main(argv: string[]): Promise<number> {
       }
       const port = intFlag(flags.port, 'port');
       const metricsPort = intFlag(flags['metrics-port'], 'metrics-port');
-      const level = logLevelFlag(flags['log-level']);
+      const logging = logLevelFlag(flags['log-level']);
       const registry = builtinRegistry();
       const loaded = loadOrExit(flags.config, registry);
       checkPortsDiffer(port, metricsPort, loaded.config.server);
-      const logger = createLogger({ level });
+      const logger = createLogger(logging);
       const signals = handleSignals(logger, { hangup: true }); // before 'listening' is logged
       let gw: Gateway;
       try {
@@ -149,7 +149,8 @@ async function main(argv: string[]): Promise<number> {
       const port = intFlag(flags.port, 'port') ?? 8080;
       const metricsPort = intFlag(flags['metrics-port'], 'metrics-port') ?? 9090;
       checkPortsDiffer(port, metricsPort, { port: 0, metricsPort: 0 });
-      await runDemo({ port, metricsPort, logLevel: logLevelFlag(flags['log-level']) });
+      const logging = logLevelFlag(flags['log-level']);
+      await runDemo({ port, metricsPort, logLevel: logging.level, prettyLogs: logging.pretty });
       return -1;
     }
     case 'version':

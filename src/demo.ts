@@ -17,6 +17,8 @@ export interface DemoOptions {
   port: number;
   metricsPort: number;
   logLevel?: string;
+  /** Pretty log lines even where stdout is no terminal (`--log-level LEVEL,pretty`). */
+  prettyLogs?: boolean;
   /** Install signal handlers and print the banner (off in tests). */
   interactive?: boolean;
   /**
@@ -29,7 +31,7 @@ export interface DemoOptions {
 export async function startDemo(opts: DemoOptions) {
   const registry = builtinRegistry();
   const loaded = loadConfigFile(DEMO_CONFIG, registry);
-  const logger = createLogger({ level: opts.logLevel ?? 'warn' });
+  const logger = createLogger({ level: opts.logLevel ?? 'warn', pretty: opts.prettyLogs });
   const model = 'sim-model';
   const endpoints = loaded.config.pool.endpoints;
   const sims = await startAllOrNone(
@@ -78,7 +80,7 @@ export const DEMO_LONG_PROMPT =
   'what the keeper checks before opening anything. Keep it short and friendly for a first-time visitor.';
 
 export async function runDemo(opts: DemoOptions): Promise<void> {
-  const signals = handleSignals(createLogger({ level: opts.logLevel ?? 'warn' }));
+  const signals = handleSignals(createLogger({ level: opts.logLevel ?? 'warn', pretty: opts.prettyLogs }));
   const demo = await startDemo(opts);
   const { gateway, sims, model } = demo;
   const lines = [

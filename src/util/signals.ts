@@ -1,6 +1,6 @@
 /**
  * Process signals (SPEC §1, §3.7): SIGINT/SIGTERM drain and exit 0 (2 if the drain fails), a second
- * one exits 1 at once; SIGHUP reloads the configuration when the process has one to reload.
+ * one exits 2 at once (the drain did not finish: SPEC §1's runtime failure; 1 means bad config or arguments); SIGHUP reloads the configuration when the process has one to reload.
  *
  * The handlers are installed *before* the gateway starts listening: a signal's default action
  * kills the process, and a SIGHUP sent as soon as the gateway says it is listening must not. A
@@ -42,8 +42,8 @@ export function handleSignals(logger: Log, opts: SignalOptions = {}): { ready(ac
   };
   const onStop = (signal: string) => {
     if (stopSignal !== undefined) {
-      logger.warn({ signal }, 'second signal: exiting now');
-      proc.exit(1);
+      logger.warn({ signal }, 'second signal: exiting now, without finishing the drain');
+      proc.exit(2);
       return;
     }
     stopSignal = signal;

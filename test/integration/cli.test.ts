@@ -73,6 +73,10 @@ describe('sluice CLI', () => {
     const cases: [string[], Record<string, string>, RegExp][] = [
       [['serve', '--config', config, '--port', 'abc'], {}, /--port must be a port number \(0-65535\), got 'abc'/],
       [['serve', '--config', config, '--metrics-port', '70000'], {}, /--metrics-port must be a port number/],
+      // Number() would read these as 0 (any free port), 8080 and 1000.
+      [['serve', '--config', config, '--port', ''], {}, /--port must be a port number \(0-65535\), got ''/],
+      [['serve', '--config', config, '--port', '0x1F90'], {}, /--port must be a port number/],
+      [['serve', '--config', config, '--metrics-port', '1e3'], {}, /--metrics-port must be a port number/],
       [['serve', '--config', config, '--log-level', 'bogus'], {}, /--log-level must be one of .*debug.*, got 'bogus'/],
       [['serve', '--config', config], { LOG_LEVEL: 'loud' }, /LOG_LEVEL must be one of .*, got 'loud'/],
       [['serve', '--config', config, '--bogus'], {}, /Unknown option '--bogus'/],
@@ -118,8 +122,10 @@ describe('sluice CLI', () => {
       const r = await request(`http://127.0.0.1:${listening.apiPort}/health`);
       assert.equal(r.statusCode, 200);
       await r.body.dump();
-      const busy = await run(['serve', '--config', file, '--port', String(listening.apiPort)]);
+      // `serve` implied by a leading flag, the file from SLUICE_CONFIG: it gets as far as the busy port.
+      const busy = await run(['--port', String(listening.apiPort)], { SLUICE_CONFIG: file });
       assert.equal(busy.code, 2, busy.stderr + busy.stdout);
+      assert.match(busy.stderr + busy.stdout, new RegExp(`${listening.apiPort}`));
       const code = await new Promise<number | null>((resolve) => {
         p.on('close', resolve);
         p.kill('SIGTERM');

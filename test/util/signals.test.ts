@@ -48,12 +48,12 @@ test('SIGTERM before the gateway is up drains once it is, then exits 0', async (
   assert.equal(reloads, 0, 'no reload while draining');
 });
 
-test('a second stop signal exits 1 at once; a failed drain exits 2', async () => {
+test('a second stop signal exits 2 at once (not 1: that is bad config or arguments); a failed drain exits 2', async () => {
   const proc = new FakeProcess();
   handleSignals(quiet, { target: proc }).ready({ stop: () => new Promise(() => {}) });
   proc.send('SIGINT');
   proc.send('SIGTERM');
-  assert.deepEqual(proc.exits, [1]);
+  assert.deepEqual(proc.exits, [2]);
 
   const failing = new FakeProcess();
   handleSignals(quiet, { target: failing }).ready({ stop: () => Promise.reject(new Error('stuck')) });
