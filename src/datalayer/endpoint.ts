@@ -78,10 +78,11 @@ export class Endpoint {
   readonly name: string;
   readonly address: string;
   readonly port: number;
-  readonly labels: Readonly<Record<string, string>>;
-  readonly role: string;
-  readonly stage: Stage | null;
-  readonly engineType: string;
+  // What the labels say; changed only by relabel() (a reload that changed nothing but labels).
+  labels!: Readonly<Record<string, string>>;
+  role!: string;
+  stage!: Stage | null;
+  engineType!: string;
   /** `http://host:port` (IPv6 bracketed) — the upstream origin. */
   readonly origin: string;
   /** `host:port` with IPv6 bracketed (for x-prefiller-host-port and logs). */
@@ -118,13 +119,22 @@ export class Endpoint {
     this.name = spec.name;
     this.address = spec.address;
     this.port = spec.port;
-    this.labels = Object.freeze({ ...spec.labels });
-    this.role = roleOf(this.labels);
-    this.stage = stageOf(this.role);
-    this.engineType = this.labels[ENGINE_LABEL] ?? 'vllm';
+    this.relabel(spec.labels);
     const host = spec.address.includes(':') && !spec.address.startsWith('[') ? `[${spec.address}]` : spec.address;
     this.hostPort = `${host}:${spec.port}`;
     this.origin = `http://${this.hostPort}`;
+  }
+
+  /**
+   * New labels for the same server (same name, address and port): its role, stage and engine type
+   * follow them, while its in-flight count, metrics and learned slots stay — requests in flight
+   * release against this object, so replacing it would let a limit be exceeded.
+   */
+  relabel(labels: Readonly<Record<string, string>>): void {
+    this.labels = Object.freeze({ ...labels });
+    this.role = roleOf(this.labels);
+    this.stage = stageOf(this.role);
+    this.engineType = this.labels[ENGINE_LABEL] ?? 'vllm';
   }
 
   /** Age of the last good metrics in ms (Infinity when never scraped). */

@@ -25,8 +25,8 @@ function sameLabels(a: Readonly<Record<string, string>>, b: Readonly<Record<stri
   return true;
 }
 
-function sameIdentity(ep: Endpoint, spec: EndpointSpec): boolean {
-  return ep.address === spec.address && ep.port === spec.port && sameLabels(ep.labels, spec.labels);
+function sameServer(ep: Endpoint, spec: EndpointSpec): boolean {
+  return ep.address === spec.address && ep.port === spec.port;
 }
 
 /** Rejects duplicate names and duplicate address:port pairs (SPEC §3.1) before anything changes. */
@@ -67,20 +67,26 @@ export class Pool implements PoolView {
   }
 
   /**
-   * Applies a new endpoint list (config reload). An endpoint whose name, address, port and labels are
-   * unchanged keeps its object — metrics, error counts and in-flight count survive the reload; anything
-   * else gets a fresh object. Endpoints that left are marked `removed` (their in-flight requests still
-   * finish and release against the old object). Throws, changing nothing, on duplicate names/targets.
+   * Applies a new endpoint list (config reload). An endpoint whose name, address and port are
+   * unchanged keeps its object — metrics, error counts and in-flight count survive the reload, new
+   * labels are applied to it (`relabelled`); anything else gets a fresh object. Endpoints that left
+   * are marked `removed` (their in-flight requests still finish and release against the old object).
+   * Throws, changing nothing, on duplicate names/targets.
    */
-  setEndpoints(specs: readonly EndpointSpec[]): { added: Endpoint[]; removed: Endpoint[] } {
+  setEndpoints(specs: readonly EndpointSpec[]): { added: Endpoint[]; removed: Endpoint[]; relabelled: Endpoint[] } {
     checkUnique(specs);
     const added: Endpoint[] = [];
     const removed: Endpoint[] = [];
+    const relabelled: Endpoint[] = [];
     const next: Endpoint[] = [];
     const kept = new Set<Endpoint>();
     for (const spec of specs) {
       const existing = this.byNameMap.get(spec.name);
-      if (existing !== undefined && sameIdentity(existing, spec)) {
+      if (existing !== undefined && sameServer(existing, spec)) {
+        if (!sameLabels(existing.labels, spec.labels)) {
+          existing.relabel(spec.labels);
+          relabelled.push(existing);
+        }
         next.push(existing);
         kept.add(existing);
       } else {
@@ -94,14 +100,17 @@ export class Pool implements PoolView {
     }
 
     const orderChanged = next.length !== this.list.length || next.some((ep, k) => ep !== this.list[k]);
-    if (!orderChanged) return { added, removed };
+    if (!orderChanged) {
+      if (relabelled.length > 0) this.notify('endpoints');
+      return { added, removed, relabelled };
+    }
 
     for (const ep of removed) ep.removed = true;
     this.byNameMap.clear();
     for (const ep of next) this.byNameMap.set(ep.name, ep);
     this.list = Object.freeze(next);
     this.notify('endpoints');
-    return { added, removed };
+    return { added, removed, relabelled };
   }
 
   /** Subscribes to changes; returns the unsubscribe function. */

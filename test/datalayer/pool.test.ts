@@ -29,7 +29,7 @@ describe('Pool: endpoint set', () => {
     assert.equal(pool.byName('zzz'), undefined);
   });
 
-  test('reload keeps unchanged endpoints (metrics, errors, in-flight), replaces changed ones, removes the rest', () => {
+  test('reload keeps endpoints whose server is unchanged (metrics, errors, in-flight; new labels applied), replaces moved ones, removes the rest', () => {
     const pool = new Pool([spec('keep', 1, { zone: 'x' }), spec('relabel', 2, { zone: 'x' }), spec('move', 3), spec('gone', 4)]);
     const keep = pool.byName('keep')!;
     const relabel = pool.byName('relabel')!;
@@ -39,10 +39,12 @@ describe('Pool: endpoint set', () => {
     pool.recordScrape(keep, { error: 'boom' }, 6000);
     pool.acquire(keep);
     pool.acquire(keep);
+    pool.recordScrape(relabel, { metrics: metrics(3) }, 5000);
+    pool.acquire(relabel);
     const before = pool.endpoints;
     const events = recordEvents(pool);
 
-    const { added, removed } = pool.setEndpoints([
+    const { added, removed, relabelled } = pool.setEndpoints([
       spec('new', 9),
       { ...spec('keep', 1, { zone: 'x' }) },
       spec('relabel', 2, { zone: 'y' }),
@@ -59,13 +61,18 @@ describe('Pool: endpoint set', () => {
     assert.equal(keep.inFlight, 2);
     assert.equal(keep.removed, false);
 
-    assert.notEqual(pool.byName('relabel'), relabel);
-    assert.equal(pool.byName('relabel')!.labels['zone'], 'y');
+    // Same server, new labels: the same object (its in-flight requests release against it), relabelled.
+    assert.equal(pool.byName('relabel'), relabel);
+    assert.equal(relabel.labels['zone'], 'y');
+    assert.equal(relabel.inFlight, 1);
+    assert.deepEqual(relabel.metrics, metrics(3));
+    assert.deepEqual(relabelled, [relabel]);
     assert.notEqual(pool.byName('move'), move);
     assert.equal(pool.byName('move')!.address, '10.0.0.2');
-    assert.deepEqual(added.map((e) => e.name).sort(), ['move', 'new', 'relabel']);
-    assert.deepEqual(removed.map((e) => e.name).sort(), ['gone', 'move', 'relabel']);
-    for (const old of [relabel, move, gone]) assert.equal(old.removed, true);
+    assert.deepEqual(added.map((e) => e.name).sort(), ['move', 'new']);
+    assert.deepEqual(removed.map((e) => e.name).sort(), ['gone', 'move']);
+    for (const old of [move, gone]) assert.equal(old.removed, true);
+    assert.equal(relabel.removed, false);
     assert.equal(pool.byName('gone'), undefined);
     assert.deepEqual(events, [['endpoints', undefined]]);
   });
@@ -74,7 +81,7 @@ describe('Pool: endpoint set', () => {
     const pool = new Pool([spec('a', 1, { r: '1' }), spec('b', 2)]);
     const before = pool.endpoints;
     const events = recordEvents(pool);
-    assert.deepEqual(pool.setEndpoints([spec('a', 1, { r: '1' }), spec('b', 2)]), { added: [], removed: [] });
+    assert.deepEqual(pool.setEndpoints([spec('a', 1, { r: '1' }), spec('b', 2)]), { added: [], removed: [], relabelled: [] });
     assert.equal(pool.endpoints, before);
     assert.deepEqual(events, []);
   });
@@ -83,7 +90,7 @@ describe('Pool: endpoint set', () => {
     const pool = new Pool([spec('a', 1), spec('b', 2)]);
     const [a, b] = pool.endpoints;
     const events = recordEvents(pool);
-    assert.deepEqual(pool.setEndpoints([spec('b', 2), spec('a', 1)]), { added: [], removed: [] });
+    assert.deepEqual(pool.setEndpoints([spec('b', 2), spec('a', 1)]), { added: [], removed: [], relabelled: [] });
     assert.deepEqual(pool.endpoints, [b, a]);
     assert.deepEqual(events, [['endpoints', undefined]]);
   });
@@ -246,4 +253,19 @@ describe('Pool: recordScrape', () => {
     assert.equal(ep.metrics, undefined);
     assert.deepEqual(events, []);
   });
+});
+
+test('a reload that changes only labels moves the endpoint to its new role and stage, and tells the listeners', () => {
+  const pool = new Pool([spec('a', 1, { 'llm-d.ai/role': 'prefill' })]);
+  const a = pool.byName('a')!;
+  const before = pool.endpoints;
+  const events: string[] = [];
+  pool.onChange((reason) => events.push(reason));
+  pool.setEndpoints([spec('a', 1, { 'llm-d.ai/role': 'decode', 'llm-d.ai/engine-type': 'sglang' })]);
+  assert.equal(pool.endpoints, before, 'same set, same array');
+  assert.equal(a.role, 'decode');
+  assert.equal(a.stage, 'decode');
+  assert.equal(a.engineType, 'sglang');
+  assert.ok(Object.isFrozen(a.labels));
+  assert.deepEqual(events, ['endpoints']);
 });
