@@ -23,6 +23,7 @@ import { globalSaturation, stageSaturation } from './saturation/stages.js';
 import { featureEnabled } from './config/defaults.js';
 import { FlowController } from './flowcontrol/controller.js';
 import type { FairnessPolicy, OrderingPolicy, UsageLimitPolicy } from './flowcontrol/policies/types.js';
+import type { Plugin } from './scheduling/framework.js';
 import { buildScheduling } from './scheduling/build.js';
 import { systemClock, type Clock, type RandomSource } from './util/clock.js';
 import { silentLogger } from './util/logger.js';
@@ -74,9 +75,10 @@ function buildRuntime(
   random: RandomSource,
   logger: Logger,
   metrics: GatewayMetrics,
-): { runtime: ProxyRuntime; detector: SaturationDetector } {
+  previousPlugins?: ReadonlyMap<string, Plugin>,
+): { runtime: ProxyRuntime; detector: SaturationDetector; plugins: ReadonlyMap<string, Plugin> } {
   const decisionCounter = metrics.decisionCounter.bind(metrics);
-  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map(), decisionCounter });
+  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map(), decisionCounter }, previousPlugins);
   const detector = built.detector;
   const saturationNow = () => globalSaturation(detector, clock.now(), pool.endpoints);
   const plugin = <T>(name: string) => {
@@ -113,7 +115,7 @@ function buildRuntime(
       return undefined;
     },
   };
-  return { runtime, detector };
+  return { runtime, detector, plugins: built.plugins };
 }
 
 /** What a reload replaces as a whole; the request path reads it once per request. */
@@ -121,6 +123,8 @@ interface Live {
   config: SluiceConfig;
   runtime: ProxyRuntime;
   detector: SaturationDetector;
+  /** Its plugins by name: a reload's new plugins take over what these learned. */
+  plugins: ReadonlyMap<string, Plugin>;
   staleMs: number;
 }
 
@@ -148,9 +152,9 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   });
   const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
   metrics.configInForce(effectiveConfigDigest(loaded.config));
-  const build = (config: SluiceConfig): Live => {
-    const { runtime, detector } = buildRuntime(config, registry, pool, clock, random, logger, metrics);
-    return { config, runtime, detector, staleMs: stalenessMs(config) };
+  const build = (config: SluiceConfig, previous?: Live): Live => {
+    const { runtime, detector, plugins } = buildRuntime(config, registry, pool, clock, random, logger, metrics, previous?.plugins);
+    return { config, runtime, detector, plugins, staleMs: stalenessMs(config) };
   };
   let live = build(loaded.config);
 
@@ -280,7 +284,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       const restartOnly = restartOnlyChanges(loaded.config, config);
       if (restartOnly.length > 0) logger.warn({ keys: restartOnly }, 'config reload: these settings need a restart; the rest is applied');
       // Build first: if the new runtime cannot be built, nothing has changed yet.
-      const nextLive = build(config);
+      const nextLive = build(config, previous);
       pool.setEndpoints(config.pool.endpoints);
       live = nextLive;
       metrics.configRestartNeeded(restartOnly.length > 0);

@@ -36,7 +36,13 @@ export interface BuiltScheduling {
   responseHooks: ResponseHeadersHook[];
 }
 
-export function buildScheduling(config: SluiceConfig, registry: PluginRegistry, deps: PluginDeps): BuiltScheduling {
+/** `previous`: the plugins of the configuration a reload replaces (see Plugin.carryOver). */
+export function buildScheduling(
+  config: SluiceConfig,
+  registry: PluginRegistry,
+  deps: PluginDeps,
+  previous?: ReadonlyMap<string, Plugin>,
+): BuiltScheduling {
   const plugins = new Map<string, Plugin>();
   // Plugins see the ones created before them (a plugin may reference another by name).
   const pluginDeps: PluginDeps = { ...deps, plugins };
@@ -58,6 +64,11 @@ export function buildScheduling(config: SluiceConfig, registry: PluginRegistry, 
   // Back to configuration order for everything that iterates the map.
   const byConfigOrder = new Map<string, Plugin>();
   for (const spec of config.plugins) byConfigOrder.set(spec.name, plugins.get(spec.name)!);
+  // A reload: each plugin takes over what its predecessor of the same name and type learned.
+  for (const [name, plugin] of byConfigOrder) {
+    const before = previous?.get(name);
+    if (before !== undefined && before.type === plugin.type) plugin.carryOver?.(before);
+  }
 
   const profiles = new Map<string, SchedulingProfile>();
   for (const profileConfig of config.schedulingProfiles) {

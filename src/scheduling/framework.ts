@@ -48,6 +48,12 @@ export interface Plugin {
   readonly type: string;
   /** Instance name (defaults to type); what `pluginRef` refers to. */
   readonly name: string;
+  /**
+   * After a reload, called on the new instance of a plugin that has the same name and type as
+   * `previous`: it takes over what the old one learned (a prefix index, an LRU) when its own
+   * parameters still fit it. Without this, a reload would cost the fleet its cache affinity.
+   */
+  carryOver?(previous: Plugin): void;
 }
 
 /** Narrows the candidate list. Returning an empty list fails the profile (429 rejected-saturated). */

@@ -13,7 +13,7 @@ import { ConfigReloader } from '../../src/config/reload.js';
 import { effectiveConfigDigest } from '../../src/config/print.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
-import { okJson, slowJson, startFakeBackend, type Behaviour } from '../helpers/fake-backend.js';
+import { okJson, slowJson, startFakeBackend, vllmPage, type Behaviour } from '../helpers/fake-backend.js';
 import { startSimulator } from '../../src/sim/server.js';
 import { until } from '../helpers/wait.js';
 
@@ -101,6 +101,95 @@ describe('live reload', () => {
       const next = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
       assert.doesNotMatch(next, /endpoint_name="a"/);
       assert.match(next, /llm_d_epp_scheduler_attempts_total\{status="success",endpoint_name="b"\} 1/);
+    } finally {
+      await close(a, b);
+    }
+  });
+
+  test('a reload that changes only an endpoint\'s labels keeps its in-flight count: a concurrency limit of 1 holds', async () => {
+    const a = await startFakeBackend(slowJson(300));
+    const labelled = (labels: string) => config([{ name: 'a', port: a.port }]).replace(`port: ${a.port} }`, `port: ${a.port}, labels: ${labels} }`);
+    const { file, gw, reloader, close } = await reloadableGateway('relabel.yaml', labelled('{}'));
+    try {
+      await waitForMetrics(gw);
+      const first = post(gw, 'first');
+      await until(() => a.received.length === 1, 3000, 'first request at a');
+      const second = post(gw, 'second');
+      await new Promise((r) => setTimeout(r, 50)); // held: the only slot is taken
+      writeFileSync(file, labelled('{ zone: x }'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      assert.equal(gw.pool.endpoints[0]!.labels['zone'], 'x');
+      assert.equal(gw.pool.endpoints[0]!.inFlight, 1, 'the request in flight still counts');
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(a.received.length, 1, 'the queued request is still held');
+      const [r1, r2] = await Promise.all([first, second]);
+      assert.deepEqual([r1.status, r2.status], [200, 200]);
+      assert.equal(a.maxActive, 1, 'never two at once');
+    } finally {
+      await close(a);
+    }
+  });
+
+  test('a reload keeps what the prefix-cache scorer learned: prompts stay with the endpoint that caches them', async () => {
+    const [a, b] = [await startFakeBackend(), await startFakeBackend()];
+    const text = (extra = '') => `server: { port: 0, metricsPort: 0 }
+pool:
+  metrics: { interval: 20ms }
+  endpoints:
+  - { name: a, address: 127.0.0.1, port: ${a.port} }
+  - { name: b, address: 127.0.0.1, port: ${b.port} }
+featureGates: ["flowControl=false"]
+plugins:
+- type: prefix-cache-scorer
+schedulingProfiles:
+- name: default
+  plugins: [ { pluginRef: prefix-cache-scorer } ]
+  saturationFilter: false
+${extra}`;
+    const { file, gw, reloader, close } = await reloadableGateway('prefix.yaml', text());
+    const prompts = Array.from({ length: 12 }, (_, i) => `prompt ${i} ${'x'.repeat(400)}`);
+    const servedBy = async () => {
+      const where: string[] = [];
+      for (const p of prompts) {
+        const before = a.received.length;
+        assert.equal((await post(gw, p)).status, 200);
+        where.push(a.received.length > before ? 'a' : 'b');
+      }
+      return where;
+    };
+    try {
+      await waitForMetrics(gw);
+      const first = await servedBy();
+      assert.deepEqual(await servedBy(), first, 'affinity before the reload');
+      writeFileSync(file, text('objectives:\n- { name: gold, priority: 5 }\n'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      assert.deepEqual(await servedBy(), first, 'affinity after the reload');
+    } finally {
+      await close(a, b);
+    }
+  });
+
+  test('objectives and profiles from a reload govern the requests that follow', async () => {
+    const [a, b] = [await startFakeBackend(), await startFakeBackend()];
+    a.metrics = b.metrics = vllmPage(10); // saturated: 10 waiting
+    const text = (extra = '') => `server: { port: 0, metricsPort: 0 }
+pool:
+  metrics: { interval: 20ms }
+  endpoints:
+  - { name: a, address: 127.0.0.1, port: ${a.port}, labels: { tier: x } }
+  - { name: b, address: 127.0.0.1, port: ${b.port}, labels: { tier: y } }
+featureGates: ["flowControl=false"]
+${extra}`;
+    const { file, gw, reloader, close } = await reloadableGateway('effects.yaml', text());
+    try {
+      await waitForMetrics(gw);
+      assert.equal((await post(gw, 'hi', { 'x-llm-d-inference-objective': 'batch' })).status, 200, 'unknown objective: priority 0');
+      writeFileSync(file, text('objectives:\n- { name: batch, priority: -1 }\nplugins:\n- type: label-selector-filter\n  parameters: { matchLabels: { tier: y } }\n- type: queue-scorer\n'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      assert.equal((await post(gw, 'hi', { 'x-llm-d-inference-objective': 'batch' })).status, 429, 'now sheddable, and the pool is saturated');
+      const before = b.received.length;
+      for (let i = 0; i < 6; i++) assert.equal((await post(gw, `hi ${i}`)).status, 200);
+      assert.equal(b.received.length - before, 6, 'the new profile sends everything to tier y');
     } finally {
       await close(a, b);
     }

@@ -303,4 +303,32 @@ describe('builtinRegistry', () => {
     }
     assert.ok(registry.has('fcfs-ordering-policy'));
   });
+
+  test('a rebuild after a reload: plugins of the same name and type take over what their predecessors learned', () => {
+    const registry = builtinRegistry();
+    const plugins = [...DEFAULT_PLUGINS, { type: 'no-hit-lru-scorer' }];
+    const profile = { ...DEFAULT_PROFILE, plugins: [...DEFAULT_PROFILE.plugins, { pluginRef: 'no-hit-lru-scorer', weight: 1 }] };
+    const first = buildScheduling(config(plugins, [profile]), registry, makeDeps());
+    type Learner = { index: object };
+    const prefix = (b: typeof first) => b.plugins.get('prefix-cache-scorer') as unknown as Learner;
+    const lru = (b: typeof first) => b.plugins.get('no-hit-lru-scorer') as unknown as { lruOrder(): string[] };
+    // Teach the first build: a cold request on e1, then one on e0.
+    for (const target of [makeEndpoint('e1'), makeEndpoint('e0')]) {
+      assert.ok(first.scheduler.schedule(makeRequest(`cold prompt for ${target.name} `.repeat(20)), [target]).ok);
+    }
+    assert.deepEqual(lru(first).lruOrder(), ['e1', 'e0']);
+
+    const second = buildScheduling(config(plugins, [profile]), registry, makeDeps(), first.plugins);
+    assert.notEqual(prefix(second), prefix(first), 'new instances');
+    assert.equal(prefix(second).index, prefix(first).index, 'the prefix index is kept');
+    assert.deepEqual(lru(second).lruOrder(), ['e1', 'e0'], 'the cold-request LRU is kept');
+
+    // Blocks cut differently: the old hashes would never match, so the index starts empty.
+    const resized = plugins.map((p) => (p.type === 'prefix-cache-scorer' ? { ...p, parameters: { blockSizeTokens: 32 } } : p));
+    const third = buildScheduling(config(resized, [profile]), registry, makeDeps(), second.plugins);
+    assert.notEqual(prefix(third).index, prefix(second).index);
+    // Another type under the same name takes nothing over.
+    const renamed = plugins.map((p) => (p.type === 'no-hit-lru-scorer' ? { type: 'queue-scorer', name: 'no-hit-lru-scorer' } : p));
+    assert.doesNotThrow(() => buildScheduling(config(renamed, [profile]), registry, makeDeps(), second.plugins));
+  });
 });

@@ -118,6 +118,12 @@ export class NoHitLruScorer implements Scorer, PreRequest {
     }
   }
 
+  /** A reload: the order in which endpoints last received a cold request stays. */
+  carryOver(previous: Plugin): void {
+    if (!(previous instanceof NoHitLruScorer)) return;
+    for (const name of previous.lru.keys()) this.touch(name);
+  }
+
   /** Endpoint names, least recently used (for a cold request) first (tests, debug). */
   lruOrder(): string[] {
     return [...this.lru.keys()];

@@ -31,6 +31,7 @@ import type { PluginDefinition, PoolView } from '../../plugins/registry.js';
 import type { Clock } from '../../util/clock.js';
 import type {
   CycleContext,
+  Plugin,
   PreRequest,
   Scorer,
   SchedulingRequest,
@@ -84,7 +85,7 @@ export type PrefixCacheScorerParams = z.infer<typeof prefixCacheScorerParams>;
 
 export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
   readonly type = PREFIX_CACHE_SCORER_TYPE;
-  readonly index = new PrefixIndex();
+  index = new PrefixIndex();
   readonly hashOptions: PrefixHashOptions;
   readonly blockSizeTokens: number;
   /** req.state key of this instance's block hashes. */
@@ -115,6 +116,14 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
     this.lengthScaleTokens = params.matchLengthScaleTokens;
     this.stateKey = `${PREFIX_CACHE_SCORER_TYPE}/${name}/hashes`;
     this.lastPurgeAt = clock.now();
+  }
+
+  /** A reload: the index learned so far stays, unless the blocks are now cut differently (their hashes would never match). */
+  carryOver(previous: Plugin): void {
+    if (previous instanceof PrefixCacheScorer && previous.hashOptions.blockChars === this.hashOptions.blockChars) {
+      this.index = previous.index;
+      this.lastPurgeAt = previous.lastPurgeAt;
+    }
   }
 
   /** The request's block hashes, computed once per request and kept in req.state. */
