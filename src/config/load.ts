@@ -27,6 +27,7 @@ import {
   type RawConfigKey,
 } from './schema.js';
 import type { LoadedConfig, PluginSpec, SchedulingProfileConfig, SluiceConfig } from './types.js';
+import { KNOWN_ROLES, ROLE_LABEL } from '../datalayer/endpoint.js';
 
 export type PathSegment = string | number;
 
@@ -255,7 +256,8 @@ const SECTION_KEYS = Object.keys(SECTIONS) as RawConfigKey[];
 /** Loads a config from text (YAML or JSON). Throws ConfigError listing every problem. */
 export function loadConfigText(text: string, file: string, registry: PluginRegistry): LoadResult {
   const lineCounter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
+  // merge: YAML merge keys (`<<: *anchor`), which llm-d's Kubernetes YAML decoder expands too.
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, merge: true });
   const sink = new ProblemSink(file, new Locator(doc, lineCounter));
 
   if (doc.errors.length > 0) {
@@ -266,7 +268,9 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
     for (const [offset, errors] of byOffset) {
       const { line, col } = lineCounter.linePos(offset);
       const hint = errors.map((err) => YAML_HINTS[err.code]).find((h) => h !== undefined);
-      const message = `YAML syntax error: ${firstLine(errors[0]!.message)}${hint === undefined ? '' : ` — ${hint}`}`;
+      // The parser's own text for this one names a JavaScript function.
+      const what = errors[0]!.code === 'MULTIPLE_DOCS' ? 'a second YAML document (after "---"): the file must hold one' : firstLine(errors[0]!.message);
+      const message = `YAML syntax error: ${what}${hint === undefined ? '' : ` — ${hint}`}`;
       sink.problems.push({ file, line, col, path: '', message });
     }
     throw new ConfigError(sortProblems(sink.problems));
@@ -291,7 +295,7 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
 
   const { config, pluginState, flowControlValid, detectorRefPath } = parseSections(raw, registry, sink);
   const ensured = ensure(config, registry);
-  checkReferences(ensured.config, registry, sink, pluginState, flowControlValid, detectorRefPath);
+  checkReferences(raw, ensured.config, registry, sink, pluginState, flowControlValid, detectorRefPath);
   collectWarnings(raw, ensured.config, sink);
   if (sink.problems.length === 0) collectPluginWarnings(raw, ensured.config, registry, sink);
 
@@ -301,15 +305,18 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
 
 /** Reads and loads a config file; a read failure is a ConfigError too. */
 export function loadConfigFile(path: string, registry: PluginRegistry): LoadResult {
-  let text: string;
+  return loadConfigText(readConfigFile(path), path, registry);
+}
+
+/** The file's text; a ConfigError naming the file when it cannot be read. */
+export function readConfigFile(path: string): string {
   try {
-    text = readFileSync(path, 'utf8');
+    return readFileSync(path, 'utf8');
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     const reason = e.code === 'ENOENT' ? 'no such file' : e.message;
     throw new ConfigError([{ file: path, line: 1, col: 1, path: '', message: `cannot read config file: ${reason}` }]);
   }
-  return loadConfigText(text, path, registry);
 }
 
 function sortProblems(problems: ConfigProblem[]): ConfigProblem[] {
@@ -496,6 +503,7 @@ const KIND_NAMES: Record<PluginKind, string> = {
 };
 
 function checkReferences(
+  raw: Record<string, unknown>,
   config: SluiceConfig,
   registry: PluginRegistry,
   sink: ProblemSink,
@@ -504,17 +512,18 @@ function checkReferences(
   detectorRefPath: PathSegment[],
 ): void {
   const byName = new Map<string, { spec: PluginSpec; index: number }>();
+  const namePathOf = (index: number): PathSegment[] => ['plugins', index, state.explicitName[index] ? 'name' : 'type'];
   config.plugins.forEach((spec, index) => {
-    const namePath = ['plugins', index, state.explicitName[index] ? 'name' : 'type'];
     if (index >= state.declaredCount && !registry.has(spec.type)) {
       sink.error(['plugins'], `injected plugin type "${spec.type}" is not registered (internal error)`);
     }
     if (spec.name === '') return;
     const first = byName.get(spec.name);
-    if (first) {
-      const where = first.index < state.declaredCount ? ` (first declared at plugins[${first.index}])` : '';
-      sink.error(namePath, `duplicate plugin name "${spec.name}"${where}`);
-    } else byName.set(spec.name, { spec, index });
+    if (!first) byName.set(spec.name, { spec, index });
+    else if (index >= state.declaredCount) {
+      // Injected (§3.6): only the declared one is in the file, so it is named there.
+      sink.error(namePathOf(first.index), `plugin name "${spec.name}" is taken: Sluice adds a ${spec.type} of that name (the default it injects when none is configured); rename this ${first.spec.type}`);
+    } else sink.error(namePathOf(index), `duplicate plugin name "${spec.name}" (first declared at plugins[${first.index}])`);
   });
   const names = [...byName.keys()];
 
@@ -538,7 +547,10 @@ function checkReferences(
     if (!kinds.some((k) => registry.is(spec.type, k))) {
       const wanted = kinds.map((k) => KIND_NAMES[k]);
       const list = wanted.length > 1 ? `${wanted.slice(0, -1).join(', ')} or ${wanted[wanted.length - 1]}` : wanted[0]!;
-      sink.error(path, `plugin "${spec.name}" (${spec.type}) cannot be used as ${usage}: it is not a ${list}`);
+      if (!rawHas(raw, path) && target.index < state.declaredCount) {
+        // A default ref (not in the file) found a declared plugin that took the default's name.
+        sink.error(namePathOf(target.index), `plugin name "${spec.name}" is taken: ${path.join('.')} refers to it by default, for ${usage}; rename this ${spec.type}`);
+      } else sink.error(path, `plugin "${spec.name}" (${spec.type}) cannot be used as ${usage}: it is not a ${list}`);
       return undefined;
     }
     return spec;
@@ -659,6 +671,15 @@ function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfi
 }
 
 function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sink: ProblemSink): void {
+  config.pool.endpoints.forEach((ep, i) => {
+    const role = ep.labels[ROLE_LABEL];
+    if (role !== undefined && !KNOWN_ROLES.includes(role)) {
+      sink.warn(
+        ['pool', 'endpoints', i, 'labels', ROLE_LABEL],
+        `unknown role ${JSON.stringify(role)}${didYouMean(role, KNOWN_ROLES)}: read as the decode stage, and decode-filter and prefill-filter drop it`,
+      );
+    }
+  });
   if (raw.apiVersion === DEPRECATED_API_VERSION) {
     sink.warn(['apiVersion'], `apiVersion ${DEPRECATED_API_VERSION} is deprecated; use ${API_VERSION}`);
   }
@@ -671,7 +692,9 @@ function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sin
     });
   }
   if (raw.saturationDetector !== undefined) {
-    const nested = isPlainObject(raw.flowControl) && raw.flowControl.saturationDetector !== undefined;
+    // As the choice above: the nested one wins only when it names a detector.
+    const nestedDetector = isPlainObject(raw.flowControl) ? raw.flowControl.saturationDetector : undefined;
+    const nested = isPlainObject(nestedDetector) && typeof nestedDetector.pluginRef === 'string' && nestedDetector.pluginRef !== '';
     sink.warn(
       ['saturationDetector'],
       nested

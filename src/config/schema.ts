@@ -17,6 +17,8 @@ import type {
   ServerConfig,
 } from './types.js';
 import { parseDuration, parseQuantity } from './units.js';
+import { ENGINE_LABEL } from '../datalayer/endpoint.js';
+import { KNOWN_ENGINE_TYPES } from '../datalayer/vllm-metrics.js';
 
 export const API_VERSION = 'llm-d.ai/v1alpha1';
 /** llm-d's newer apiVersion: the same document (it differs only under `dataLayer`, which Sluice ignores). */
@@ -291,8 +293,16 @@ export const poolMetricsSchema = z
   })
   .prefault({});
 
+/** One spelling per address: lower case, IPv6 without brackets and in its canonical form (`0:0:0:0:0:0:0:1` is `::1`). */
 function normalizedAddress(address: string): string {
   const unbracketed = address.startsWith('[') && address.endsWith(']') ? address.slice(1, -1) : address;
+  if (unbracketed.includes(':')) {
+    try {
+      return new URL(`http://[${unbracketed}]/`).hostname.slice(1, -1);
+    } catch {
+      // not an IPv6 address: the address field reports it
+    }
+  }
   return unbracketed.toLowerCase();
 }
 
@@ -327,6 +337,17 @@ export const poolSchema = z
           input: e.address,
         });
       } else byHostPort.set(hostPort, i);
+      // Caught here, not at the first scrape: an engine type Sluice cannot read leaves the endpoint
+      // stale forever (every scrape fails), so it would never get a request.
+      const engine = e.labels[ENGINE_LABEL];
+      if (engine !== undefined && !KNOWN_ENGINE_TYPES.includes(engine)) {
+        ctx.addIssue({
+          code: 'custom',
+          message: `unknown engine type ${JSON.stringify(engine)}${didYouMean(engine, KNOWN_ENGINE_TYPES)}; known: ${KNOWN_ENGINE_TYPES.join(', ')}`,
+          path: ['endpoints', i, 'labels', ENGINE_LABEL],
+          input: engine,
+        });
+      }
       return { name: e.name, address: e.address, port, labels: e.labels };
     });
     return { name: pool.name, targetPort: pool.targetPort, metrics: pool.metrics, endpoints };
@@ -589,6 +610,7 @@ export function configIssueMessage(issue: IssueLike): string | undefined {
     }
     case 'invalid_value': {
       const values = (issue.values ?? []).map((v) => JSON.stringify(v));
+      if (issue.input === undefined) return `${REQUIRED} (one of ${values.join(', ')})`;
       return values.length === 1
         ? `must be ${values[0]}, got ${describeValue(issue.input)}`
         : `must be one of ${values.join(', ')}; got ${describeValue(issue.input)}`;

@@ -11,6 +11,9 @@ export const ENGINE_LABEL = 'llm-d.ai/engine-type';
 
 export type Stage = 'prefill' | 'decode' | 'interleaved';
 
+/** The `llm-d.ai/role` values llm-d knows (SPEC §6); any other reads as decode. */
+export const KNOWN_ROLES: readonly string[] = ['prefill', 'decode', 'both', 'prefill-decode', 'encode', 'encode-prefill', 'encode-prefill-decode'];
+
 /** Normalised role: the label value with `both` mapped to `prefill-decode`; '' when unlabelled. */
 export function roleOf(labels: Readonly<Record<string, string>>): string {
   const r = labels[ROLE_LABEL];

@@ -44,24 +44,30 @@ export const UTILIZATION_DETECTOR_TYPE = 'utilization-detector';
 /** Minimum gap between two stale-endpoint warnings. */
 const STALE_WARNING_INTERVAL_MS = 30_000;
 
-/** A positive duration: a Go-style string ("200ms", "1s", "1m30s") or milliseconds; parsed to ms. */
-const positiveDurationMs = z.union([
-  z.number().positive(),
-  z.string().transform((text, ctx) => {
-    let ms = NaN;
+/**
+ * A positive duration: a Go-style string ("200ms", "1s", "1m30s") or milliseconds; parsed to ms.
+ * One transform rather than a union, so a bad string reports the parser's reason ("missing unit").
+ */
+const positiveDurationMs = z.unknown().transform((v, ctx): number => {
+  let ms = NaN;
+  if (typeof v === 'number') ms = v;
+  else if (typeof v === 'string') {
     try {
-      ms = parseDuration(text);
+      ms = parseDuration(v);
     } catch (err) {
-      ctx.addIssue({ code: 'custom', message: (err as Error).message });
+      ctx.addIssue({ code: 'custom', message: (err as Error).message, input: v });
       return z.NEVER;
     }
-    if (!(ms > 0)) {
-      ctx.addIssue({ code: 'custom', message: `duration "${text}" must be greater than 0` });
-      return z.NEVER;
-    }
-    return ms;
-  }),
-]);
+  } else {
+    ctx.addIssue({ code: 'custom', message: `expected a duration such as "200ms" or a number of milliseconds; got ${v === null ? 'null' : typeof v}`, input: v });
+    return z.NEVER;
+  }
+  if (!(ms > 0)) {
+    ctx.addIssue({ code: 'custom', message: `must be greater than 0 (got ${JSON.stringify(v)})`, input: v });
+    return z.NEVER;
+  }
+  return ms;
+});
 
 export const utilizationDetectorParams = z.strictObject({
   queueDepthThreshold: z.number().int().positive().default(5),

@@ -6,7 +6,8 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { ConfigError, formatPath, loadConfigFile, loadConfigText } from '../../src/config/load.js';
 import { closestMatch } from '../../src/config/schema.js';
-import { problems, registry, yaml } from './helpers.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { load, problems, registry, yaml } from './helpers.js';
 
 describe('syntax and shape', () => {
   test('YAML syntax error with its position', () => {
@@ -486,5 +487,68 @@ describe('suggestions (closestMatch)', () => {
     assert.equal(closestMatch('prefix-cache-scorer', ['queue-scorer', 'kv-cache-scorer', 'utilization-detector']), undefined);
     assert.equal(closestMatch('zzz', ['path', 'interval', 'timeout']), undefined);
     assert.equal(closestMatch('a', ['address', 'name']), undefined);
+  });
+});
+
+describe('what a file means, said where it is written', () => {
+  const builtin = builtinRegistry();
+  const warningLines = (text: string, plugins = registry) => load(text, 'c.yaml', plugins).warnings.map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`);
+
+  test('YAML merge keys are expanded, as Kubernetes YAML decoders do', () => {
+    const r = load(yaml('pool:', '  endpoints:', '  - &a { name: a, address: 127.0.0.1, port: 8001 }', '  - <<: *a', '    name: b', '    port: 8002'));
+    assert.deepEqual(r.config.pool.endpoints.map((e) => `${e.name} ${e.address}:${e.port}`), ['a 127.0.0.1:8001', 'b 127.0.0.1:8002']);
+  });
+
+  test('a second YAML document is named as such (not with the parser\'s advice to a JavaScript caller)', () => {
+    assert.deepEqual(problems(yaml('server:', '  port: 8080', '---', 'pool: {}')), ['c.yaml:3:1: YAML syntax error: a second YAML document (after "---"): the file must hold one']);
+  });
+
+  test('an unknown engine type is an error at load, not an endpoint that is stale forever', () => {
+    assert.deepEqual(problems(yaml('pool:', '  endpoints:', '  - { name: a, address: 10.0.0.1, labels: { llm-d.ai/engine-type: vLLM } }')), [
+      'c.yaml:3:67: pool.endpoints[0].labels["llm-d.ai/engine-type"]: unknown engine type "vLLM" (did you mean "vllm"?); known: vllm, sglang, trtllm-serve',
+    ]);
+  });
+
+  test('an unknown role is a warning saying what it means', () => {
+    assert.deepEqual(warningLines(yaml('pool:', '  endpoints:', '  - { name: a, address: 10.0.0.1, labels: { llm-d.ai/role: Prefill } }')), [
+      '3:60: pool.endpoints[0].labels["llm-d.ai/role"]: unknown role "Prefill" (did you mean "prefill"?): read as the decode stage, and decode-filter and prefill-filter drop it',
+    ]);
+  });
+
+  test('two spellings of one IPv6 address are one address', () => {
+    assert.deepEqual(problems(yaml('pool:', '  endpoints:', '  - { name: a, address: "::1" }', '  - { name: b, address: "0:0:0:0:0:0:0:1" }', '  - { name: c, address: "[::1]" }')), [
+      'c.yaml:4:25: pool.endpoints[1].address: duplicate address 0:0:0:0:0:0:0:1 port 8000 (already endpoint "a")',
+      'c.yaml:5:25: pool.endpoints[2].address: duplicate address [::1] port 8000 (already endpoint "a")',
+    ]);
+  });
+
+  test('a bad metricsStalenessThreshold says why', () => {
+    const stale = (v: string) => problems(yaml('plugins:', '- type: utilization-detector', `  parameters: { metricsStalenessThreshold: ${v} }`), 'c.yaml', builtin);
+    assert.deepEqual(stale('"200"'), [
+      'c.yaml:3:44: plugins[0].parameters.metricsStalenessThreshold: plugin "utilization-detector" (utilization-detector): invalid duration "200": missing unit (ns, us, ms, s, m, h), e.g. "200ms", "1.5s", "5m", "1h30m"',
+    ]);
+    assert.deepEqual(stale('"0s"'), ['c.yaml:3:44: plugins[0].parameters.metricsStalenessThreshold: plugin "utilization-detector" (utilization-detector): must be greater than 0 (got "0s")']);
+  });
+
+  test('the deprecated top-level detector is not called ignored when it is the one used', () => {
+    const text = yaml('plugins:', '- { type: concurrency-detector, name: conc }', 'saturationDetector: { pluginRef: conc }', 'flowControl:', '  saturationDetector: {}');
+    assert.equal(load(text, 'c.yaml', builtin).config.flowControl.saturationDetector.pluginRef, 'conc');
+    assert.deepEqual(warningLines(text, builtin), ['3:1: saturationDetector: deprecated location; move it to flowControl.saturationDetector']);
+  });
+
+  test('a declared plugin named like one Sluice injects is named at its own key, with the reason', () => {
+    assert.deepEqual(problems(yaml('plugins:', '- type: queue-scorer', '  name: max-score-picker')), [
+      'c.yaml:3:9: plugins[0].name: plugin name "max-score-picker" is taken: Sluice adds a max-score-picker of that name (the default it injects when none is configured); rename this queue-scorer',
+    ]);
+    assert.deepEqual(problems(yaml('plugins:', '- type: queue-scorer', '  name: fcfs-ordering-policy')), [
+      'c.yaml:3:9: plugins[0].name: plugin name "fcfs-ordering-policy" is taken: flowControl.defaultPriorityBand.orderingPolicyRef refers to it by default, for an ordering policy; rename this queue-scorer',
+    ]);
+  });
+
+  test('a missing key that takes one of a few values says it is missing, and what it takes', () => {
+    const text = yaml('plugins:', '- type: label-selector-filter', '  parameters:', '    matchExpressions:', '    - { key: a, values: [x] }');
+    assert.deepEqual(problems(text, 'c.yaml', builtin), [
+      'c.yaml:5:7: plugins[0].parameters.matchExpressions[0].operator: plugin "label-selector-filter" (label-selector-filter): required key is missing (one of "In", "NotIn", "Exists", "DoesNotExist")',
+    ]);
   });
 });
