@@ -9,7 +9,7 @@ import { unwatchFile, watchFile, type Stats } from 'node:fs';
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import type { PluginRegistry } from '../plugins/registry.js';
-import { ConfigError, loadConfigFile, type LoadResult } from './load.js';
+import { ConfigError, loadConfigText, readConfigFile, type LoadResult } from './load.js';
 import type { SluiceConfig } from './types.js';
 
 export interface ReloadTarget {
@@ -78,7 +78,13 @@ export class ConfigReloader {
     const { logger, file } = this.opts;
     let next: LoadResult;
     try {
-      next = loadConfigFile(file, this.opts.registry);
+      const text = readConfigFile(file);
+      // Valid at start (every default, no endpoints), but on a reload most likely a file caught
+      // half-written (truncated, then written): applied, it would take every endpoint away.
+      if (text.split('\n').every((line) => /^\s*(#.*)?$/.test(line))) {
+        throw new ConfigError([{ file, line: 1, col: 1, path: '', message: 'the file is empty (or only comments): not applied on a reload, since it would remove every endpoint; restart to run with no configuration' }]);
+      }
+      next = loadConfigText(text, file, this.opts.registry);
     } catch (err) {
       const problems = err instanceof ConfigError ? err.format().split('\n') : [(err as Error).message];
       const text = problems.join('\n');

@@ -401,6 +401,23 @@ ${extra}`;
     }
   });
 
+  test('an empty file (a write caught half-way) is not applied on a reload: the endpoints stay', async () => {
+    const a = await startFakeBackend();
+    const { file, gw, reloader, lines, close } = await reloadableGateway('empty.yaml', config([{ name: 'a', port: a.port }]));
+    try {
+      await waitForMetrics(gw);
+      for (const text of ['', '\n  \n# only a comment\n']) {
+        writeFileSync(file, text);
+        assert.equal(await reloader.reloadNow('test'), false);
+        assert.deepEqual(gw.pool.endpoints.map((e) => e.name), ['a']);
+      }
+      assert.match(String(lines().find((l) => l.msg === 'config reload rejected')?.problem), /empty\.yaml:1:1: the file is empty \(or only comments\): not applied on a reload/);
+      assert.equal((await post(gw, 'still served')).status, 200);
+    } finally {
+      await close(a);
+    }
+  });
+
   test('editing the watched file adds an endpoint, and it receives traffic', async () => {
     const a = await startFakeBackend();
     const b = await startFakeBackend();
