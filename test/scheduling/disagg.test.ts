@@ -218,9 +218,10 @@ describe('prefix-based-pd-decider', () => {
     scorer.preRequest(req, { primaryProfile: 'decode', profileResults: new Map([['decode', { targets: [ep] }]]) });
   }
 
-  test('the rule: disaggregate iff nonCached > 0, input ≥ nonCached and input − cached ≥ nonCached', () => {
+  test('the rule: disaggregate iff input ≥ nonCached and (nonCached = 0 or input − cached ≥ nonCached)', () => {
     const m = (matchedBlocks: number) => ({ matchedBlocks, totalBlocks: 10, blockSizeTokens: 16 });
-    assert.equal(shouldDisaggregate(4000, m(0), 0), false, '0 = never');
+    assert.equal(shouldDisaggregate(4000, m(10), 0), true, '0 = always (llm-d), cached or not');
+    assert.equal(shouldDisaggregate(4000, undefined, 0), true, '0 = always, without prefix information too');
     assert.equal(shouldDisaggregate(4 * 99, m(0), 100), false, 'short prompt');
     assert.equal(shouldDisaggregate(4 * 100, m(0), 100), true, 'exactly at the threshold');
     assert.equal(shouldDisaggregate(4 * 100 + 3, m(0), 100), true, 'chars/4 rounded down');
@@ -243,10 +244,15 @@ describe('prefix-based-pd-decider', () => {
     assert.equal(decider.disaggregate(ctx, makeRequest('short'), cold), false, 'short prompt');
   });
 
-  test('nonCachedTokens 0 (the default) never disaggregates', () => {
-    const { decider } = setup(0);
+  test('nonCachedTokens 0 (the default) always disaggregates, as llm-d\'s decider does; promptTokens still sets a minimum', () => {
     assert.equal(prefixBasedPdDeciderParams.parse({}).nonCachedTokens, 0);
-    assert.equal(decider.disaggregate(makeContext(), makeRequest('x'.repeat(10_000)), makeEndpoint('e')), false);
+    const { decider } = setup(0, false);
+    const ctx = makeContext();
+    assert.equal(decider.disaggregate(ctx, makeRequest('x'), makeEndpoint('e')), true, 'even a tiny prompt, even without a prefix index');
+    const deps = makeDeps();
+    const withMinimum = prefixBasedPdDeciderDefinition.create('pd', prefixBasedPdDeciderParams.parse({ promptTokens: 100 }), deps) as PrefixBasedPdDecider;
+    assert.equal(withMinimum.disaggregate(ctx, makeRequest('x'.repeat(399)), makeEndpoint('e')), false, '99 tokens');
+    assert.equal(withMinimum.disaggregate(ctx, makeRequest('x'.repeat(400)), makeEndpoint('e')), true, '100 tokens');
   });
 
   test('without a prefix-cache-scorer: decode-only and one warning', () => {

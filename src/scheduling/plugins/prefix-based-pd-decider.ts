@@ -6,15 +6,17 @@
  *
  *   inputTokens  = floor(len(promptText) / 4)        (chat: the messages JSON as sent; completions: the prompt)
  *   cachedTokens = matchedBlocks(decode) × blockSizeTokens     (from the prefix-cache-scorer's index)
- *   disaggregate ⇔ nonCachedTokens > 0 ∧ inputTokens ≥ max(nonCachedTokens, promptTokens)
- *                  ∧ inputTokens − cachedTokens ≥ nonCachedTokens
+ *   disaggregate ⇔ inputTokens ≥ max(nonCachedTokens, promptTokens)
+ *                  ∧ (nonCachedTokens = 0 ∨ inputTokens − cachedTokens ≥ nonCachedTokens)
  *
- * The prefix match comes from the first `prefix-cache-scorer` instance in the configuration (the
- * one whose index the decode profile scored with). Without one the decider answers decode-only and
- * warns once (llm-d logs an error for every request in that case).
+ * `nonCachedTokens` 0 disaggregates every prompt (of at least `promptTokens`), as llm-d's current
+ * decider does (`NonCachedTokens <= 0` → always; its earlier PrefixDisaggregationDecider, and Sluice
+ * before it, read 0 as never). The prefix match comes from the first `prefix-cache-scorer` instance
+ * in the configuration (the one whose index the decode profile scored with). Without one the decider
+ * answers decode-only and warns once (llm-d logs an error for every request in that case).
  *
  * Parameters:
- * - `nonCachedTokens` 0 — int ≥ 0; 0 = never disaggregate
+ * - `nonCachedTokens` 0 — int ≥ 0; 0 = always disaggregate
  * - `promptTokens` 0 — int ≥ 0; prompts shorter than this are never disaggregated (0 = no minimum)
  * - `prefixMatchInfoProducerName` — llm-d's reference to its prefix producer; accepted, not needed
  */
@@ -38,13 +40,14 @@ export type PrefixBasedPdDeciderParams = z.infer<typeof prefixBasedPdDeciderPara
 /** Whether the prompt is long enough to be disaggregated at all (checked before asking the prefix index). */
 function longEnough(promptChars: number, nonCachedTokens: number, promptTokens: number): boolean {
   const inputTokens = promptTokensOf(promptChars);
-  return nonCachedTokens > 0 && inputTokens >= nonCachedTokens && inputTokens >= promptTokens;
+  return inputTokens >= nonCachedTokens && inputTokens >= promptTokens;
 }
 
 /** The decision rule alone (exported for tests and the docs' formula). */
 export function shouldDisaggregate(promptChars: number, match: PrefixMatch | undefined, nonCachedTokens: number, promptTokens = 0): boolean {
-  if (match === undefined || !longEnough(promptChars, nonCachedTokens, promptTokens)) return false;
-  return uncachedTokensOf(promptChars, match) >= nonCachedTokens;
+  if (!longEnough(promptChars, nonCachedTokens, promptTokens)) return false;
+  if (nonCachedTokens === 0) return true;
+  return match !== undefined && uncachedTokensOf(promptChars, match) >= nonCachedTokens;
 }
 
 export class PrefixBasedPdDecider implements Decider {
@@ -72,6 +75,7 @@ export class PrefixBasedPdDecider implements Decider {
 
   disaggregate(_ctx: CycleContext, req: SchedulingRequest, decode: Endpoint): boolean {
     if (!longEnough(req.promptText.length, this.nonCachedTokens, this.promptTokens)) return false;
+    if (this.nonCachedTokens === 0) return true;
     const matcher = this.matcher.get();
     if (matcher === undefined) return false;
     return shouldDisaggregate(req.promptText.length, matcher.prefixMatch(req, decode), this.nonCachedTokens, this.promptTokens);
