@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { Endpoint } from '../../src/datalayer/endpoint.js';
 import { GatewayMetrics, LabelCap, OVERFLOW_LABEL_VALUE, type GatewayMetricsOptions } from '../../src/metrics/metrics.js';
 import { runPromtool } from '../helpers/promtool.js';
+import { SPEC_METRICS } from '../helpers/spec-metrics.js';
 
 interface Sample {
   name: string;
@@ -369,18 +370,7 @@ describe('GatewayMetrics', () => {
 
   test('every SPEC §9 metric is defined with a HELP text', async () => {
     const text = await makeMetrics([]).text();
-    const expected = [
-      'llm_d_epp_flow_control_pool_saturation', 'llm_d_epp_flow_control_stale_endpoints',
-      'llm_d_epp_flow_control_queue_size', 'llm_d_epp_flow_control_queue_bytes',
-      'llm_d_epp_flow_control_requests_total', 'llm_d_epp_flow_control_request_queue_duration_seconds',
-      'llm_d_epp_flow_control_dispatch_cycle_duration_seconds',
-      'llm_d_epp_flow_control_capacity_utilization_requests', 'llm_d_epp_flow_control_capacity_utilization_bytes',
-      'llm_d_epp_request_total', 'llm_d_epp_request_error_total', 'llm_d_epp_request_duration_seconds',
-      'llm_d_epp_request_ttft_seconds', 'llm_d_epp_request_input_tokens', 'llm_d_epp_request_output_tokens',
-      'llm_d_epp_request_running', 'llm_d_epp_scheduler_e2e_duration_seconds', 'llm_d_epp_scheduler_attempts_total',
-      'llm_d_epp_disagg_decision_total', 'llm_d_epp_endpoint_metrics_age_seconds', 'llm_d_epp_per_endpoint_queue_size',
-      'llm_d_epp_endpoint_inflight_requests', 'llm_d_epp_datalayer_poll_errors_total', 'llm_d_epp_upstream_retries_total',
-    ];
+    const expected = SPEC_METRICS.map(([name]) => name);
     for (const name of expected) assert.match(text, new RegExp(`^# HELP ${name} \\S.{20,}$`, 'm'), name);
   });
 });
