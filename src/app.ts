@@ -75,10 +75,11 @@ function buildRuntime(
   random: RandomSource,
   logger: Logger,
   metrics: GatewayMetrics,
-  previousPlugins?: ReadonlyMap<string, Plugin>,
+  previous?: { plugins: ReadonlyMap<string, Plugin>; queue: FlowController | undefined },
 ): { runtime: ProxyRuntime; detector: SaturationDetector; plugins: ReadonlyMap<string, Plugin> } {
   const decisionCounter = metrics.decisionCounter.bind(metrics);
-  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map(), decisionCounter }, previousPlugins);
+  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map(), decisionCounter }, previous?.plugins);
+  const previousQueue = previous?.queue;
   const detector = built.detector;
   const saturationNow = () => globalSaturation(detector, clock.now(), pool.endpoints);
   const plugin = <T>(name: string) => {
@@ -89,7 +90,8 @@ function buildRuntime(
   const flowControl = featureEnabled(config, 'flowControl')
     ? new FlowController({
         config: config.flowControl,
-        objectivePriorities: config.objectives.map((o) => o.priority),
+        // With a reload, the priorities still queued keep a band too (the handover moves them).
+        objectivePriorities: [...config.objectives.map((o) => o.priority), ...(previousQueue?.queuedPriorities() ?? [])],
         fairness: (name) => plugin<FairnessPolicy>(name),
         ordering: (name) => plugin<OrderingPolicy>(name),
         usageLimit: plugin<UsageLimitPolicy>(config.flowControl.usageLimitPolicyPluginRef),
@@ -153,7 +155,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
   metrics.configInForce(effectiveConfigDigest(loaded.config));
   const build = (config: SluiceConfig, previous?: Live): Live => {
-    const { runtime, detector, plugins } = buildRuntime(config, registry, pool, clock, random, logger, metrics, previous?.plugins);
+    const before = previous && { plugins: previous.plugins, queue: previous.runtime.flowControl };
+    const { runtime, detector, plugins } = buildRuntime(config, registry, pool, clock, random, logger, metrics, before);
     return { config, runtime, detector, plugins, staleMs: stalenessMs(config) };
   };
   let live = build(loaded.config);

@@ -380,6 +380,8 @@ export class FlowController {
     const now = this.clock.now();
     this.observeRegime(now);
     // A priority with no band is served by band 0; the request keeps its own priority for metrics.
+    // (Only a request that began under another configuration can have one: every objective's
+    // priority has a band, and a reload provisions bands for the priorities queued.)
     const band = this.bandByPriority.get(req.priority) ?? this.defaultBand;
     const size = req.byteSize;
     if (!this.hasCapacity(band, size)) {
@@ -529,6 +531,16 @@ export class FlowController {
   }
 
   /** Empties every structure; returns what was queued, in arrival order. */
+  /**
+   * The priorities of the requests queued now (a reload provisions bands for them, so that one whose
+   * objective left the configuration keeps a band from the template instead of landing in band 0).
+   */
+  queuedPriorities(): number[] {
+    const priorities = new Set<number>();
+    for (const band of this.bands) for (const flow of band.sortedFlows) for (const item of flow.heap.values()) priorities.add(item.request.priority);
+    return [...priorities];
+  }
+
   private drainAll(): QueuedRequest[] {
     const items: QueuedRequest[] = [];
     for (const band of this.bands) {

@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Harness } from './harness.js';
+import type { UsageLimitPolicy } from '../../src/flowcontrol/policies/types.js';
 
 /** Config reload keeps queued requests (SPEC §3.7): they move into the new configuration's controller. */
 describe('reload', () => {
@@ -31,6 +32,28 @@ describe('reload', () => {
     next.unblock(0);
     assert.deepEqual(old.labels('Dispatched'), ['b', 'a'], 'band 5 of the new config goes first');
     assert.equal(next.fc.queued, 0);
+  });
+
+  test('a queued priority whose objective left the configuration keeps a band from the template (negative: defaultNegativePriorityBand), not band 0', () => {
+    // Held back: negative bands open only below 0.5, the others below 1.
+    const holdNegative: UsageLimitPolicy = {
+      type: 'hold-negative',
+      name: 'hold-negative',
+      computeCeilings(_s, priorities, out) {
+        priorities.forEach((p, i) => (out[i] = p < 0 ? 0.5 : 1));
+      },
+    };
+    const old = new Harness({ saturation: 1, objectivePriorities: [-1], usageLimit: holdNegative });
+    old.submit('batch', { priority: -1 });
+    old.submit('plain');
+    assert.deepEqual(old.fc.queuedPriorities().sort(), [-1, 0]);
+    // The reload renumbered the objective to -2; the gateway provisions bands for what is queued.
+    const next = new Harness({ saturation: 1, objectivePriorities: [-2, ...old.fc.queuedPriorities()], usageLimit: holdNegative });
+    old.fc.handOver(next.fc);
+    assert.deepEqual(next.fc.snapshot().bands.filter((b) => b.requests > 0).map((b) => b.priority), [0, -1]);
+    next.saturation = 0.7;
+    next.fc.runDispatch();
+    assert.deepEqual(old.labels('Dispatched'), ['plain'], 'the sheddable one is still held back');
   });
 
   test('handOver keeps the original enqueue time: the new TTL counts from it', () => {

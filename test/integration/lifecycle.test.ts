@@ -195,6 +195,30 @@ ${extra}`;
     }
   });
 
+  test('a queued request whose objective a reload renumbered keeps a band of its own priority, not band 0', async () => {
+    const a = await startFakeBackend(slowJson(300));
+    const text = (priority: number) => config([{ name: 'a', port: a.port }], `objectives:\n- { name: batch, priority: ${priority} }\n`);
+    const { file, gw, reloader, close } = await reloadableGateway('renumber.yaml', text(-1));
+    const bandsWithRequests = async () => {
+      const fc = (await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { bands: { priority: number; requests: number }[] };
+      return fc.bands.filter((b) => b.requests > 0).map((b) => b.priority);
+    };
+    try {
+      await waitForMetrics(gw);
+      const first = post(gw, 'first');
+      await until(() => a.received.length === 1, 3000, 'first request at a');
+      const queued = post(gw, 'batch', { 'x-llm-d-inference-objective': 'batch' });
+      await until(async () => (await bandsWithRequests()).length === 1, 3000, 'queued');
+      assert.deepEqual(await bandsWithRequests(), [-1]);
+      writeFileSync(file, text(-2));
+      assert.equal(await reloader.reloadNow('test'), true);
+      assert.deepEqual(await bandsWithRequests(), [-1], 'still in a band of priority -1');
+      assert.deepEqual([(await first).status, (await queued).status], [200, 200]);
+    } finally {
+      await close(a);
+    }
+  });
+
   test('a request still sending its body when a reload lands is served under the new configuration', async () => {
     const a = await startFakeBackend();
     const { file, gw, reloader, close } = await reloadableGateway('mid-body.yaml', config([{ name: 'a', port: a.port }]));
