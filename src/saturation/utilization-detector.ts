@@ -119,7 +119,7 @@ export class UtilizationDetector implements SaturationDetector {
   saturation(now: number, endpoints: readonly Endpoint[]): SaturationReading {
     if (endpoints.length === 0) return { value: 1, stale: 0 };
     // Stage-aware saturation reads each stage's endpoints in its own call at the same instant: each
-    // call may warn then, so stale endpoints of every stage are named, each once.
+    // call may add to the warning then, so stale endpoints of every stage are named, each once.
     const sameInstant = now === this.lastStaleWarningAt;
     const warnDue = sameInstant || now - this.lastStaleWarningAt >= STALE_WARNING_INTERVAL_MS;
     let toName: Endpoint[] | undefined;
@@ -144,15 +144,24 @@ export class UtilizationDetector implements SaturationDetector {
       if (!sameInstant) this.warnedAtLast.clear();
       this.lastStaleWarningAt = now;
       for (const e of toName) this.warnedAtLast.add(e.name);
-      this.logger.warn(
-        { detector: this.name, staleEndpoints: toName.map((e) => `${e.name} (${e.lastError ?? 'no recent scrape'})`) },
-        this.ignoreStale
-          ? 'endpoints with missing or stale metrics are left out of the saturation reading'
-          : 'endpoints with missing or stale metrics are read as saturated',
-      );
+      // One line for the calls of this turn (one per stage): logged once they are all done.
+      if (this.staleToLog.length === 0) queueMicrotask(this.logStale);
+      for (const e of toName) this.staleToLog.push(`${e.name} (${e.lastError ?? 'no recent scrape'})`);
     }
     return { value: counted === 0 ? 1 : sum / counted, stale };
   }
+
+  private staleToLog: string[] = [];
+  private readonly logStale = (): void => {
+    const staleEndpoints = this.staleToLog;
+    this.staleToLog = [];
+    this.logger?.warn(
+      { detector: this.name, staleEndpoints },
+      this.ignoreStale
+        ? 'endpoints with missing or stale metrics are left out of the saturation reading'
+        : 'endpoints with missing or stale metrics are read as saturated',
+    );
+  };
 
   /**
    * The earliest time a currently-fresh endpoint's metrics turn stale: `metricsAt +
