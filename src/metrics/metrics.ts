@@ -88,7 +88,8 @@ const MICRO_BUCKETS_SECONDS = [
   0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
 ];
 /** Time spent queued in flow control: 100 µs .. 5 min (TTL default is 60 s). */
-const QUEUE_BUCKETS_SECONDS = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
+/** llm-d's bounds (0.0001 … 60 s), then 120 and 300 s for Sluice's longer default TTL. */
+const QUEUE_BUCKETS_SECONDS = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 // ---------------------------------------------------------------------------------------------
 // Hot-path metric types
@@ -733,7 +734,7 @@ export class GatewayMetrics {
     });
     this.dispatchCycleDuration = fastHistogram({
       name: 'llm_d_epp_flow_control_dispatch_cycle_duration_seconds',
-      help: 'Time in seconds of one flow-control dispatch cycle (saturation, ceilings, dispatching heads of bands).',
+      help: 'Time in seconds of one flow-control dispatch run: saturation, ceilings and the cycles that dispatch heads of bands until the gate closes or the queue empties, including the synchronous start (scheduling, upstream request) of each request dispatched.',
       buckets: MICRO_BUCKETS_SECONDS,
     });
     this.affinityOvertakesTotal = counter({
