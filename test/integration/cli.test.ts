@@ -37,9 +37,14 @@ describe('sluice CLI', () => {
   test('validate on a bad file prints FILE:LINE:COL: path: message lines; exit 1', async () => {
     const file = join(dir, 'bad.yaml');
     writeFileSync(file, 'server:\n  metricPort: 9090\npool:\n  endpoints: []\n');
+    const at = new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:2:3: server.metricPort: .*did you mean "metricsPort"`);
     const r = await run(['validate', '--config', file]);
     assert.equal(r.code, 1);
-    assert.match(r.stderr, new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:2:3: server.metricPort: .*did you mean "metricsPort"`));
+    assert.match(r.stderr, at);
+    // serve reports the same and starts nothing
+    const served = await run(['serve', '--config', file]);
+    assert.equal(served.code, 1);
+    assert.match(served.stderr, at);
   });
 
   test('version and --version print the package version; --help the usage; exit 0', async () => {
