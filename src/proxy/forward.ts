@@ -15,7 +15,7 @@
  * leg starts. A decode leg prepared by a prefill leg is reused when the decode endpoint is retried.
  * The decision is counted once per request.
  */
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { errors as undiciErrors, type Dispatcher } from 'undici';
 import type { Endpoint } from '../datalayer/endpoint.js';
@@ -24,7 +24,7 @@ import type { Disaggregation, SchedulingRequest, SchedulingResult } from '../sch
 import type { DecisionTrace, SchedulingOutcome } from '../scheduling/scheduler.js';
 import type { Clock } from '../util/clock.js';
 import { errorBody, sendError } from './errors.js';
-import { clientResponseHeaders, upstreamRequestHeaders } from './headers.js';
+import { clientResponseHeaders, rawClientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { ModelRequestMetrics } from '../metrics/metrics.js';
 import type { Upstreams } from './upstreams.js';
@@ -238,6 +238,11 @@ const enum Mode {
  * in-flight slot, released exactly once: when the answer is relayed, on an error, or at once when
  * the client goes away.
  */
+/**
+ * undici's core handler interface (onConnect … onComplete) rather than the controller-based one:
+ * undici wraps a controller-based handler in an adapter per request that parses every response
+ * header into an object first; this reads the raw header list once, keeping what it relays.
+ */
 class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   clientGone = false;
   /** Set while a prefill leg runs: aborted when the client goes away. */
@@ -248,7 +253,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private promptEp: Endpoint | undefined = undefined;
   private settled = true;
   private resolve: ((r: AttemptResult) => void) | undefined = undefined;
-  private controller: Dispatcher.DispatchController | undefined = undefined;
+  /** undici's abort of this request (set once it is sent or queued on a connection). */
+  private abortUpstream: ((err: Error) => void) | undefined = undefined;
+  /** undici's resume of a paused response (backpressure). */
+  private resumeUpstream: (() => void) | undefined = undefined;
+  /** The client is not reading: onData answers false, and undici stops reading until resumed. */
+  private paused = false;
   private prepared: DecodeLeg | undefined = undefined;
   private cachedTokens: number | undefined = undefined;
   // --- the answer
@@ -356,24 +366,32 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     this.prefillAbort?.abort();
     if (!this.settled) {
       // undici drops the request at once when connected, or as soon as it would be sent when queued.
-      this.controller?.abort(new Error('client disconnected'));
+      this.abortUpstream?.(new Error('client disconnected'));
       this.done(DONE_GONE);
     }
   }
 
   // --- undici handler
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.controller = controller;
-    if (this.settled) controller.abort(new Error('client disconnected'));
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortUpstream = abort;
+    if (this.settled) abort(new Error('client disconnected'));
   }
 
-  onResponseStart(_controller: Dispatcher.DispatchController, status: number, upHeaders: IncomingHttpHeaders): void {
+  onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    this.resumeUpstream = resume;
+    this.responseStart(status, rawHeaders);
+    return !this.paused;
+  }
+
+  private responseStart(status: number, rawHeaders: Buffer[]): void {
     if (status < 200 || this.settled) return;
     const { ctx, ep, cachedTokens } = this;
     this.status = status;
     if (status >= 500) ctx.metrics.endpointUpstreamError(ep.name, 'http_5xx');
-    const headers = clientResponseHeaders(upHeaders);
+    const headers = rawClientResponseHeaders(rawHeaders);
+    // Read before the response hooks add theirs.
+    const { 'content-type': contentType, 'content-encoding': encoding, 'content-length': length } = headers;
     headers['x-request-id'] = ctx.requestId;
     for (const hook of ctx.rt.responseHooks) {
       hook.onResponseHeaders(ctx.sreq, ep, (name, value) => (headers[name.toLowerCase()] = value));
@@ -381,9 +399,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     // The answer has started: no retry will schedule it again, so a long stream keeps only the bytes.
     dropParsedForm(ctx.sreq);
     this.headers = headers;
-    const contentType = upHeaders['content-type'];
     const sse = (this.sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream'));
-    const encoding = upHeaders['content-encoding'];
     const rewrite = cachedTokens !== undefined && status >= 200 && status <= 299 && (encoding === undefined || encoding === 'identity');
     if (rewrite) delete headers['content-length'];
     if (sse) {
@@ -395,7 +411,6 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       this.captured = [];
       return;
     } else {
-      const length = upHeaders['content-length'];
       if (typeof length === 'string' && length.length > 0 && Number(length) <= MAX_BUFFERED) {
         this.mode = Mode.Buffer;
         this.captured = [];
@@ -407,7 +422,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     ctx.sseAnswer = sse;
   }
 
-  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+  onData(chunk: Buffer): boolean {
+    this.responseData(chunk);
+    return !this.paused;
+  }
+
+  private responseData(chunk: Buffer): void {
     if (this.settled) return;
     const { ctx } = this;
     if (this.first) {
@@ -447,18 +467,19 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (out.length === 0) return;
     if (!ctx.res.write(out) && !ctx.res.destroyed && !this.waitingDrain) {
       this.waitingDrain = true;
-      controller.pause();
+      this.paused = true;
       this.onDrain ??= () => {
         this.waitingDrain = false;
         clearTimeout(this.stallTimer);
-        this.controller?.resume();
+        this.paused = false;
+        this.resumeUpstream?.();
       };
       ctx.res.once('drain', this.onDrain);
       this.stallTimer = setTimeout(cutStalledClient, ctx.rt.config.server.upstream.bodyTimeout, this);
     }
   }
 
-  onResponseEnd(): void {
+  onComplete(): void {
     if (this.settled) return;
     const { ctx } = this;
     const { res } = ctx;
@@ -495,7 +516,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     this.done({ kind: 'done', status: this.status });
   }
 
-  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+  onError(err: Error): void {
     if (this.settled) return;
     const { ctx, ep } = this;
     const { res, requestId } = ctx;

@@ -58,6 +58,24 @@ export function clientResponseHeaders(upstream: Record<string, string | string[]
   return out;
 }
 
+/**
+ * The same from undici's raw list (name, value, name, value, …):
+ * names lower-cased, repeated names gathered into an array, hop-by-hop headers left out.
+ */
+export function rawClientResponseHeaders(raw: readonly Buffer[]): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!.toString('latin1').toLowerCase();
+    if (HOP_BY_HOP.has(name) || name === '__proto__') continue;
+    const value = raw[i + 1]!.toString('latin1');
+    const seen = out[name];
+    if (seen === undefined) out[name] = value;
+    else if (typeof seen === 'string') out[name] = [seen, value];
+    else seen.push(value);
+  }
+  return out;
+}
+
 /** First value of a header (aliases in order of preference). */
 export function firstHeader(headers: IncomingHttpHeaders, names: readonly string[]): string | undefined {
   for (const n of names) {
