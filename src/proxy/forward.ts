@@ -31,7 +31,7 @@ import type { Upstreams } from './upstreams.js';
 import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
-import type { DecodeLeg, PdStep, PrefillLegResult, SendPrefill } from './connectors/types.js';
+import { decodeOnly, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
 import { unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
 import { dropParsedForm } from './scheduling-request.js';
 
@@ -85,9 +85,16 @@ const NO_CONNECTION_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREAC
  */
 const LOST_CONNECTION_CODES = new Set(['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED']);
 
+/**
+ * undici's UND_ERR_SOCKET for an answer it cannot take (an unsolicited 1xx, a 101): the server did
+ * answer, so it has the request — another endpoint would run it twice.
+ */
+const ANSWERED_SOCKET_MESSAGES = new Set(['bad response', 'bad upgrade']);
+
 /** Another endpoint may take the request: no connection, or the connection lost before an answer. */
 function isConnectError(err: unknown): boolean {
-  const code = (err as { code?: string }).code;
+  const { code, message } = err as { code?: string; message?: string };
+  if (code === 'UND_ERR_SOCKET' && message !== undefined && ANSWERED_SOCKET_MESSAGES.has(message)) return false;
   return code !== undefined && (NO_CONNECTION_CODES.has(code) || LOST_CONNECTION_CODES.has(code));
 }
 
@@ -96,6 +103,11 @@ function connectErrorKind(err: unknown): 'connect' | 'reset' {
 }
 
 const MAX_JSON_CAPTURE = 1 << 20;
+/** An SSE event held back this long without its end is relayed as it comes after all. */
+const MAX_HELD_EVENT = 1 << 20;
+const LF = 0x0a;
+const CR = 0x0d;
+const EMPTY = Buffer.alloc(0);
 /** A JSON decode answer whose cached_tokens is rewritten is held whole up to this size (then relayed as is). */
 const MAX_JSON_REWRITE = 16 << 20;
 /** Bytes of a prefill answer kept (a one-token answer; anything longer is read and dropped). */
@@ -198,8 +210,15 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       const input = { raw: ctx.raw, body: ctx.sreq.body, api: ctx.sreq.api, prefill: plan.prefill };
       // Only a prefill leg needs a signal (the decode leg is aborted through undici's controller).
       const ac = (x.prefillAbort = new AbortController());
-      const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, prefillPromptTokens, ac.signal));
-      const step: PdStep = pending instanceof Promise ? await pending : pending;
+      let step: PdStep;
+      try {
+        const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, prefillPromptTokens, ac.signal));
+        step = pending instanceof Promise ? await pending : pending;
+      } catch (err) {
+        // A body nested too deeply to serialise again (JSON.parse reads any depth): the decoder takes the bytes as sent.
+        if (!(err instanceof RangeError)) throw err;
+        step = decodeOnly(ctx.raw, `the request body cannot be rewritten for the prefill leg (${err.message})`);
+      }
       x.prefillAbort = undefined;
       if (step.kind === 'aborted' || x.clientGone || ctx.res.destroyed) return DONE_GONE;
       if (step.kind === 'reply') return { kind: 'done', status: relayPrefillReply(ctx, step) };
@@ -274,6 +293,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private first = true;
   /** Clock time the request left for the endpoint (its first-byte latency runs from here). */
   private sentAt = 0;
+  /** A non-SSE answer's status line waits for its first body byte: until then a failure can still be a §5 error. */
+  private headPending = false;
+  /** SSE: the bytes after the last event boundary, relayed once their event is whole (an error event must start on a boundary). */
+  private partialEvent: Buffer | undefined = undefined;
   private waitingDrain = false;
   /** Resumes the upstream once the client caught up (made on first backpressure). */
   private onDrain: (() => void) | undefined = undefined;
@@ -418,7 +441,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       }
       if (status === 200) this.captured = [];
     }
-    ctx.res.writeHead(status, headers);
+    if (sse) ctx.res.writeHead(status, headers);
+    else this.headPending = true;
     ctx.sseAnswer = sse;
   }
 
@@ -463,8 +487,13 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
         this.capturedBytes += chunk.length;
       } else this.captured = undefined;
     }
-    const out = this.sseRewriter !== undefined ? this.sseRewriter.push(chunk) : chunk;
+    let out = this.sseRewriter !== undefined ? this.sseRewriter.push(chunk) : chunk;
+    if (this.sse) out = this.wholeEvents(out);
     if (out.length === 0) return;
+    if (this.headPending) {
+      this.headPending = false;
+      ctx.res.writeHead(this.status, this.headers);
+    }
     if (!ctx.res.write(out) && !ctx.res.destroyed && !this.waitingDrain) {
       this.waitingDrain = true;
       this.paused = true;
@@ -479,6 +508,34 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     }
   }
 
+  /**
+   * The whole SSE events of what arrived, keeping the rest for the next chunk. vLLM ends each chunk
+   * on an event boundary, so the usual case neither copies nor holds anything.
+   */
+  private wholeEvents(buf: Buffer): Buffer {
+    const held = this.partialEvent;
+    const all = held === undefined ? buf : Buffer.concat([held, buf]);
+    const n = all.length;
+    if (n >= 2 && all[n - 1] === LF && (all[n - 2] === LF || (n >= 4 && all[n - 2] === CR && all[n - 3] === LF && all[n - 4] === CR))) {
+      this.partialEvent = undefined;
+      return all;
+    }
+    const lf = all.lastIndexOf('\n\n');
+    const crlf = all.lastIndexOf('\r\n\r\n');
+    const end = Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 4);
+    // No boundary yet: hold it, unless an event grows past any sensible size (then relay as it comes).
+    if (end === 0) {
+      if (n > MAX_HELD_EVENT) {
+        this.partialEvent = undefined;
+        return all;
+      }
+      this.partialEvent = all;
+      return EMPTY;
+    }
+    this.partialEvent = end < n ? all.subarray(end) : undefined;
+    return all.subarray(0, end);
+  }
+
   onComplete(): void {
     if (this.settled) return;
     const { ctx } = this;
@@ -486,6 +543,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (res.destroyed) return this.done(DONE_GONE);
     let whole: Buffer | undefined;
     if (this.mode === Mode.Stream) {
+      if (this.headPending) res.writeHead(this.status, this.headers);
+      if (this.partialEvent !== undefined) res.write(this.partialEvent);
       const rest = this.sseRewriter?.end();
       if (rest !== undefined && rest.length > 0) res.write(rest);
       res.end();
@@ -547,6 +606,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     ctx.metrics.endpointUpstreamError(ep.name, timedOut ? 'body_timeout' : 'cut');
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId });
+    // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
     else if (this.sse) res.end(`data: ${errorBody(status, `upstream ${ep.name} ${what}`)}\n\n`);
     else res.destroy();
     this.done({ kind: 'done', status });

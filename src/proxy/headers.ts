@@ -68,10 +68,11 @@ export function rawClientResponseHeaders(raw: readonly Buffer[]): Record<string,
     const name = raw[i]!.toString('latin1').toLowerCase();
     if (HOP_BY_HOP.has(name) || name === '__proto__') continue;
     const value = raw[i + 1]!.toString('latin1');
+    // Not `=== undefined`: a name like `constructor` finds Object.prototype's.
     const seen = out[name];
-    if (seen === undefined) out[name] = value;
-    else if (typeof seen === 'string') out[name] = [seen, value];
-    else seen.push(value);
+    if (typeof seen === 'string') out[name] = [seen, value];
+    else if (Array.isArray(seen)) seen.push(value);
+    else out[name] = value;
   }
   return out;
 }

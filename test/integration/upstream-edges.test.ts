@@ -1,0 +1,274 @@
+/**
+ * Model servers that answer oddly or break off at awkward moments: the client still gets a reason it
+ * can read (a §5 error, or an SSE error event that is an event of its own), no request runs on two
+ * servers, and nothing is left counted in flight.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import net, { type AddressInfo, type Socket } from 'node:net';
+import OpenAI from 'openai';
+import { request } from 'undici';
+import type { Gateway } from '../../src/app.js';
+import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { okJson, startFakeBackend, vllmPage } from '../helpers/fake-backend.js';
+import { until } from '../helpers/wait.js';
+
+const CHAT = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
+const ANSWER = JSON.stringify({ id: 'x', object: 'chat.completion', model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] });
+const EVENT = 'data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"hello"},"finish_reason":null}]}\n\n';
+const chunk = (s: string) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
+
+/** A model server on a raw socket: /metrics answered properly, each API request handed to `answer`. */
+async function rawServer(answer: (socket: Socket) => void) {
+  const sockets = new Set<Socket>();
+  let requests = 0;
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => undefined);
+    let buf = '';
+    socket.on('data', (c) => {
+      buf += c.toString('latin1');
+      for (;;) {
+        const end = buf.indexOf('\r\n\r\n');
+        if (end < 0) return;
+        const length = Number(/content-length:\s*(\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
+        if (buf.length < end + 4 + length) return;
+        const head = buf.slice(0, end);
+        buf = buf.slice(end + 4 + length);
+        if (head.startsWith('GET /metrics')) {
+          const page = vllmPage();
+          socket.write(`HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: ${page.length}\r\n\r\n${page}`);
+        } else {
+          requests++;
+          answer(socket);
+        }
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    port: (server.address() as AddressInfo).port,
+    requests: () => requests,
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  };
+}
+
+async function post(gw: Gateway, body = CHAT): Promise<{ status: number; text: string }> {
+  try {
+    const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+    return { status: r.statusCode, text: await r.body.text() };
+  } catch (err) {
+    return { status: -1, text: String((err as { code?: string }).code ?? err) };
+  }
+}
+
+const nothingInFlight = (gw: Gateway) =>
+  until(() => gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 3000, 'nothing left in flight');
+
+const withBodyTimeout = (text: string) => text.replace('retries: 2 }', 'retries: 2, bodyTimeout: 300ms }');
+
+test('an upstream header named like an Object.prototype member (constructor) is relayed like any other', async () => {
+  const server = await rawServer((s) => s.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconstructor: x\r\nConstructor: y\r\ncontent-length: ${ANSWER.length}\r\n\r\n${ANSWER}`));
+  const gw = await gatewayFor(fleetConfig([{ name: 'e0', port: server.port }]));
+  try {
+    await waitForMetrics(gw);
+    const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', body: CHAT });
+    assert.equal(r.statusCode, 200);
+    assert.deepEqual(r.headers['constructor'], ['x', 'y']);
+    assert.equal(await r.body.text(), ANSWER);
+  } finally {
+    await gw.close();
+    await server.close();
+  }
+});
+
+for (const first of ['HTTP/1.1 100 Continue\r\n\r\n', 'HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: h2c\r\n\r\n']) {
+  test(`a server that answered (${first.split('\r\n')[0]}) is not retried elsewhere as a lost connection: a 502, the request ran once`, async () => {
+    const answer = first + `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${ANSWER.length}\r\n\r\n${ANSWER}`;
+    const [a, b] = [await rawServer((s) => s.write(answer)), await rawServer((s) => s.write(answer))];
+    const gw = await gatewayFor(fleetConfig([{ name: 'a', port: a.port }, { name: 'b', port: b.port }]));
+    try {
+      await waitForMetrics(gw);
+      const r = await post(gw);
+      assert.equal(r.status, 502, r.text);
+      assert.equal(a.requests() + b.requests(), 1, 'sent to one model server only');
+      await nothingInFlight(gw);
+    } finally {
+      await gw.close();
+      await a.close();
+      await b.close();
+    }
+  });
+}
+
+for (const [name, headers] of [
+  ['chunked JSON', { 'content-type': 'application/json' }],
+  ['JSON of over 256 KiB', { 'content-type': 'application/json', 'content-length': String(300 << 10) }],
+] as const) {
+  for (const how of ['stalls', 'dies'] as const) {
+    test(`${name} whose server ${how} after its headers, before any body byte: a §5 ${how === 'stalls' ? 504 : 502}, not a bare reset`, async () => {
+      const backend = await startFakeBackend((_r, res) => {
+        res.writeHead(200, headers);
+        res.flushHeaders();
+        if (how === 'dies') setTimeout(() => res.socket?.resetAndDestroy(), 50);
+      });
+      const gw = await gatewayFor(withBodyTimeout(fleetConfig([{ name: 'b', port: backend.port }])));
+      try {
+        await waitForMetrics(gw);
+        const r = await post(gw);
+        assert.equal(r.status, how === 'stalls' ? 504 : 502, r.text);
+        assert.match(r.text, /"type":"(GatewayTimeout|BadGateway)Error"/);
+        await nothingInFlight(gw);
+      } finally {
+        await gw.close();
+        await backend.close();
+      }
+    });
+  }
+}
+
+test('chunked JSON is still relayed whole, with its status line sent at the first body byte', async () => {
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.write(ANSWER.slice(0, 20));
+    setTimeout(() => res.end(ANSWER.slice(20)), 20);
+  });
+  const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+  try {
+    await waitForMetrics(gw);
+    assert.deepEqual(await post(gw), { status: 200, text: ANSWER });
+  } finally {
+    await gw.close();
+    await backend.close();
+  }
+});
+
+/** An SSE answer: one whole event, then the first 40 bytes of the next, then `then`. */
+function brokenStream(then: (s: Socket) => void) {
+  return rawServer((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n');
+    s.write(chunk(EVENT));
+    s.write(chunk(EVENT.slice(0, 40)));
+    then(s);
+  });
+}
+
+async function readStream(gw: Gateway): Promise<{ contents: string[]; err: unknown }> {
+  const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 0 });
+  const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
+  const contents: string[] = [];
+  try {
+    for await (const c of stream) contents.push(c.choices[0]?.delta?.content ?? '');
+  } catch (err) {
+    return { contents, err };
+  }
+  return { contents, err: undefined };
+}
+
+for (const [how, status] of [['reset', 502], ['stall', 504]] as const) {
+  test(`an SSE stream cut mid-event (${how}): the whole events, then the gateway's error event, which the openai client reads (${status})`, async () => {
+    const server = await brokenStream((s) => (how === 'reset' ? setTimeout(() => s.resetAndDestroy(), 50) : undefined));
+    const gw = await gatewayFor(withBodyTimeout(fleetConfig([{ name: 'e0', port: server.port }])));
+    try {
+      await waitForMetrics(gw);
+      const { contents, err } = await readStream(gw);
+      assert.deepEqual(contents, ['hello']);
+      assert.ok(err instanceof OpenAI.APIError, `the client got ${String(err)}`);
+      assert.match(err.message, how === 'reset' ? /upstream e0 failed mid-response/ : /upstream e0 stopped answering/);
+      await nothingInFlight(gw);
+    } finally {
+      await gw.close();
+      await server.close();
+    }
+  });
+}
+
+test('an SSE stream mid-event when the shutdown grace period ends: the client reads the 503 event', async () => {
+  const server = await brokenStream(() => undefined);
+  const gw = await gatewayFor(fleetConfig([{ name: 'e0', port: server.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'));
+  try {
+    await waitForMetrics(gw);
+    const reading = readStream(gw);
+    await until(() => gw.pool.endpoints[0]!.inFlight === 1, 3000, 'streaming');
+    await gw.close();
+    const { contents, err } = await reading;
+    assert.deepEqual(contents, ['hello']);
+    assert.ok(err instanceof OpenAI.APIError, `the client got ${String(err)}`);
+    assert.match(err.message, /shutting down/);
+  } finally {
+    await gw.close();
+    await server.close();
+  }
+});
+
+test('SSE events split across chunks anywhere, \\r\\n line ends included, reach the client whole and in order', async () => {
+  const events = ['a', 'b', 'c', 'd'].map((t) => EVENT.replace('hello', t));
+  const text = events[0]! + events[1]!.replace(/\n/g, '\r\n') + events[2]! + events[3]! + 'data: [DONE]\n\n';
+  const cuts = [7, 150, 151, 290, 300, text.length - 3];
+  const server = await rawServer((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n');
+    let from = 0;
+    for (const to of [...cuts, text.length]) {
+      s.write(chunk(text.slice(from, to)));
+      from = to;
+    }
+    s.write('0\r\n\r\n');
+  });
+  const gw = await gatewayFor(fleetConfig([{ name: 'e0', port: server.port }]));
+  try {
+    await waitForMetrics(gw);
+    const { contents, err } = await readStream(gw);
+    assert.equal(err, undefined);
+    assert.deepEqual(contents, ['a', 'b', 'c', 'd']);
+  } finally {
+    await gw.close();
+    await server.close();
+  }
+});
+
+for (const connector of ['nixlv2', 'shared-storage']) {
+  test(`${connector}: a body nested too deeply to rewrite for the prefill leg is served decode-only, not a 500`, async () => {
+    const [prefill, decode] = [await startFakeBackend(okJson), await startFakeBackend(okJson)];
+    const { logger, lines } = captureLogger('warn');
+    const gw = await gatewayFor(
+      fleetConfig(
+        [
+          { name: 'p', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
+          { name: 'd', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
+        ],
+        `plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: ${connector} }
+schedulingProfiles:
+- name: decode
+  plugins: [ { pluginRef: decode-filter } ]
+- name: prefill
+  plugins: [ { pluginRef: prefill-filter } ]
+`,
+      ),
+      { logger },
+    );
+    try {
+      await waitForMetrics(gw);
+      const deep = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":${'['.repeat(20000)}${']'.repeat(20000)}}`;
+      const r = await post(gw, deep);
+      assert.equal(r.status, 200, r.text);
+      assert.equal(prefill.received.length, 0);
+      assert.equal(decode.received.at(-1)?.body, deep, 'the decoder got the bytes as sent');
+      assert.ok(lines().some((l) => l.msg === 'P/D degraded' && /cannot be rewritten for the prefill leg/.test(String(l.reason))));
+      await nothingInFlight(gw);
+    } finally {
+      await gw.close();
+      await prefill.close();
+      await decode.close();
+    }
+  });
+}
