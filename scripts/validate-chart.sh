@@ -149,5 +149,33 @@ refuse "unparsable shutdownGracePeriod" "not a duration|shutdownGracePeriod" --s
 refuse "metricsPort equal to port" "must differ" --set config.server.metricsPort=8080
 refuse "PDB with both minAvailable and maxUnavailable" "not both" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.minAvailable=1 --set podDisruptionBudget.maxUnavailable=1
 refuse "dashboard.enabled as a string (values.schema.json)" "dashboard" --set-string dashboard.enabled=yes
+refuse "bodyLimit 0 (values.schema.json: Sluice refuses it)" "bodyLimit" --set config.server.bodyLimit=0
+refuse "an upstream time-out of 0s (values.schema.json: Sluice refuses it)" "connectTimeout" --set-string config.server.upstream.connectTimeout=0s
+printf 'image:\n  tag: 1.10\n' >"$OUT/numeric-tag.values.yaml"
+refuse "a numeric image.tag (values.schema.json: 1.10 would become 1.1)" "tag" -f "$OUT/numeric-tag.values.yaml"
+refuse "--port in extraArgs (the probes and Service follow config.server.port)" "extraArgs" --set 'extraArgs[0]=--port=8000'
+refuse "serviceMonitor.scrapeTimeout above its interval" "must not exceed" --set serviceMonitor.enabled=true --set serviceMonitor.scrapeTimeout=60s
+refuse "config.server.host not a wildcard" "must be" --set config.server.host=127.0.0.1
+
+# ---- what Sluice accepts, the chart accepts: each shipped config, as `sluice validate` prints it --------
+log "each config/*.yaml, effective form, as values.config"
+for f in config/*.yaml; do
+  name=$(basename "$f" .yaml)
+  node --import tsx src/cli.ts validate --config "$f" 2>/dev/null | node -e '
+    const { parse, stringify } = require("yaml");
+    let text = ""; process.stdin.on("data", (c) => (text += c)).on("end", () => {
+      const config = parse(text);
+      // Kubernetes needs fixed ports (the demo and examples may use others: keep theirs unless 0).
+      config.server = { ...config.server, host: "0.0.0.0" };
+      process.stdout.write(stringify({ config }));
+    });' >"$OUT/effective-$name.values.yaml"
+  "$HELM" template sluice "$CHART" -f "$OUT/effective-$name.values.yaml" --kube-version "$KUBE_VERSION" >/dev/null \
+    || die "$f: the chart refuses the configuration sluice validate accepts"
+  echo "    accepted: $f (effective form)"
+done
+
+log "podDisruptionBudget.maxUnavailable 0 renders as 0"
+"$HELM" template sluice "$CHART" --kube-version "$KUBE_VERSION" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.maxUnavailable=0 \
+  | grep -q '^  maxUnavailable: 0$' || die "podDisruptionBudget.maxUnavailable: 0 did not render as 0"
 
 log "chart OK (${#cases[@]} renders: ${cases[*]})"

@@ -78,15 +78,16 @@ Port 0 ("any free port") cannot be probed or exposed, so it is refused here.
 {{- end }}
 
 {{/*
-A Go duration string ("30s", "1m30s", "500ms", "0") in whole seconds, rounded up.
+A Go duration string ("30s", "1m30s", "500ms", "0") in seconds, as a float: (list VALUE KEY), where
+KEY names the value in the error a malformed one fails with.
 */}}
-{{- define "sluice.durationSeconds" -}}
-{{- $d := toString . | trimPrefix "+" }}
+{{- define "sluice.duration" -}}
+{{- $d := index . 0 | toString | trimPrefix "+" }}
 {{- $total := 0.0 }}
 {{- if ne $d "0" }}
 {{- $terms := regexFindAll "[0-9]*\\.?[0-9]+(ns|us|µs|μs|ms|s|m|h)" $d -1 }}
 {{- if or (not $terms) (ne (join "" $terms) $d) }}
-{{- fail (printf "config.server.shutdownGracePeriod: %q is not a duration such as \"30s\" or \"1m30s\"" $d) }}
+{{- fail (printf "%s: %q is not a duration such as \"30s\" or \"1m30s\"" (index . 1) $d) }}
 {{- end }}
 {{- $scale := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "μs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
 {{- range $terms }}
@@ -94,7 +95,7 @@ A Go duration string ("30s", "1m30s", "500ms", "0") in whole seconds, rounded up
 {{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (get $scale $unit)) }}
 {{- end }}
 {{- end }}
-{{- ceil $total | int }}
+{{- $total }}
 {{- end }}
 
 {{/*
@@ -102,7 +103,7 @@ Sluice's drain time (config.server.shutdownGracePeriod, default 30s) in seconds.
 */}}
 {{- define "sluice.shutdownGraceSeconds" -}}
 {{- $server := include "sluice.server" . | fromYaml }}
-{{- include "sluice.durationSeconds" (get $server "shutdownGracePeriod" | default "30s") }}
+{{- include "sluice.duration" (list (get $server "shutdownGracePeriod" | default "30s") "config.server.shutdownGracePeriod") | float64 | ceil | int }}
 {{- end }}
 
 {{/*
@@ -117,5 +118,17 @@ terminationGracePeriodSeconds: explicit, or preStop sleep + drain + 10 s; must e
 {{- fail (printf "terminationGracePeriodSeconds (%d) must be greater than preStopSleepSeconds + config.server.shutdownGracePeriod (%d s)" (int $tgps) $needed) }}
 {{- else }}
 {{- int $tgps }}
+{{- end }}
+{{- end }}
+
+{{/*
+config.server.host, when set, must listen on every address: the kubelet probes the pod IP and the
+Service sends to it.
+*/}}
+{{- define "sluice.checkHost" -}}
+{{- $server := include "sluice.server" . | fromYaml }}
+{{- $host := get $server "host" | default "0.0.0.0" }}
+{{- if not (has $host (list "0.0.0.0" "::")) }}
+{{- fail (printf "config.server.host is %q: in Kubernetes it must be \"0.0.0.0\" (IPv4) or \"::\" (IPv6 and IPv4), or the probes and the Service cannot reach the pod" $host) }}
 {{- end }}
 {{- end }}
