@@ -256,11 +256,11 @@ const enum Mode {
  * stream, no promise per chunk, no AbortSignal), the client-close watcher and the endpoint's
  * in-flight slot, released exactly once: when the answer is relayed, on an error, or at once when
  * the client goes away.
- */
-/**
- * undici's core handler interface (onConnect … onComplete) rather than the controller-based one:
- * undici wraps a controller-based handler in an adapter per request that parses every response
- * header into an object first; this reads the raw header list once, keeping what it relays.
+ *
+ * It implements undici's core handler interface (onConnect … onComplete) rather than the
+ * controller-based one: undici wraps a controller-based handler in an adapter per request that
+ * parses every response header into an object first; this reads the raw header list once, keeping
+ * what it relays.
  */
 class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   clientGone = false;
