@@ -67,7 +67,7 @@ export class Pool implements PoolView {
   }
 
   /**
-   * Applies a new endpoint list (config reload). An endpoint whose name, address and port are
+   * Applies a new endpoint list (config reload); the list is replaced when anything changed. An endpoint whose name, address and port are
    * unchanged keeps its object — metrics, error counts and in-flight count survive the reload, new
    * labels are applied to it (`relabelled`); anything else gets a fresh object. Endpoints that left
    * are marked `removed` (their in-flight requests still finish and release against the old object).
@@ -100,10 +100,8 @@ export class Pool implements PoolView {
     }
 
     const orderChanged = next.length !== this.list.length || next.some((ep, k) => ep !== this.list[k]);
-    if (!orderChanged) {
-      if (relabelled.length > 0) this.notify('endpoints');
-      return { added, removed, relabelled };
-    }
+    // A new list also when only labels changed: what is cached per list (the stage partition) follows.
+    if (!orderChanged && relabelled.length === 0) return { added, removed, relabelled };
 
     for (const ep of removed) ep.removed = true;
     this.byNameMap.clear();

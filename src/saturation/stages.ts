@@ -21,8 +21,8 @@ export interface StageSaturation {
 type StagePartition = ReadonlyArray<readonly [Stage, readonly Endpoint[]]>;
 
 /**
- * The non-empty stages of an endpoint list. The pool's list is frozen and replaced only when the
- * set changes, and an endpoint's stage never changes, so the partition is computed once per list:
+ * The non-empty stages of an endpoint list. The pool's list is frozen and replaced whenever the set
+ * or an endpoint's labels (so its stage) change, so the partition is computed once per list:
  * flow control reads saturation on every dispatch and must not re-partition (or allocate) each time.
  */
 const partitions = new WeakMap<readonly Endpoint[], StagePartition>();

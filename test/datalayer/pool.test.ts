@@ -1,6 +1,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { Pool, type PoolChangeReason } from '../../src/datalayer/pool.js';
+import { stageSaturation } from '../../src/saturation/stages.js';
 import type { Endpoint, EndpointMetrics, EndpointSpec } from '../../src/datalayer/endpoint.js';
 
 const spec = (name: string, port: number, labels: Record<string, string> = {}): EndpointSpec => ({
@@ -258,14 +259,18 @@ describe('Pool: recordScrape', () => {
 test('a reload that changes only labels moves the endpoint to its new role and stage, and tells the listeners', () => {
   const pool = new Pool([spec('a', 1, { 'llm-d.ai/role': 'prefill' })]);
   const a = pool.byName('a')!;
+  const detector = { type: 'd', name: 'd', filter: (_c: unknown, _r: unknown, e: readonly Endpoint[]) => [...e], saturation: () => ({ value: 0.5, stale: 0 }) };
+  assert.deepEqual(stageSaturation(detector, 0, pool.endpoints), { global: 0.5, stale: 0, prefill: 0.5 });
   const before = pool.endpoints;
   const events: string[] = [];
   pool.onChange((reason) => events.push(reason));
   pool.setEndpoints([spec('a', 1, { 'llm-d.ai/role': 'decode', 'llm-d.ai/engine-type': 'sglang' })]);
-  assert.equal(pool.endpoints, before, 'same set, same array');
+  assert.notEqual(pool.endpoints, before, 'a new array: what is cached per list (the stage partition) is computed again');
+  assert.deepEqual(pool.endpoints, [a]);
   assert.equal(a.role, 'decode');
   assert.equal(a.stage, 'decode');
   assert.equal(a.engineType, 'sglang');
+  assert.deepEqual(stageSaturation(detector, 0, pool.endpoints), { global: 0.5, stale: 0, decode: 0.5 }, 'saturation reads it in its new stage');
   assert.ok(Object.isFrozen(a.labels));
   assert.deepEqual(events, ['endpoints']);
 });
