@@ -31,7 +31,7 @@ import type { Upstreams } from './upstreams.js';
 import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
-import { decodeOnly, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
+import { BodyNotRewritableError, decodeOnly, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
 import { unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
 import { dropParsedForm } from './scheduling-request.js';
 
@@ -100,6 +100,24 @@ function isConnectError(err: unknown): boolean {
 
 function connectErrorKind(err: unknown): 'connect' | 'reset' {
   return LOST_CONNECTION_CODES.has((err as { code?: string }).code ?? '') ? 'reset' : 'connect';
+}
+
+/**
+ * Index just past the last blank line of SSE text (0 when it has none): the end of its last whole
+ * event. Lines end with LF, CR LF or CR (the SSE grammar), so a blank line is two line ends in a
+ * row. Scanned from the end: a chunk that ends an event is decided in a few compares.
+ */
+export function lastEventEnd(buf: Buffer): number {
+  for (let i = buf.length - 1; i >= 1; i--) {
+    const c = buf[i];
+    let start: number;
+    if (c === LF) start = buf[i - 1] === CR ? i - 1 : i;
+    else if (c === CR && buf[i + 1] !== LF) start = i;
+    else continue;
+    const before = start >= 1 ? buf[start - 1] : undefined;
+    if (before === LF || before === CR) return i + 1;
+  }
+  return 0;
 }
 
 const MAX_JSON_CAPTURE = 1 << 20;
@@ -216,8 +234,8 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
         step = pending instanceof Promise ? await pending : pending;
       } catch (err) {
         // A body nested too deeply to serialise again (JSON.parse reads any depth): the decoder takes the bytes as sent.
-        if (!(err instanceof RangeError)) throw err;
-        step = decodeOnly(ctx.raw, `the request body cannot be rewritten for the prefill leg (${err.message})`);
+        if (!(err instanceof BodyNotRewritableError)) throw err;
+        step = decodeOnly(ctx.raw, err.message);
       }
       x.prefillAbort = undefined;
       if (step.kind === 'aborted' || x.clientGone || ctx.res.destroyed) return DONE_GONE;
@@ -515,24 +533,21 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private wholeEvents(buf: Buffer): Buffer {
     const held = this.partialEvent;
     const all = held === undefined ? buf : Buffer.concat([held, buf]);
-    const n = all.length;
-    if (n >= 2 && all[n - 1] === LF && (all[n - 2] === LF || (n >= 4 && all[n - 2] === CR && all[n - 3] === LF && all[n - 4] === CR))) {
+    const end = lastEventEnd(all);
+    if (end === all.length) {
       this.partialEvent = undefined;
       return all;
     }
-    const lf = all.lastIndexOf('\n\n');
-    const crlf = all.lastIndexOf('\r\n\r\n');
-    const end = Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 4);
     // No boundary yet: hold it, unless an event grows past any sensible size (then relay as it comes).
     if (end === 0) {
-      if (n > MAX_HELD_EVENT) {
+      if (all.length > MAX_HELD_EVENT) {
         this.partialEvent = undefined;
         return all;
       }
       this.partialEvent = all;
       return EMPTY;
     }
-    this.partialEvent = end < n ? all.subarray(end) : undefined;
+    this.partialEvent = all.subarray(end);
     return all.subarray(0, end);
   }
 

@@ -115,10 +115,17 @@ test('a malformed request pipelined behind a streaming answer does not write a s
     const out = await new Promise<string>((resolve) => {
       const s = net.connect(fleet.gw.apiPort, '127.0.0.1', () => {
         s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
-        setTimeout(() => s.write('GARBAGE /\x00 HTTP/9\r\n\r\n'), 200);
       });
       let o = '';
-      s.on('data', (c) => (o += c));
+      let sent = false;
+      s.on('data', (c) => {
+        o += c;
+        // Garbage once the stream has begun (its first event is out).
+        if (!sent && o.includes('data: ')) {
+          sent = true;
+          s.write('GARBAGE /\x00 HTTP/9\r\n\r\n');
+        }
+      });
       s.on('error', () => undefined);
       s.on('close', () => resolve(o));
       setTimeout(() => s.destroy(), 3000);

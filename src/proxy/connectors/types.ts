@@ -81,6 +81,19 @@ export function oneTokenBody(body: Readonly<Record<string, unknown>>): Record<st
   return out;
 }
 
+/** A body that parsed but cannot be serialised again (nested deeper than JSON.stringify's stack). */
+export class BodyNotRewritableError extends Error {
+  constructor(cause: Error) {
+    super(`the request body cannot be rewritten for the prefill leg (${cause.message})`);
+    this.name = 'BodyNotRewritableError';
+  }
+}
+
 export function jsonBuffer(value: unknown): Buffer {
-  return Buffer.from(JSON.stringify(value), 'utf8');
+  try {
+    return Buffer.from(JSON.stringify(value), 'utf8');
+  } catch (err) {
+    if (err instanceof RangeError) throw new BodyNotRewritableError(err);
+    throw err;
+  }
 }

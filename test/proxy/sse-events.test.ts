@@ -1,0 +1,19 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { lastEventEnd } from '../../src/proxy/forward.js';
+
+test('lastEventEnd: past the last blank line, whatever the SSE line ends (LF, CR LF, CR)', () => {
+  const end = (s: string) => lastEventEnd(Buffer.from(s, 'latin1'));
+  assert.equal(end('data: a\n\n'), 9);
+  assert.equal(end('data: a\r\n\r\n'), 11);
+  assert.equal(end('data: a\r\r'), 9);
+  assert.equal(end('data: a\n\r\n'), 10);
+  assert.equal(end('data: a\r\r\n'), 10);
+  assert.equal(end('data: a\n\ndata: b'), 9, 'a partial event after a whole one');
+  assert.equal(end('data: a\n\ndata: b\n'), 9, 'one line end is no boundary');
+  assert.equal(end('data: a\r\n'), 0);
+  assert.equal(end('data: a\r'), 0, 'a CR at the end could be the start of CR LF: one line end');
+  assert.equal(end('data: a\ndata: b'), 0);
+  assert.equal(end(''), 0);
+  assert.equal(end('\n\n'), 2);
+});
