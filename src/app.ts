@@ -75,10 +75,10 @@ function buildRuntime(
   random: RandomSource,
   logger: Logger,
   metrics: GatewayMetrics,
-  previous?: { plugins: ReadonlyMap<string, Plugin>; queue: FlowController | undefined },
+  previous?: { plugins: ReadonlyMap<string, Plugin>; queue: FlowController | undefined; replacedEndpoints: ReadonlySet<string> },
 ): { runtime: ProxyRuntime; detector: SaturationDetector; plugins: ReadonlyMap<string, Plugin> } {
   const decisionCounter = metrics.decisionCounter.bind(metrics);
-  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map(), decisionCounter }, previous?.plugins);
+  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map(), decisionCounter }, previous?.plugins, previous?.replacedEndpoints);
   const previousQueue = previous?.queue;
   const detector = built.detector;
   const saturationNow = () => globalSaturation(detector, clock.now(), pool.endpoints);
@@ -130,6 +130,17 @@ interface Live {
   staleMs: number;
 }
 
+/** Names of endpoints a new configuration puts at another address or port (what was learned of them is not the new server's). */
+function movedEndpoints(before: SluiceConfig, after: SluiceConfig): Set<string> {
+  const was = new Map(before.pool.endpoints.map((e) => [e.name, e]));
+  const moved = new Set<string>();
+  for (const e of after.pool.endpoints) {
+    const old = was.get(e.name);
+    if (old !== undefined && (old.address !== e.address || old.port !== e.port)) moved.add(e.name);
+  }
+  return moved;
+}
+
 /** Settings a running gateway cannot change: a reload that touches them is applied otherwise and logged. */
 function restartOnlyChanges(a: SluiceConfig, b: SluiceConfig): string[] {
   const changed: string[] = [];
@@ -155,7 +166,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
   metrics.configInForce(effectiveConfigDigest(loaded.config));
   const build = (config: SluiceConfig, previous?: Live): Live => {
-    const before = previous && { plugins: previous.plugins, queue: previous.runtime.flowControl };
+    const before = previous && { plugins: previous.plugins, queue: previous.runtime.flowControl, replacedEndpoints: movedEndpoints(previous.config, config) };
     const { runtime, detector, plugins } = buildRuntime(config, registry, pool, clock, random, logger, metrics, before);
     return { config, runtime, detector, plugins, staleMs: stalenessMs(config) };
   };

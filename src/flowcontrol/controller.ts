@@ -530,7 +530,6 @@ export class FlowController {
     for (const item of this.drainAll()) this.finish(item, 'Dispatched', now - item.enqueuedAt);
   }
 
-  /** Empties every structure; returns what was queued, in arrival order. */
   /**
    * The priorities of the requests queued now (a reload provisions bands for them, so that one whose
    * objective left the configuration keeps a band from the template instead of landing in band 0).
@@ -541,6 +540,7 @@ export class FlowController {
     return [...priorities];
   }
 
+  /** Empties every structure; returns what was queued, in arrival order. */
   private drainAll(): QueuedRequest[] {
     const items: QueuedRequest[] = [];
     for (const band of this.bands) {

@@ -42,6 +42,7 @@ export function buildScheduling(
   registry: PluginRegistry,
   deps: PluginDeps,
   previous?: ReadonlyMap<string, Plugin>,
+  replacedEndpoints: ReadonlySet<string> = new Set(),
 ): BuiltScheduling {
   const plugins = new Map<string, Plugin>();
   // Plugins see the ones created before them (a plugin may reference another by name).
@@ -67,7 +68,7 @@ export function buildScheduling(
   // A reload: each plugin takes over what its predecessor of the same name and type learned.
   for (const [name, plugin] of byConfigOrder) {
     const before = previous?.get(name);
-    if (before !== undefined && before.type === plugin.type) plugin.carryOver?.(before);
+    if (before !== undefined && before.type === plugin.type) plugin.carryOver?.(before, replacedEndpoints);
   }
 
   const profiles = new Map<string, SchedulingProfile>();

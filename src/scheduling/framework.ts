@@ -52,8 +52,10 @@ export interface Plugin {
    * After a reload, called on the new instance of a plugin that has the same name and type as
    * `previous`: it takes over what the old one learned (a prefix index, an LRU) when its own
    * parameters still fit it. Without this, a reload would cost the fleet its cache affinity.
+   * `replaced`: endpoint names now at another address or port — what was learned of them is not
+   * the new server's.
    */
-  carryOver?(previous: Plugin): void;
+  carryOver?(previous: Plugin, replaced: ReadonlySet<string>): void;
 }
 
 /** Narrows the candidate list. Returning an empty list fails the profile (429 rejected-saturated). */

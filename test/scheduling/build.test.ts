@@ -322,6 +322,13 @@ describe('builtinRegistry', () => {
     assert.notEqual(prefix(second), prefix(first), 'new instances');
     assert.equal(prefix(second).index, prefix(first).index, 'the prefix index is kept');
     assert.deepEqual(lru(second).lruOrder(), ['e1', 'e0'], 'the cold-request LRU is kept');
+    const learned = (b: typeof first) => (b.plugins.get('prefix-cache-scorer') as unknown as { index: { endpointNames(): string[] } }).index.endpointNames().sort();
+    assert.deepEqual(learned(second), ['e0', 'e1']);
+
+    // e1 now names another server: nothing learned of the old one is carried to it.
+    const moved = buildScheduling(config(plugins, [profile]), registry, makeDeps(), second.plugins, new Set(['e1']));
+    assert.deepEqual(learned(moved), ['e0']);
+    assert.deepEqual(lru(moved).lruOrder(), ['e0']);
 
     // Blocks cut differently: the old hashes would never match, so the index starts empty.
     const resized = plugins.map((p) => (p.type === 'prefix-cache-scorer' ? { ...p, parameters: { blockSizeTokens: 32 } } : p));

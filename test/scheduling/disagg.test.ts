@@ -246,6 +246,9 @@ describe('prefix-based-pd-decider', () => {
 
   test('nonCachedTokens 0 (the default) always disaggregates, as llm-d\'s decider does; promptTokens still sets a minimum', () => {
     assert.equal(prefixBasedPdDeciderParams.parse({}).nonCachedTokens, 0);
+    const warn = (p: object) => prefixBasedPdDeciderDefinition.configWarnings!(prefixBasedPdDeciderParams.parse(p), { metricsIntervalMs: 50 });
+    assert.match(warn({})[0]!.message, /nonCachedTokens 0 \(the default\) disaggregates every prompt/, 'said at load: it meant never before');
+    assert.deepEqual(warn({ nonCachedTokens: 256 }), []);
     const { decider } = setup(0, false);
     const ctx = makeContext();
     assert.equal(decider.disaggregate(ctx, makeRequest('x'), makeEndpoint('e')), true, 'even a tiny prompt, even without a prefix index');

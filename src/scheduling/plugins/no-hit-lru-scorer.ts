@@ -119,9 +119,9 @@ export class NoHitLruScorer implements Scorer, PreRequest {
   }
 
   /** A reload: the order in which endpoints last received a cold request stays. */
-  carryOver(previous: Plugin): void {
+  carryOver(previous: Plugin, replaced: ReadonlySet<string>): void {
     if (!(previous instanceof NoHitLruScorer)) return;
-    for (const name of previous.lru.keys()) this.touch(name);
+    for (const name of previous.lru.keys()) if (!replaced.has(name)) this.touch(name);
   }
 
   /** Endpoint names, least recently used (for a cold request) first (tests, debug). */

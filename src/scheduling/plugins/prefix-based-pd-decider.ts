@@ -86,5 +86,10 @@ export const prefixBasedPdDeciderDefinition: PluginDefinition<PrefixBasedPdDecid
   type: PREFIX_BASED_PD_DECIDER_TYPE,
   kinds: ['decider'],
   params: prefixBasedPdDeciderParams,
+  // Sluice before 2026-12 and llm-d's older decider read 0 as never: say what it means now.
+  configWarnings: (params) =>
+    params.nonCachedTokens > 0
+      ? []
+      : [{ parameter: 'nonCachedTokens', message: 'nonCachedTokens 0 (the default) disaggregates every prompt, as llm-d\'s decider does; set the uncached prompt tokens worth a prefill leg (e.g. 256)' }],
   create: (name, params, deps) => new PrefixBasedPdDecider(name, params, deps.plugins, deps.logger),
 };

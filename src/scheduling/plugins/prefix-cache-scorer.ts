@@ -119,10 +119,11 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
   }
 
   /** A reload: the index learned so far stays, unless the blocks are now cut differently (their hashes would never match). */
-  carryOver(previous: Plugin): void {
+  carryOver(previous: Plugin, replaced: ReadonlySet<string>): void {
     if (previous instanceof PrefixCacheScorer && previous.hashOptions.blockChars === this.hashOptions.blockChars) {
       this.index = previous.index;
       this.lastPurgeAt = previous.lastPurgeAt;
+      if (replaced.size > 0) this.index.purge(new Set(this.index.endpointNames().filter((name) => !replaced.has(name))));
     }
   }
 
