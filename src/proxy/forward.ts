@@ -294,8 +294,6 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private abortUpstream: ((err: Error) => void) | undefined = undefined;
   /** undici's resume of a paused response (backpressure). */
   private resumeUpstream: (() => void) | undefined = undefined;
-  /** The client is not reading: onData answers false, and undici stops reading until resumed. */
-  private paused = false;
   private prepared: DecodeLeg | undefined = undefined;
   private cachedTokens: number | undefined = undefined;
   // --- the answer
@@ -315,6 +313,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private headPending = false;
   /** SSE: the bytes after the last event boundary, relayed once their event is whole (an error event must start on a boundary). */
   private partialEvent: Buffer | undefined = undefined;
+  /** The client is not reading: onData answers false, and undici stops reading until resumed on 'drain'. */
   private waitingDrain = false;
   /** Resumes the upstream once the client caught up (made on first backpressure). */
   private onDrain: (() => void) | undefined = undefined;
@@ -422,7 +421,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean {
     this.resumeUpstream = resume;
     this.responseStart(status, rawHeaders);
-    return !this.paused;
+    return !this.waitingDrain;
   }
 
   private responseStart(status: number, rawHeaders: Buffer[]): void {
@@ -466,7 +465,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
 
   onData(chunk: Buffer): boolean {
     this.responseData(chunk);
-    return !this.paused;
+    return !this.waitingDrain;
   }
 
   private responseData(chunk: Buffer): void {
@@ -514,11 +513,9 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     }
     if (!ctx.res.write(out) && !ctx.res.destroyed && !this.waitingDrain) {
       this.waitingDrain = true;
-      this.paused = true;
       this.onDrain ??= () => {
         this.waitingDrain = false;
         clearTimeout(this.stallTimer);
-        this.paused = false;
         this.resumeUpstream?.();
       };
       ctx.res.once('drain', this.onDrain);

@@ -81,8 +81,7 @@ export class ApiServer {
     });
     // Node's own answers to these carry no §5 body (417), or there is none at all (CONNECT).
     this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
-      this.active++;
-      trackResponse(res, this.requestEnded);
+      this.begin(res);
       sendError(res, 417, `unsupported expectation: ${String(req.headers.expect).slice(0, 64)}`, { requestId: requestIdOf(req), close: true });
     });
     this.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
@@ -121,9 +120,14 @@ export class ApiServer {
     }
   };
 
-  private handle(req: IncomingMessage, res: ServerResponse): void {
+  /** A request is being handled until its response closes (graceful drain waits for it). */
+  private begin(res: ServerResponse): void {
     this.active++;
     trackResponse(res, this.requestEnded);
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    this.begin(res);
     if (res.socket === null) watchPipelined(req.socket, res);
     let url = req.url ?? '/';
     // Absolute form (`POST http://host/v1/…`), which HTTP/1.1 servers must accept: routed and forwarded as origin form.
