@@ -1,10 +1,12 @@
 /** Real loopback fleets for integration tests: simulators (or custom servers) + a gateway in front. */
+import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import pino, { type Logger } from 'pino';
 import { startGateway, type Gateway, type GatewayOptions } from '../../src/app.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { startSimulator, type RunningSimulator, type SimOptions } from '../../src/sim/server.js';
+import { until } from './wait.js';
 
 export interface FleetEndpoint {
   name: string;
@@ -85,4 +87,14 @@ export async function startFleet(
       await Promise.all(sims.map((s) => s.close()));
     },
   };
+}
+
+/** Waits until no endpoint counts a request or prompt tokens in flight; a failure names what is left. */
+export async function nothingInFlight(gw: Gateway, ms = 3000): Promise<void> {
+  const left = () => gw.pool.endpoints.filter((e) => e.inFlight !== 0 || e.inFlightTokens !== 0).map((e) => `${e.name}=${e.inFlight}/${e.inFlightTokens}`);
+  try {
+    await until(() => left().length === 0, ms, 'nothing left in flight');
+  } catch {
+    assert.fail(`still in flight (requests/prompt tokens): ${left().join(' ')}`);
+  }
 }

@@ -11,7 +11,7 @@ import type { Gateway } from '../../src/app.js';
 import { startSimulator } from '../../src/sim/server.js';
 import type { Logger } from 'pino';
 import type { DecisionTrace } from '../../src/scheduling/scheduler.js';
-import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend, type Received } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -185,8 +185,6 @@ function sample(text: string, name: string, labels: string): number | undefined 
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const json = (r: Received) => JSON.parse(r.body) as Record<string, unknown>;
-const inFlight = (gw: Gateway) => gw.pool.endpoints.map((e) => `${e.name}=${e.inFlight}/${e.inFlightTokens}`).join(' ');
-
 describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
   test('long uncached prompt: prefill leg then decode leg with the exact bodies; cached_tokens from the prefill', async () => {
     const f = await pdFleet();
@@ -232,7 +230,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.equal(Number(r.headers['content-length']), Buffer.byteLength(r.text));
       assert.equal(r.headers['x-request-id'], 'req-pd-1');
       assert.equal(r.headers['x-inference-pod'], 'decoder');
-      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 2000, `in-flight back to 0 (${inFlight(f.gw)})`);
+      await nothingInFlight(f.gw);
     } finally {
       await f.close();
     }
@@ -389,7 +387,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.deepEqual([p.inFlightTokens, d.inFlightTokens], [0, Math.floor(JSON.stringify(body.messages).length / 4)], 'the decoder recomputes the prompt');
       releaseDecode!();
       assert.equal((await pending).status, 200);
-      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 2000, `released (${inFlight(f.gw)})`);
+      await nothingInFlight(f.gw);
     } finally {
       await f.close();
     }
@@ -404,7 +402,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       ac.abort();
       assert.ok((await pending) instanceof Error);
       await until(() => f.prefill[0]!.active === 0, 2000, 'prefill request aborted upstream');
-      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 2000, `in-flight released (${inFlight(f.gw)})`);
+      await nothingInFlight(f.gw);
       await sleep(100);
       assert.equal(f.decode[0]!.received.length, 0);
     } finally {
@@ -427,7 +425,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.deepEqual([d0.inFlightTokens, d1.inFlightTokens], [0, Math.floor(JSON.stringify(body.messages).length / 4)]);
       releaseDecode!();
       assert.equal((await pending).status, 200);
-      await until(() => f.gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 2000, `released (${inFlight(f.gw)})`);
+      await nothingInFlight(f.gw);
     } finally {
       await f.close();
     }

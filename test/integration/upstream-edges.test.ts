@@ -9,7 +9,7 @@ import net, { type AddressInfo, type Socket } from 'node:net';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
-import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, vllmPage } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -66,9 +66,6 @@ async function post(gw: Gateway, body = CHAT): Promise<{ status: number; text: s
     return { status: -1, text: String((err as { code?: string }).code ?? err) };
   }
 }
-
-const nothingInFlight = (gw: Gateway) =>
-  until(() => gw.pool.endpoints.every((e) => e.inFlight === 0 && e.inFlightTokens === 0), 3000, 'nothing left in flight');
 
 const withBodyTimeout = (text: string) => text.replace('retries: 2 }', 'retries: 2, bodyTimeout: 300ms }');
 

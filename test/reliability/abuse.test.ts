@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import fc from 'fast-check';
 import { request } from 'undici';
-import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, type FakeBackend } from '../helpers/fake-backend.js';
 import type { Gateway } from '../../src/app.js';
 import { ConfigError, loadConfigText } from '../../src/config/load.js';
@@ -239,7 +239,7 @@ describe('clients that leave or stall', () => {
       await until(() => backend.received.length === 2, 3000, 'both forwarded');
       s.destroy();
       // The second one's answer waits behind the first: Node never closes its response itself.
-      await until(() => gw.pool.endpoints[0]!.inFlight === 0, 3000, "nothing in flight");
+      await nothingInFlight(gw);
       await until(() => backend.active === 0, 3000, 'both upstream requests aborted');
     } finally {
       await gw.close();
