@@ -323,7 +323,8 @@ export class PrefixIndex {
    * The last block is learned first and the first block last, so a prompt's tail is forgotten before
    * its head: vLLM frees a finished request's blocks in reverse order for the same reason, and a
    * prefix that lost its tail still matches, while one that lost its first block matches nothing.
-   * The index may keep a reference to `hashes` (a lazy tail): the caller must not change it afterwards.
+   * The index may keep a reference to `hashes` (a lazy tail; a copy of its end when that is less than
+   * half of it): the caller must not change it afterwards.
    */
   learn(endpointName: string, hashes: readonly number[], capacity: number): void {
     let e = this.idByName.get(endpointName);
@@ -597,6 +598,11 @@ export class PrefixIndex {
 
   /** Endpoint `e` now holds `hashes[from, from + length)`, the blocks after `block`, as a lazy tail (most recent). */
   private addTail(block: number, e: number, hashes: readonly number[], from: number, length: number): void {
+    // A short suffix after a long shared prefix: keep a copy of the suffix, not the whole array.
+    if (from > length) {
+      hashes = hashes.slice(from, from + length);
+      from = 0;
+    }
     const m = this.newRecord();
     this.memBlock[m] = block;
     this.memEndpoint[m] = e;
