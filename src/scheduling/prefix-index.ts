@@ -249,7 +249,7 @@ export class PrefixIndex {
   private memTailLen = new Int32Array(1024);
   /** A tail's hashes: `memTailHashes[m][memTailFrom[m] …]` (the learning request's array, kept by reference). */
   private memTailFrom = new Int32Array(1024);
-  private memTailHashes: (readonly number[] | undefined)[] = [];
+  private memTailHashes: (readonly number[] | undefined)[] = new Array<undefined>(1024).fill(undefined); // dense: no holes
   private memTop = 0;
   private memFree = NONE;
   /** Blocks held in lazy tails (distinct from every real block: chained hashes never repeat). */
@@ -555,6 +555,8 @@ export class PrefixIndex {
         this.memOwnerNext = grownInt32(this.memOwnerNext, length);
         this.memTailLen = grownInt32(this.memTailLen, length);
         this.memTailFrom = grownInt32(this.memTailFrom, length);
+        // Grown by pushes: an array assigned far past its end would turn into a slow dictionary.
+        while (this.memTailHashes.length < length) this.memTailHashes.push(undefined);
       }
     }
     return m;
