@@ -92,12 +92,11 @@ export function hashRange(text: string, start: number, end: number, seed: number
 }
 
 /**
- * hashRange over code units already copied out of the string (same result, about twice as fast):
- * `words` views the same bytes as `units`, so from an even `start` each pair of units is one
+ * hashRange over code units already copied out of the string, from an even `start` (same result,
+ * about twice as fast): `words` views the same bytes as `units`, so each pair of units is one
  * little-endian 32-bit read.
  */
 function hashUnits(units: Uint16Array, words: Uint32Array, start: number, end: number, seed: number): number {
-  if ((start & 1) !== 0) return hashUnitPairs(units, start, end, seed);
   const lo = seed >>> 0;
   const hi = Math.floor(seed / TWO_POW_32) >>> 0;
   let h1 = 0xdeadbeef ^ lo;
@@ -115,27 +114,6 @@ function hashUnits(units: Uint16Array, words: Uint32Array, start: number, end: n
   }
   for (const kEnd = (start >> 1) + wordsEnd; k < kEnd; k++) h1 = Math.imul(h1 ^ words[k]!, M1);
   if (((end - start) & 1) !== 0) h1 = Math.imul(h1 ^ units[end - 1]!, M1);
-  return finish(h1, h2, h3, h4, end - start);
-}
-
-/** hashUnits from an odd `start` (words are not aligned there): pairs of units assembled one by one. */
-function hashUnitPairs(units: Uint16Array, start: number, end: number, seed: number): number {
-  const lo = seed >>> 0;
-  const hi = Math.floor(seed / TWO_POW_32) >>> 0;
-  let h1 = 0xdeadbeef ^ lo;
-  let h2 = 0x41c6ce57 ^ hi;
-  let h3 = 0x9e3779b9 ^ hi;
-  let h4 = 0x85ebca6b ^ lo;
-  const quadsEnd = end - ((end - start) & 7);
-  let i = start;
-  for (; i < quadsEnd; i += 8) {
-    h1 = Math.imul(h1 ^ (units[i]! | (units[i + 1]! << 16)), M1);
-    h2 = Math.imul(h2 ^ (units[i + 2]! | (units[i + 3]! << 16)), M2);
-    h3 = Math.imul(h3 ^ (units[i + 4]! | (units[i + 5]! << 16)), M3);
-    h4 = Math.imul(h4 ^ (units[i + 6]! | (units[i + 7]! << 16)), M4);
-  }
-  for (; i + 1 < end; i += 2) h1 = Math.imul(h1 ^ (units[i]! | (units[i + 1]! << 16)), M1);
-  if (i < end) h1 = Math.imul(h1 ^ units[i]!, M1);
   return finish(h1, h2, h3, h4, end - start);
 }
 
@@ -189,7 +167,8 @@ export function blockHashes(text: string, seed: number, opts: PrefixHashOptions)
   let i = 0;
   for (let start = 0; start < end; start += blockChars) {
     const blockEnd = Math.min(start + blockChars, end);
-    previous = copied ? hashUnits(copied, words, start, blockEnd, previous) : hashRange(text, start, blockEnd, previous);
+    // An odd start (only the deprecated `blockSize` can make blocks of odd length) reads the string.
+    previous = copied && (start & 1) === 0 ? hashUnits(copied, words, start, blockEnd, previous) : hashRange(text, start, blockEnd, previous);
     hashes[i++] = previous;
   }
   return hashes;
