@@ -303,9 +303,10 @@ export class PrefixIndex {
    * its head: vLLM frees a finished request's blocks in reverse order for the same reason, and a
    * prefix that lost its tail still matches, while one that lost its first block matches nothing.
    * The index may keep a reference to `hashes` (a lazy tail; a copy of its end when that is less than
-   * half of it): the caller must not change it afterwards.
+   * half of it): the caller must not change it afterwards. `lazyTail` false: every new block is a
+   * block (another endpoint is about to learn the same ones). A fractional capacity is rounded down.
    */
-  learn(endpointName: string, hashes: readonly number[], capacity: number): void {
+  learn(endpointName: string, hashes: readonly number[], capacity: number, lazyTail = true): void {
     let e = this.idByName.get(endpointName);
     if (e === undefined) e = this.addEndpoint(endpointName);
     const n = hashes.length;
@@ -331,7 +332,7 @@ export class PrefixIndex {
     let end = n;
     if (known < n) {
       blocks[known] = previous = this.addBlock(hashes[known]!, previous);
-      if (n - known - 1 >= MIN_TAIL_BLOCKS) end = known + 1;
+      if (lazyTail && n - known - 1 >= MIN_TAIL_BLOCKS) end = known + 1;
       else for (let k = known + 1; k < n; k++) blocks[k] = previous = this.addBlock(hashes[k]!, previous);
     }
     if (end < n) this.addTail(blocks[known]!, e, hashes, end, n - end);
@@ -346,7 +347,7 @@ export class PrefixIndex {
       }
       this.addMembership(block, e);
     }
-    this.evictDownTo(e, capacity);
+    this.evictDownTo(e, Math.floor(capacity));
   }
 
   /** Forgets every endpoint not in `liveNames`. */

@@ -121,6 +121,41 @@ describe('PrefixIndex', () => {
     assert.deepEqual([...index.match(keep, [a])], [2]);
   });
 
+  test('lazy tails: a prompt learned by a second endpoint, or branching inside the tail, shares real blocks', () => {
+    const index = new PrefixIndex();
+    const hashes = blockHashes(text(1, 64 * 10), 0, OPTS);
+    index.learn('a', hashes, 1000); // block 0, then a tail of 9
+    const branch = [...hashes.slice(0, 5), ...blockHashes(text(2, 64 * 3), 7, OPTS)];
+    index.learn('b', branch, 1000); // reaches 4 blocks into a's tail: turned into blocks
+    assert.deepEqual([...index.match(hashes, [a, b])], [10, 5]);
+    assert.deepEqual([...index.match(branch, [a, b])], [5, 8]);
+    assert.equal(index.distinctBlocks, 13);
+    assert.deepEqual([index.size('a'), index.size('b')], [10, 8]);
+    index.purge(new Set(['b']));
+    assert.deepEqual([...index.match(hashes, [a, b])], [0, 5]);
+    assert.equal(index.distinctBlocks, 8);
+  });
+
+  test('P/D: the first of two learns of the same blocks makes them blocks (no tail to turn back); same answers', () => {
+    for (const lazyTail of [true, false]) {
+      const index = new PrefixIndex();
+      const hashes = blockHashes(text(1, 64 * 10), 0, OPTS);
+      index.learn('decode', hashes, 1000, lazyTail);
+      index.learn('prefill', hashes, 1000, true);
+      assert.deepEqual([...index.match(hashes, [makeEndpoint('decode'), makeEndpoint('prefill')])], [10, 10]);
+      assert.equal(index.distinctBlocks, 10);
+    }
+  });
+
+  test('a fractional capacity counts whole blocks', () => {
+    const index = new PrefixIndex();
+    index.learn('a', blockHashes(text(1, 64 * 10), 0, OPTS), 2.5);
+    assert.equal(index.size('a'), 2);
+    assert.equal(index.distinctBlocks, 2);
+    index.purge(new Set());
+    assert.equal(index.distinctBlocks, 0);
+  });
+
   test('purge forgets endpoints that left the pool', () => {
     const index = new PrefixIndex();
     const hashes = blockHashes(text(1, 640), 0, OPTS);
@@ -214,7 +249,8 @@ describe('PrefixIndex against a reference model', () => {
           const chain = nextChain();
           const name = names[int(names.length)]!;
           const capacity = 5 + int(60);
-          index.learn(name, chain, capacity);
+          // Lazy tails mostly; sometimes every block a block (what P/D's first learn does).
+          index.learn(name, chain, capacity, random() < 0.8);
           ref.learn(name, chain, capacity);
           learned.push(chain);
         } else if (op < 19) {

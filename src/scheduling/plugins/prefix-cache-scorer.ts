@@ -128,8 +128,8 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
   }
 
   /** The request's block hashes, computed once per request and kept in req.state. */
-  hashesFor(req: SchedulingRequest): number[] {
-    const cached = req.state.get(this.stateKey) as number[] | undefined;
+  hashesFor(req: SchedulingRequest): readonly number[] {
+    const cached = req.state.get(this.stateKey) as readonly number[] | undefined;
     if (cached !== undefined) return cached;
     const salt = req.body['cache_salt'];
     let seed = hashString(req.model);
@@ -168,16 +168,17 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
     const hashes = this.hashesFor(req);
     if (hashes.length === 0) return;
     const primary = result.profileResults.get(result.primaryProfile)?.targets[0];
-    if (primary !== undefined) this.learn(primary, hashes);
-    if (result.primaryProfile !== PREFILL_PROFILE_NAME) {
-      const prefill = result.profileResults.get(PREFILL_PROFILE_NAME)?.targets[0];
-      if (prefill !== undefined && prefill !== primary) this.learn(prefill, hashes);
-    }
+    const prefill = result.primaryProfile !== PREFILL_PROFILE_NAME ? result.profileResults.get(PREFILL_PROFILE_NAME)?.targets[0] : undefined;
+    const both = prefill !== undefined && prefill !== primary;
+    // Two endpoints learn the same blocks (P/D): as blocks at once, not a lazy tail the second learn
+    // would turn into blocks anyway.
+    if (primary !== undefined) this.learn(primary, hashes, !both);
+    if (both) this.learn(prefill, hashes, true);
     this.maybePurge();
   }
 
-  private learn(endpoint: Endpoint, hashes: readonly number[]): void {
-    this.index.learn(endpoint.name, hashes, this.capacityOf(endpoint));
+  private learn(endpoint: Endpoint, hashes: readonly number[], lazyTail: boolean): void {
+    this.index.learn(endpoint.name, hashes, this.capacityOf(endpoint), lazyTail);
   }
 
   /** Blocks (of blockSizeTokens) remembered for the endpoint: what its KV cache holds when auto-tuned. */
