@@ -10,7 +10,7 @@ import { formatProblem, type ConfigProblem } from './config/load.js';
 import { effectiveConfigDigest } from './config/print.js';
 import { Pool } from './datalayer/pool.js';
 import { Scraper } from './datalayer/scraper.js';
-import { GatewayMetrics, type SaturationSnapshot } from './metrics/metrics.js';
+import { GatewayMetrics, type PrefixIndexerSnapshot, type SaturationSnapshot } from './metrics/metrics.js';
 import { builtinRegistry } from './plugins/builtin.js';
 import type { PluginRegistry } from './plugins/registry.js';
 import { GatewayError } from './proxy/errors.js';
@@ -25,6 +25,7 @@ import { FlowController } from './flowcontrol/controller.js';
 import type { FairnessPolicy, OrderingPolicy, UsageLimitPolicy } from './flowcontrol/policies/types.js';
 import type { Plugin } from './scheduling/framework.js';
 import { buildScheduling } from './scheduling/build.js';
+import { isPrefixIndexer } from './scheduling/prompt-load.js';
 import { systemClock, type Clock, type RandomSource } from './util/clock.js';
 import { silentLogger } from './util/logger.js';
 
@@ -78,7 +79,14 @@ function buildRuntime(
   previous?: { plugins: ReadonlyMap<string, Plugin>; queue: FlowController | undefined; replacedEndpoints: ReadonlySet<string> },
 ): { runtime: ProxyRuntime; detector: SaturationDetector; plugins: ReadonlyMap<string, Plugin> } {
   const decisionCounter = metrics.decisionCounter.bind(metrics);
-  const built = buildScheduling(config, registry, { clock, random, pool, logger, plugins: new Map(), decisionCounter }, previous?.plugins, previous?.replacedEndpoints);
+  const prefixIndexerMatch = metrics.prefixIndexerMatch.bind(metrics);
+  const built = buildScheduling(
+    config,
+    registry,
+    { clock, random, pool, logger, plugins: new Map(), decisionCounter, prefixIndexerMatch },
+    previous?.plugins,
+    previous?.replacedEndpoints,
+  );
   const previousQueue = previous?.queue;
   const detector = built.detector;
   const saturationNow = () => globalSaturation(detector, clock.now(), pool.endpoints);
@@ -131,6 +139,13 @@ interface Live {
 }
 
 /** Names of endpoints a new configuration puts at another address or port (what was learned of them is not the new server's). */
+/** The prefix indexes of the plugins in force, for `llm_d_epp_prefix_indexer_size`. */
+function prefixIndexers(plugins: ReadonlyMap<string, Plugin>): PrefixIndexerSnapshot[] {
+  const out: PrefixIndexerSnapshot[] = [];
+  for (const p of plugins.values()) if (isPrefixIndexer(p)) out.push({ name: p.name, type: p.type, size: p.prefixIndexerSize() });
+  return out;
+}
+
 function movedEndpoints(before: SluiceConfig, after: SluiceConfig): Set<string> {
   const was = new Map(before.pool.endpoints.map((e) => [e.name, e]));
   const moved = new Set<string>();
@@ -175,6 +190,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   // Anything that could change the dispatch answer re-runs a (coalesced) dispatch cycle.
   pool.onChange(() => live.runtime.flowControl?.kick());
   metrics.setFlowControlSource(() => live.runtime.flowControl?.metricsSnapshot());
+  metrics.setPrefixIndexerSource(() => prefixIndexers(live.plugins));
   let lastSourceErrorLog = -Infinity;
   const saturationNow = (): SaturationSnapshot | undefined => {
     let s: ReturnType<typeof stageSaturation>;

@@ -348,6 +348,14 @@ class FastHistogram<L extends string> {
 
 export type SaturationStage = Stage;
 
+/** One plugin's approximate prefix index, read at scrape time (`llm_d_epp_prefix_indexer_size`). */
+export interface PrefixIndexerSnapshot {
+  name: string;
+  type: string;
+  /** (endpoint, block) entries. */
+  size: number;
+}
+
 /** What the saturation detector reports, read at scrape time. */
 export interface SaturationSnapshot {
   /** Per non-empty stage; an absent stage has no series. */
@@ -469,6 +477,7 @@ export class GatewayMetrics {
   private readonly maxModelPairs: number;
 
   private saturationSource: (() => SaturationSnapshot | undefined) | undefined;
+  private prefixIndexerSource: (() => Iterable<PrefixIndexerSnapshot>) | undefined;
   private flowControlSource: (() => FlowControlSnapshot | undefined) | undefined;
 
   // Caches of labelled children, keyed by already-capped values (nested maps: no key-string building).
@@ -500,6 +509,10 @@ export class GatewayMetrics {
   // --- scheduler
   readonly schedulerE2eDuration: FastHistogram<never>;
   readonly schedulerAttemptsTotal: FastValueMetric<'status' | 'endpoint_name'>;
+  // --- prefix indexers (llm-d's approximate prefix cache metrics)
+  readonly prefixIndexerSize: Gauge<'plugin_name' | 'plugin_type'>;
+  readonly prefixIndexerHitRatio: FastHistogram<'plugin_name' | 'plugin_type'>;
+  readonly prefixIndexerHitBytes: FastHistogram<'plugin_name' | 'plugin_type'>;
   // --- endpoints (scrape-time)
   readonly endpointMetricsAge: Gauge<'endpoint_name' | 'role'>;
   readonly perEndpointQueueSize: Gauge<'endpoint_name' | 'role'>;
@@ -606,6 +619,25 @@ export class GatewayMetrics {
       name: 'llm_d_epp_scheduler_e2e_duration_seconds',
       help: 'Time in seconds to run the scheduler for one request (profiles: filters, scorers, picker).',
       buckets: MICRO_BUCKETS_SECONDS,
+    });
+    const pluginLabels = ['plugin_name', 'plugin_type'] as const;
+    this.prefixIndexerSize = gauge({
+      name: 'llm_d_epp_prefix_indexer_size',
+      help: 'Entries in the approximate prefix index: (endpoint, block) pairs it remembers, summed over endpoints.',
+      labelNames: pluginLabels,
+      collect: () => this.collectPrefixIndexers(),
+    });
+    this.prefixIndexerHitRatio = fastHistogram({
+      name: 'llm_d_epp_prefix_indexer_hit_ratio',
+      help: "Per scheduled request: the share of its prompt's blocks the index believed the chosen endpoint to cache, before learning them (0–1; prompts shorter than one block are left out).",
+      labelNames: pluginLabels,
+      buckets: [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1],
+    });
+    this.prefixIndexerHitBytes = fastHistogram({
+      name: 'llm_d_epp_prefix_indexer_hit_bytes',
+      help: 'Per scheduled request: the prompt length the index believed the chosen endpoint to cache, in bytes estimated as matched blocks × blockSizeTokens × 4 (as llm-d).',
+      labelNames: pluginLabels,
+      buckets: [0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536],
     });
     this.schedulerAttemptsTotal = fastCounter({
       name: 'llm_d_epp_scheduler_attempts_total',
@@ -821,6 +853,24 @@ export class GatewayMetrics {
     this.saturationSource = source;
   }
 
+  /** The prefix indexers in force (the plugins keeping an approximate prefix index), read at scrape time. */
+  setPrefixIndexerSource(source: (() => Iterable<PrefixIndexerSnapshot>) | undefined): void {
+    this.prefixIndexerSource = source;
+  }
+
+  /**
+   * Records one scheduled request's expected prefix hit for plugin `pluginName` (llm-d's
+   * `prefix_indexer_hit_ratio` / `_hit_bytes`); the returned function is bound to its series.
+   */
+  prefixIndexerMatch(pluginName: string, pluginType: string): (matchedBytes: number, totalBytes: number) => void {
+    const ratio = this.prefixIndexerHitRatio.labels(pluginName, pluginType);
+    const bytes = this.prefixIndexerHitBytes.labels(pluginName, pluginType);
+    return (matchedBytes, totalBytes) => {
+      bytes.observe(matchedBytes);
+      if (totalBytes > 0) ratio.observe(matchedBytes / totalBytes);
+    };
+  }
+
   setFlowControlSource(source: (() => FlowControlSnapshot | undefined) | undefined): void {
     this.flowControlSource = source;
   }
@@ -1008,6 +1058,12 @@ export class GatewayMetrics {
 
   // Each gauge recomputes only its own series in its collect(), so correctness does not depend on the
   // order in which the registry renders metrics. Sources are therefore read a few times per scrape.
+
+  private collectPrefixIndexers(): void {
+    const g = this.prefixIndexerSize;
+    g.reset();
+    for (const p of this.prefixIndexerSource?.() ?? []) g.labels(p.name, p.type).set(p.size);
+  }
 
   private collectEndpointGauge(gauge: Gauge<'endpoint_name' | 'role'>, value: (ep: Endpoint, now: number) => number | undefined): void {
     gauge.reset();

@@ -43,6 +43,11 @@ export interface PluginDeps {
    * outcome}`; absent outside a gateway (unit tests), where nothing is counted.
    */
   decisionCounter?(pluginType: string, help: string): (pluginName: string, outcome: string) => void;
+  /**
+   * Records a scheduled request's expected prefix hit in `llm_d_epp_prefix_indexer_hit_ratio` and
+   * `_hit_bytes{plugin_name, plugin_type}`; absent outside a gateway.
+   */
+  prefixIndexerMatch?(pluginName: string, pluginType: string): (matchedBytes: number, totalBytes: number) => void;
 }
 
 /** A profile or another plugin named in a plugin's parameters, for the loader to check. */

@@ -371,6 +371,13 @@ export class PrefixIndex {
     return [...this.idByName.keys()];
   }
 
+  /** (endpoint, block) pairs held, over all endpoints (llm-d's indexer size). */
+  get entries(): number {
+    let n = 0;
+    for (const e of this.idByName.values()) n += this.lruSize[e]!;
+    return n;
+  }
+
   /** Distinct hashes held by any endpoint. */
   get distinctBlocks(): number {
     return this.blockCount + this.tailBlocks;

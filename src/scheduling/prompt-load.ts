@@ -31,6 +31,15 @@ export interface PrefixMatcher {
 export const isPrefixMatcher = (p: object): p is PrefixMatcher & Plugin =>
   typeof (p as PrefixMatcher).prefixMatch === 'function';
 
+/** A plugin keeping an approximate prefix index (its size is `llm_d_epp_prefix_indexer_size`). */
+export interface PrefixIndexer {
+  /** (endpoint, block) entries remembered. */
+  prefixIndexerSize(): number;
+}
+
+export const isPrefixIndexer = (p: object): p is PrefixIndexer & Plugin =>
+  typeof (p as PrefixIndexer).prefixIndexerSize === 'function';
+
 /** The first prefix matcher among the plugins (configuration order), if any. */
 export function findPrefixMatcher(plugins: Iterable<Plugin>): (PrefixMatcher & Plugin) | undefined {
   for (const plugin of plugins) if (isPrefixMatcher(plugin)) return plugin;

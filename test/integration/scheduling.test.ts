@@ -346,3 +346,30 @@ describe('the scheduling decision in the debug log', () => {
     }
   });
 });
+
+describe('prefix indexer metrics (llm-d names)', () => {
+  test('size, hit ratio and hit bytes of what the index expected at the chosen endpoint', async () => {
+    const a = await startFakeBackend(okJson);
+    const b = await startFakeBackend(okJson);
+    const gw = await gatewayFor(fleetConfig([{ name: 'a', port: a.port }, { name: 'b', port: b.port }]));
+    try {
+      await waitForMetrics(gw);
+      const body = chat('what now?', SYSTEM_PROMPT);
+      assert.equal((await post(gw, body)).status, 200);
+      assert.equal((await post(gw, body)).status, 200); // same prompt: its endpoint caches all of it
+      assert.equal((await post(gw, chat('hi'))).status, 200); // shorter than one block: not observed
+      const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      const value = (series: string) => Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+      const labels = 'plugin_name="prefix-cache-scorer",plugin_type="prefix-cache-scorer"';
+      // The prompt's text as the index hashes it: the messages JSON, in blocks of 64 characters.
+      const blocks = Math.ceil(JSON.stringify(JSON.parse(body).messages).length / 64);
+      assert.equal(value(`llm_d_epp_prefix_indexer_size{${labels}}`), blocks);
+      assert.equal(value(`llm_d_epp_prefix_indexer_hit_ratio_count{${labels}}`), 2);
+      assert.equal(value(`llm_d_epp_prefix_indexer_hit_ratio_sum{${labels}}`), 1);
+      assert.equal(value(`llm_d_epp_prefix_indexer_hit_ratio_bucket{le="0",${labels}}`), 1);
+      assert.equal(value(`llm_d_epp_prefix_indexer_hit_bytes_sum{${labels}}`), blocks * 64);
+    } finally {
+      await closeAll(gw, a, b);
+    }
+  });
+});

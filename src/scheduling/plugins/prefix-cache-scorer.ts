@@ -9,7 +9,9 @@
  * After scheduling, preRequest() teaches the index the request's blocks on the primary target and on
  * the target of a profile literally named `prefill` (as llm-d), last block first, so that under
  * pressure a prompt's tail is forgotten before its head (as vLLM evicts). Endpoints that left the
- * pool are purged at most every 2 minutes.
+ * pool are purged at most every 2 minutes. Before learning, the primary target's expected hit goes
+ * to `llm_d_epp_prefix_indexer_hit_ratio` / `_hit_bytes`; the index's entries are
+ * `llm_d_epp_prefix_indexer_size` (llm-d's names and labels).
  *
  * Parameters (defaults, llm-d/GIE compatible):
  * - `autoTune` true — per-endpoint LRU capacity from `vllm:cache_config_info` when known:
@@ -38,7 +40,7 @@ import type {
   SchedulingResult,
 } from '../framework.js';
 import { blockHashes, hashString, PrefixIndex, type PrefixHashOptions } from '../prefix-index.js';
-import { CHARS_PER_TOKEN, type PrefixMatch, type PrefixMatcher } from '../prompt-load.js';
+import { CHARS_PER_TOKEN, type PrefixIndexer, type PrefixMatch, type PrefixMatcher } from '../prompt-load.js';
 
 export const PREFIX_CACHE_SCORER_TYPE = 'prefix-cache-scorer';
 
@@ -83,7 +85,7 @@ export const prefixCacheScorerParams = z
 
 export type PrefixCacheScorerParams = z.infer<typeof prefixCacheScorerParams>;
 
-export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
+export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher, PrefixIndexer {
   readonly type = PREFIX_CACHE_SCORER_TYPE;
   index = new PrefixIndex();
   readonly hashOptions: PrefixHashOptions;
@@ -102,6 +104,8 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
     params: PrefixCacheScorerParams,
     private readonly clock: Clock,
     private readonly pool: PoolView,
+    /** Records each scheduled request's expected hit (llm-d's hit-ratio and hit-bytes histograms). */
+    private readonly recordMatch?: (matchedBytes: number, totalBytes: number) => void,
   ) {
     const blockChars = params.blockSize ?? params.blockSizeTokens * CHARS_PER_TOKEN;
     this.blockSizeTokens = blockChars / CHARS_PER_TOKEN;
@@ -157,6 +161,10 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
     return this.lengthWeight * length * length + (1 - this.lengthWeight) * ratio;
   }
 
+  prefixIndexerSize(): number {
+    return this.index.entries;
+  }
+
   /** Leading blocks of this request `endpoint` is believed to cache. */
   prefixMatch(req: SchedulingRequest, endpoint: Endpoint): PrefixMatch {
     const hashes = this.hashesFor(req);
@@ -168,6 +176,11 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher {
     const hashes = this.hashesFor(req);
     if (hashes.length === 0) return;
     const primary = result.profileResults.get(result.primaryProfile)?.targets[0];
+    if (primary !== undefined && this.recordMatch !== undefined) {
+      // What the index believed the chosen endpoint to cache, before it learns the prompt there.
+      const { blockChars } = this.hashOptions;
+      this.recordMatch(this.index.match(hashes, [primary], this.single)[0]! * blockChars, hashes.length * blockChars);
+    }
     const prefill = result.primaryProfile !== PREFILL_PROFILE_NAME ? result.profileResults.get(PREFILL_PROFILE_NAME)?.targets[0] : undefined;
     const both = prefill !== undefined && prefill !== primary;
     // Two endpoints learn the same blocks (P/D): as blocks at once, not a lazy tail the second learn
@@ -204,5 +217,6 @@ export const prefixCacheScorerDefinition: PluginDefinition<PrefixCacheScorerPara
   type: PREFIX_CACHE_SCORER_TYPE,
   kinds: ['scorer'],
   params: prefixCacheScorerParams,
-  create: (name, params, deps) => new PrefixCacheScorer(name, params, deps.clock, deps.pool),
+  create: (name, params, deps) =>
+    new PrefixCacheScorer(name, params, deps.clock, deps.pool, deps.prefixIndexerMatch?.(name, PREFIX_CACHE_SCORER_TYPE)),
 };
