@@ -138,7 +138,6 @@ interface Live {
   staleMs: number;
 }
 
-/** Names of endpoints a new configuration puts at another address or port (what was learned of them is not the new server's). */
 /** The prefix indexes of the plugins in force, for `llm_d_epp_prefix_indexer_size`. */
 function prefixIndexers(plugins: ReadonlyMap<string, Plugin>): PrefixIndexerSnapshot[] {
   const out: PrefixIndexerSnapshot[] = [];
@@ -146,6 +145,7 @@ function prefixIndexers(plugins: ReadonlyMap<string, Plugin>): PrefixIndexerSnap
   return out;
 }
 
+/** Names of endpoints a new configuration puts at another address or port (what was learned of them is not the new server's). */
 function movedEndpoints(before: SluiceConfig, after: SluiceConfig): Set<string> {
   const was = new Map(before.pool.endpoints.map((e) => [e.name, e]));
   const moved = new Set<string>();
