@@ -52,6 +52,27 @@ export function captureLogger(level = 'info'): { logger: Logger; lines: () => Re
   return { logger: pino({ level }, stream), lines: () => out.map((l) => JSON.parse(l) as Record<string, unknown>) };
 }
 
+/**
+ * Runs `run` against a gateway started from `configText` in front of `backend` (once its metrics
+ * are scraped, unless `waitMetrics` is false); closes both afterwards, whatever `run` throws.
+ */
+export async function withGateway(
+  backend: { close(): Promise<void> },
+  configText: string,
+  run: (gw: Gateway) => Promise<void>,
+  opts: GatewayOptions & { waitMetrics?: boolean } = {},
+): Promise<void> {
+  let gw: Gateway | undefined;
+  try {
+    gw = await gatewayFor(configText, opts);
+    if (opts.waitMetrics !== false) await waitForMetrics(gw);
+    await run(gw);
+  } finally {
+    await gw?.close();
+    await backend.close();
+  }
+}
+
 /** Waits until every endpoint of the gateway has metrics (or throws after `ms`). */
 export async function waitForMetrics(gw: Gateway, ms = 5000): Promise<void> {
   const end = Date.now() + ms;

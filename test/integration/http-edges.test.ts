@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
-import { fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
+import { fleetConfig, gatewayFor, startFleet, waitForMetrics, withGateway } from '../helpers/fleet.js';
 import { startFakeBackend, slowJson, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -146,19 +146,14 @@ describe('a model server that stalls its answer past upstream.bodyTimeout: 504 (
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
       res.write('{"id":"x",');
     });
-    const gw = await gatewayFor(config(backend.port));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, config(backend.port), async (gw) => {
       const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: CHAT });
       const e = ((await r.body.json()) as { error: { type: string; message: string } }).error;
       assert.equal(r.statusCode, 504);
       assert.equal(e.type, 'GatewayTimeoutError');
       assert.match(e.message, /upstream b stopped answering for longer than upstream\.bodyTimeout \(300 ms\)/);
       assert.match(await metricsText(gw), /sluice_endpoint_upstream_errors_total\{endpoint_name="b",error="body_timeout"\} 1/);
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 
   test('a stream under way: a final error event with code 504', async () => {
@@ -166,19 +161,14 @@ describe('a model server that stalls its answer past upstream.bodyTimeout: 504 (
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write('data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n');
     });
-    const gw = await gatewayFor(config(backend.port));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, config(backend.port), async (gw) => {
       const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'h' }] });
       const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
       assert.equal(r.statusCode, 200);
       const text = await r.body.text();
       assert.match(text, /"content":"a"/);
       assert.match(text, /data: \{"error":\{[^}]*"type":"GatewayTimeoutError","param":null,"code":504\}\}\n\n$/);
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 });
 
@@ -187,23 +177,17 @@ test('/v1/models relays a model server refusal unchanged, its content type too',
     res.writeHead(401, { 'content-type': 'text/html' });
     res.end('<h1>401</h1>');
   });
-  const gw = await gatewayFor(fleetConfig([{ name: 'a', port: backend.port }]));
-  try {
+  await withGateway(backend, fleetConfig([{ name: 'a', port: backend.port }]), async (gw) => {
     const r = await request(`${gw.apiUrl}/v1/models`);
     assert.equal(r.statusCode, 401);
     assert.equal(r.headers['content-type'], 'text/html');
     assert.equal(await r.body.text(), '<h1>401</h1>');
-  } finally {
-    await gw.close();
-    await backend.close();
-  }
+  }, { waitMetrics: false });
 });
 
 test('a request still uploading its body when the shutdown grace period ends gets 503 rejected-shutting-down', async () => {
   const backend = await startFakeBackend(slowJson(10));
-  const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'));
-  try {
-    await waitForMetrics(gw);
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'), async (gw) => {
     const s = net.connect(gw.apiPort, '127.0.0.1');
     let out = '';
     s.on('data', (c) => (out += c));
@@ -215,34 +199,25 @@ test('a request still uploading its body when the shutdown grace period ends get
     await closed;
     assertSpecError(out, 503);
     assert.match(out, /x-llm-d-request-dropped-reason: rejected-shutting-down/i);
-  } finally {
-    await gw.close();
-    await backend.close();
-  }
+  });
 });
 
 describe('rules that hold, kept by a test', () => {
   test('/ready is 503 while the pool has endpoints but none with fresh metrics, 200 once one has', async () => {
     const backend = await startFakeBackend();
     backend.metrics = 500; // every scrape fails
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
-    try {
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
       await new Promise((r) => setTimeout(r, 200));
       assert.equal((await request(`${gw.apiUrl}/ready`)).statusCode, 503);
       assert.equal((await request(`${gw.metricsUrl}/ready`)).statusCode, 503);
       backend.metrics = vllmPage();
       await until(async () => (await request(`${gw.apiUrl}/ready`)).statusCode === 200, 3000, 'ready once fresh');
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    }, { waitMetrics: false });
   });
 
   test('an unknown objective is priority 0 (not sheddable); the fairness-id alias and SLO headers are stripped', async () => {
     const backend = await startFakeBackend();
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], 'featureGates: ["flowControl=false"]\nobjectives:\n- { name: batch, priority: -1 }\n'));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], 'featureGates: ["flowControl=false"]\nobjectives:\n- { name: batch, priority: -1 }\n'), async (gw) => {
       backend.metrics = vllmPage(50);
       await until(() => gw.pool.endpoints[0]!.metrics?.waiting === 50);
       const send = async (h: Record<string, string>) => {
@@ -255,22 +230,15 @@ describe('rules that hold, kept by a test', () => {
       assert.equal(await send(headers), 200);
       const got = backend.received.at(-1)!.headers;
       for (const h of ['x-gateway-inference-fairness-id', 'x-llm-d-slo-ttft-ms', 'x-slo-ttft-ms']) assert.equal(got[h], undefined, h);
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 
   test('/v1/responses without input: 400 naming the field', async () => {
     const backend = await startFakeBackend();
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
-    try {
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
       const r = await request(`${gw.apiUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m"}' });
       assert.equal(r.statusCode, 400);
       assert.equal(((await r.body.json()) as { error: { param: string } }).error.param, 'input');
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    }, { waitMetrics: false });
   });
 });

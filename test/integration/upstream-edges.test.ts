@@ -9,7 +9,7 @@ import net, { type AddressInfo, type Socket } from 'node:net';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
-import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics, withGateway } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, vllmPage } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -71,17 +71,12 @@ const withBodyTimeout = (text: string) => text.replace('retries: 2 }', 'retries:
 
 test('an upstream header named like an Object.prototype member (constructor) is relayed like any other', async () => {
   const server = await rawServer((s) => s.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconstructor: x\r\nConstructor: y\r\ncontent-length: ${ANSWER.length}\r\n\r\n${ANSWER}`));
-  const gw = await gatewayFor(fleetConfig([{ name: 'e0', port: server.port }]));
-  try {
-    await waitForMetrics(gw);
+  await withGateway(server, fleetConfig([{ name: 'e0', port: server.port }]), async (gw) => {
     const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', body: CHAT });
     assert.equal(r.statusCode, 200);
     assert.deepEqual(r.headers['constructor'], ['x', 'y']);
     assert.equal(await r.body.text(), ANSWER);
-  } finally {
-    await gw.close();
-    await server.close();
-  }
+  });
 });
 
 for (const first of ['HTTP/1.1 100 Continue\r\n\r\n', 'HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: h2c\r\n\r\n']) {
@@ -114,17 +109,12 @@ for (const [name, headers] of [
         res.flushHeaders();
         if (how === 'dies') setTimeout(() => res.socket?.resetAndDestroy(), 50);
       });
-      const gw = await gatewayFor(withBodyTimeout(fleetConfig([{ name: 'b', port: backend.port }])));
-      try {
-        await waitForMetrics(gw);
+      await withGateway(backend, withBodyTimeout(fleetConfig([{ name: 'b', port: backend.port }])), async (gw) => {
         const r = await post(gw);
         assert.equal(r.status, how === 'stalls' ? 504 : 502, r.text);
         assert.match(r.text, /"type":"(GatewayTimeout|BadGateway)Error"/);
         await nothingInFlight(gw);
-      } finally {
-        await gw.close();
-        await backend.close();
-      }
+      });
     });
   }
 }
@@ -135,14 +125,9 @@ test('chunked JSON is still relayed whole, with its status line sent at the firs
     res.write(ANSWER.slice(0, 20));
     setTimeout(() => res.end(ANSWER.slice(20)), 20);
   });
-  const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
-  try {
-    await waitForMetrics(gw);
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
     assert.deepEqual(await post(gw), { status: 200, text: ANSWER });
-  } finally {
-    await gw.close();
-    await backend.close();
-  }
+  });
 });
 
 /** An SSE answer: one whole event, then the first 40 bytes of the next, then `then`. */
@@ -170,26 +155,19 @@ async function readStream(gw: Gateway): Promise<{ contents: string[]; err: unkno
 for (const [how, status] of [['reset', 502], ['stall', 504]] as const) {
   test(`an SSE stream cut mid-event (${how}): the whole events, then the gateway's error event, which the openai client reads (${status})`, async () => {
     const server = await brokenStream((s) => (how === 'reset' ? setTimeout(() => s.resetAndDestroy(), 50) : undefined));
-    const gw = await gatewayFor(withBodyTimeout(fleetConfig([{ name: 'e0', port: server.port }])));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(server, withBodyTimeout(fleetConfig([{ name: 'e0', port: server.port }])), async (gw) => {
       const { contents, err } = await readStream(gw);
       assert.deepEqual(contents, ['hello']);
       assert.ok(err instanceof OpenAI.APIError, `the client got ${String(err)}`);
       assert.match(err.message, how === 'reset' ? /upstream e0 failed mid-response/ : /upstream e0 stopped answering/);
       await nothingInFlight(gw);
-    } finally {
-      await gw.close();
-      await server.close();
-    }
+    });
   });
 }
 
 test('an SSE stream mid-event when the shutdown grace period ends: the client reads the 503 event', async () => {
   const server = await brokenStream(() => undefined);
-  const gw = await gatewayFor(fleetConfig([{ name: 'e0', port: server.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'));
-  try {
-    await waitForMetrics(gw);
+  await withGateway(server, fleetConfig([{ name: 'e0', port: server.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'), async (gw) => {
     const reading = readStream(gw);
     await until(() => gw.pool.endpoints[0]!.inFlight === 1, 3000, 'streaming');
     await gw.close();
@@ -197,10 +175,7 @@ test('an SSE stream mid-event when the shutdown grace period ends: the client re
     assert.deepEqual(contents, ['hello']);
     assert.ok(err instanceof OpenAI.APIError, `the client got ${String(err)}`);
     assert.match(err.message, /shutting down/);
-  } finally {
-    await gw.close();
-    await server.close();
-  }
+  });
 });
 
 test('SSE events split across chunks anywhere, \\r\\n line ends included, reach the client whole and in order', async () => {
@@ -216,16 +191,11 @@ test('SSE events split across chunks anywhere, \\r\\n line ends included, reach 
     }
     s.write('0\r\n\r\n');
   });
-  const gw = await gatewayFor(fleetConfig([{ name: 'e0', port: server.port }]));
-  try {
-    await waitForMetrics(gw);
+  await withGateway(server, fleetConfig([{ name: 'e0', port: server.port }]), async (gw) => {
     const { contents, err } = await readStream(gw);
     assert.equal(err, undefined);
     assert.deepEqual(contents, ['a', 'b', 'c', 'd']);
-  } finally {
-    await gw.close();
-    await server.close();
-  }
+  });
 });
 
 for (const connector of ['nixlv2', 'shared-storage']) {
