@@ -7,7 +7,7 @@
  */
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Pool } from '../datalayer/pool.js';
-import { errorBody, rawErrorResponse } from '../proxy/errors.js';
+import { answerClientError, errorBody } from '../proxy/errors.js';
 import type { SaturationDetector } from '../saturation/detector.js';
 import { stageSaturation } from '../saturation/stages.js';
 import type { Clock } from '../util/clock.js';
@@ -34,10 +34,7 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
     frameworkErrors: (err, _req, reply) => {
       void (reply as FastifyReply).code(400).header('content-type', 'application/json').send(errorBody(400, err.message));
     },
-    clientErrorHandler: (err: NodeJS.ErrnoException, socket) => {
-      if (!socket.writable || err.code === 'ECONNRESET') return socket.destroy();
-      socket.end(rawErrorResponse(400, 'Bad Request', 'malformed HTTP request'));
-    },
+    clientErrorHandler: answerClientError,
   });
   app.get('/metrics', async (_req, reply) => {
     reply.header('content-type', deps.metricsContentType);

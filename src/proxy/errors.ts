@@ -3,6 +3,7 @@
  * {"error":{"message","type","param","code"}} with `content-type: application/json`.
  */
 import type { ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 
 export const DROPPED_REASON_HEADER = 'x-llm-d-request-dropped-reason';
 
@@ -52,6 +53,25 @@ export function errorBody(status: number, message: string, param: string | null 
 export function rawErrorResponse(status: number, reason: string, message: string): string {
   const body = errorBody(status, message);
   return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+}
+
+/**
+ * Node's `clientError` (malformed or oversized HTTP, a request not received in time), on either
+ * port: a §5 answer while the socket can take one — never when an answer on this connection has
+ * begun, since a status line inside it would corrupt it — else the connection is closed.
+ */
+export function answerClientError(err: NodeJS.ErrnoException, socket: Duplex & { _httpMessage?: ServerResponse | null }): void {
+  if (!socket.writable || err.code === 'ECONNRESET' || socket._httpMessage?.headersSent === true) {
+    socket.destroy();
+    return;
+  }
+  const [status, reason, message] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'Request Header Fields Too Large', 'request headers too large']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'Request Timeout', 'request not received in time']
+        : [400, 'Bad Request', 'malformed HTTP request'];
+  socket.end(rawErrorResponse(status, reason, message));
 }
 
 const kSentError = Symbol('sluice.sentError');

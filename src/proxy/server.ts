@@ -14,7 +14,7 @@ import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody } from './body.js';
-import { GatewayError, errorBody, rawErrorResponse, sendError, sendGatewayError, sentError } from './errors.js';
+import { GatewayError, answerClientError, errorBody, rawErrorResponse, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
@@ -88,21 +88,7 @@ export class ApiServer {
       socket.on('error', () => socket.destroy());
       socket.end(rawErrorResponse(404, 'Not Found', `no route for CONNECT ${String(req.url).slice(0, 256)}`));
     });
-    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex & { _httpMessage?: ServerResponse | null }) => {
-      // Malformed or oversized HTTP from a client: answer when the socket still can, never crash. Not
-      // when an answer on this connection has begun: a status line inside it would corrupt it.
-      if (!socket.writable || err.code === 'ECONNRESET' || socket._httpMessage?.headersSent === true) {
-        socket.destroy();
-        return;
-      }
-      const [status, text, message] =
-        err.code === 'HPE_HEADER_OVERFLOW'
-          ? [431, 'Request Header Fields Too Large', 'request headers too large']
-          : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-            ? [408, 'Request Timeout', 'request not received in time']
-            : [400, 'Bad Request', 'malformed HTTP request'];
-      socket.end(rawErrorResponse(status, text, message));
-    });
+    this.server.on('clientError', answerClientError);
   }
 
   /** Resolves when no request is being handled. */

@@ -96,6 +96,8 @@ describe('requests Node would answer on its own', () => {
     assert.match(bad, /^HTTP\/1\.1 4\d\d /, JSON.stringify(bad.slice(0, 200)));
     assertSpecError(await raw(gw.metricsPort, 'GET /debug/%zz HTTP/1.1\r\nHost: x\r\nconnection: close\r\n\r\n'), 400);
     assertSpecError(await raw(gw.metricsPort, 'GARBAGE /\x00 HTTP/9\r\n\r\n'), 400);
+    // The API port's answers to Node's client errors, so oversized headers are a 431 here too.
+    assertSpecError(await raw(gw.metricsPort, `GET /metrics HTTP/1.1\r\nHost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`), 431);
   });
 
   test('a client that leaves mid-body is counted in sluice_request_body_incomplete_total', async () => {
