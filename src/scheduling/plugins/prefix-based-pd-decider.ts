@@ -74,11 +74,10 @@ export class PrefixBasedPdDecider implements Decider {
   }
 
   disaggregate(_ctx: CycleContext, req: SchedulingRequest, decode: Endpoint): boolean {
-    if (!longEnough(req.promptText.length, this.nonCachedTokens, this.promptTokens)) return false;
-    if (this.nonCachedTokens === 0) return true;
-    const matcher = this.matcher.get();
-    if (matcher === undefined) return false;
-    return shouldDisaggregate(req.promptText.length, matcher.prefixMatch(req, decode), this.nonCachedTokens, this.promptTokens);
+    const chars = req.promptText.length;
+    // The rule is shouldDisaggregate's; the prefix index is asked only when it needs the match.
+    const needsMatch = this.nonCachedTokens > 0 && longEnough(chars, this.nonCachedTokens, this.promptTokens);
+    return shouldDisaggregate(chars, needsMatch ? this.matcher.get()?.prefixMatch(req, decode) : undefined, this.nonCachedTokens, this.promptTokens);
   }
 }
 
