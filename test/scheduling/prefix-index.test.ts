@@ -342,6 +342,24 @@ describe('prefix-cache-scorer', () => {
     assert.deepEqual(score(prompt).scores, [1, 0, 1]);
   });
 
+  test("the expected hit it reports: the chosen endpoint's match before learning, the same whether score() ran on it or not", () => {
+    const reported: number[] = [];
+    const scorer = new PrefixCacheScorer('p', prefixCacheScorerParams.parse({}), new ManualClock(), { endpoints }, (matched, total) => reported.push(matched / total));
+    const prompt = text(1, 640); // 10 blocks
+    const result = (target: Endpoint): SchedulingResult => ({ primaryProfile: 'default', profileResults: new Map([['default', { targets: [target] }]]) });
+    const scored = (target: Endpoint, on: Endpoint[]) => {
+      const req = makeRequest(prompt);
+      scorer.score(makeContext(), req, on, new Float64Array(on.length));
+      scorer.preRequest(req, result(target));
+    };
+    scored(a, endpoints); // nothing learned yet
+    scored(a, endpoints); // a holds it all
+    scored(b, [a, b]); // b holds nothing
+    scored(a, [b, c]); // a was not scored for this request: its match is walked
+    scorer.preRequest(makeRequest(prompt), result(a)); // not scored at all
+    assert.deepEqual(reported, [0, 1, 0, 1, 1]);
+  });
+
   test('cache_salt and model separate the chains', () => {
     const { score, learn } = setup();
     const prompt = text(1, 640);

@@ -98,6 +98,11 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher, Pre
   private readonly lengthScaleTokens: number;
   private lastPurgeAt: number;
   private readonly single = new Float64Array(1);
+  // The matched blocks of the last score() run, per candidate, for the hit metrics in preRequest():
+  // the chosen endpoint is among them, so its match need not be walked again.
+  private scoredReq: SchedulingRequest | undefined = undefined;
+  private scoredEndpoints: readonly Endpoint[] = [];
+  private scoredMatched = new Float64Array(0);
 
   constructor(
     readonly name: string,
@@ -151,6 +156,7 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher, Pre
       return;
     }
     this.index.match(hashes, endpoints, out);
+    if (this.recordMatch !== undefined) this.keepMatches(req, endpoints, out);
     for (let i = 0; i < endpoints.length; i++) out[i] = this.scoreOf(out[i]!, total);
   }
 
@@ -179,7 +185,7 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher, Pre
     if (primary !== undefined && this.recordMatch !== undefined) {
       // What the index believed the chosen endpoint to cache, before it learns the prompt there.
       const { blockChars } = this.hashOptions;
-      this.recordMatch(this.index.match(hashes, [primary], this.single)[0]! * blockChars, hashes.length * blockChars);
+      this.recordMatch(this.matchedBefore(req, hashes, primary) * blockChars, hashes.length * blockChars);
     }
     const prefill = result.primaryProfile !== PREFILL_PROFILE_NAME ? result.profileResults.get(PREFILL_PROFILE_NAME)?.targets[0] : undefined;
     const both = prefill !== undefined && prefill !== primary;
@@ -188,6 +194,22 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher, Pre
     if (primary !== undefined) this.learn(primary, hashes, !both);
     if (both) this.learn(prefill, hashes, true);
     this.maybePurge();
+  }
+
+  private keepMatches(req: SchedulingRequest, endpoints: readonly Endpoint[], matched: Float64Array): void {
+    const n = endpoints.length;
+    if (this.scoredMatched.length < n) this.scoredMatched = new Float64Array(Math.max(n, this.scoredMatched.length * 2));
+    for (let i = 0; i < n; i++) this.scoredMatched[i] = matched[i]!;
+    this.scoredReq = req;
+    this.scoredEndpoints = endpoints;
+  }
+
+  /** `endpoint`'s matched blocks: from the last score() run when it scored this request there, else walked now. */
+  private matchedBefore(req: SchedulingRequest, hashes: readonly number[], endpoint: Endpoint): number {
+    const i = this.scoredReq === req ? this.scoredEndpoints.indexOf(endpoint) : -1;
+    this.scoredReq = undefined; // holds no request past its decision
+    this.scoredEndpoints = [];
+    return i >= 0 ? this.scoredMatched[i]! : this.index.match(hashes, [endpoint], this.single)[0]!;
   }
 
   private learn(endpoint: Endpoint, hashes: readonly number[], lazyTail: boolean): void {
