@@ -151,19 +151,23 @@ export function describeValue(v: unknown): string {
 
 const REQUIRED = 'required key is missing';
 
-/** A duration string ("200ms", "1.5s"); `0` is accepted as a number too. Output: milliseconds. */
-export function durationField(opts: { positive?: boolean } = {}) {
+/**
+ * A duration string ("200ms", "1.5s"); `0` is accepted as a number too, and with `msNumbers` any
+ * number, read as milliseconds (a plugin parameter llm-d also takes as a number). Output: milliseconds.
+ */
+export function durationField(opts: { positive?: boolean; msNumbers?: boolean } = {}) {
   return z.unknown().transform((v, ctx): number => {
     if (v === undefined) {
       ctx.addIssue({ code: 'custom', message: REQUIRED, input: v });
       return z.NEVER;
     }
     let ms: number;
-    if (v === 0) ms = 0;
+    if (v === 0 || (opts.msNumbers && typeof v === 'number')) ms = v as number;
     else if (typeof v !== 'string') {
+      const alternative = opts.msNumbers ? ' or a number of milliseconds' : '';
       ctx.addIssue({
         code: 'custom',
-        message: `expected a duration string with a unit, e.g. "200ms", "1.5s", "5m"; got ${describeValue(v)}`,
+        message: `expected a duration string with a unit, e.g. "200ms", "1.5s", "5m"${alternative}; got ${describeValue(v)}`,
         input: v,
       });
       return z.NEVER;
@@ -175,7 +179,7 @@ export function durationField(opts: { positive?: boolean } = {}) {
         return z.NEVER;
       }
     }
-    if (opts.positive && ms <= 0) {
+    if (opts.positive && !(ms > 0)) {
       ctx.addIssue({ code: 'custom', message: 'must be greater than 0s', input: v });
       return z.NEVER;
     }

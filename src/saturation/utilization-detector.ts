@@ -33,7 +33,8 @@
  *   only, as llm-d does
  */
 import { z } from 'zod';
-import { formatDuration, parseDuration } from '../config/units.js';
+import { durationField } from '../config/schema.js';
+import { formatDuration } from '../config/units.js';
 import type { Endpoint, EndpointMetrics } from '../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../plugins/registry.js';
 import type { CycleContext, SchedulingRequest } from '../scheduling/framework.js';
@@ -44,35 +45,10 @@ export const UTILIZATION_DETECTOR_TYPE = 'utilization-detector';
 /** Minimum gap between two stale-endpoint warnings. */
 const STALE_WARNING_INTERVAL_MS = 30_000;
 
-/**
- * A positive duration: a Go-style string ("200ms", "1s", "1m30s") or milliseconds; parsed to ms.
- * One transform rather than a union, so a bad string reports the parser's reason ("missing unit").
- */
-const positiveDurationMs = z.unknown().transform((v, ctx): number => {
-  let ms = NaN;
-  if (typeof v === 'number') ms = v;
-  else if (typeof v === 'string') {
-    try {
-      ms = parseDuration(v);
-    } catch (err) {
-      ctx.addIssue({ code: 'custom', message: (err as Error).message, input: v });
-      return z.NEVER;
-    }
-  } else {
-    ctx.addIssue({ code: 'custom', message: `expected a duration such as "200ms" or a number of milliseconds; got ${v === null ? 'null' : typeof v}`, input: v });
-    return z.NEVER;
-  }
-  if (!(ms > 0)) {
-    ctx.addIssue({ code: 'custom', message: `must be greater than 0 (got ${JSON.stringify(v)})`, input: v });
-    return z.NEVER;
-  }
-  return ms;
-});
-
 export const utilizationDetectorParams = z.strictObject({
   queueDepthThreshold: z.number().int().positive().default(5),
   kvCacheUtilThreshold: z.number().gt(0).lte(1).default(0.8),
-  metricsStalenessThreshold: positiveDurationMs.default(200),
+  metricsStalenessThreshold: durationField({ positive: true, msNumbers: true }).default(200),
   headroom: z.number().min(0).default(0),
   stalenessPolicy: z.enum(['saturated', 'ignore']).default('saturated'),
   countRecentDispatches: z.boolean().default(true),
