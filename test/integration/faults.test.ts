@@ -7,7 +7,7 @@ import { spawn } from 'node:child_process';
 import { gzipSync } from 'node:zlib';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
-import { captureLogger, fleetConfig, gatewayFor, startFleet, waitForMetrics } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor, startFleet, withGateway } from '../helpers/fleet.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 import type { Gateway } from '../../src/app.js';
@@ -59,19 +59,14 @@ async function endpointErrors(gw: Gateway): Promise<Record<string, number>> {
 describe('request path faults and limits', () => {
   test('a body over server.bodyLimit gets 413 without being buffered', async () => {
     const backend = await startFakeBackend();
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Ki'));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Ki'), async (gw) => {
       const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat('x'.repeat(5000)));
       assert.equal(r.status, 413);
       assert.equal(JSON.parse(r.text).error.type, 'RequestTooLargeError');
       assert.equal(backend.received.length, 0);
       const ok = await post(`${gw.apiUrl}/v1/chat/completions`, chat('small'));
       assert.equal(ok.status, 200);
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 
   test('a large body over server.bodyLimit: the client reads the 413, never a connection reset', async () => {
@@ -79,9 +74,7 @@ describe('request path faults and limits', () => {
     // client then retries the whole upload as a network error. The client runs in its own process,
     // uploading while the gateway answers (in this one it could not race).
     const backend = await startFakeBackend();
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Mi'));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Mi'), async (gw) => {
       const script = `
         const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(6 << 20) }] });
         const outcomes = [];
@@ -99,17 +92,12 @@ describe('request path faults and limits', () => {
       await new Promise((r) => child.once('close', r));
       assert.deepEqual(JSON.parse(out), Array(20).fill('413'));
       assert.equal((await post(`${gw.apiUrl}/v1/chat/completions`, chat('small'))).status, 200);
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 
   test('a compressed request body gets 415 saying so, not a JSON error that echoes its bytes', async () => {
     const backend = await startFakeBackend();
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
       const gz = gzipSync(chat('compressed'));
       const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' }, body: gz });
       const body = JSON.parse(await r.body.text()) as { error: { message: string; code: number } };
@@ -119,25 +107,18 @@ describe('request path faults and limits', () => {
       const plain = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': 'identity' }, body: chat('plain') });
       assert.equal(plain.statusCode, 200);
       await plain.body.dump();
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 
   test('Expect: 100-continue with a body declared over server.bodyLimit → 413 before the client sends it', async () => {
     const backend = await startFakeBackend();
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Ki'));
-    try {
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 1Ki'), async (gw) => {
       const r = await postExpectingContinue(gw.apiPort, 17 << 20);
       assert.equal(r.status, 413, r.text);
       assert.equal(r.continued, false, 'no 100 Continue');
       assert.match(JSON.parse(r.text).error.message, /exceeds the limit of 1024 bytes/);
       assert.equal(backend.received.length, 0);
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    }, { waitMetrics: false });
   });
 
   test('no endpoint at all, flow control off → 503 rejected-no-endpoints at once', async () => {
@@ -164,9 +145,7 @@ schedulingProfiles:
   plugins: [ { pluginRef: label-selector-filter }, { pluginRef: queue-scorer } ]
 `;
     const { logger, lines } = captureLogger('info');
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port, labels: { tier: 'silver' } }], extra), { logger });
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port, labels: { tier: 'silver' } }], extra), async (gw) => {
       const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat(), { 'x-request-id': 'refused-1' });
       assert.equal(r.status, 429);
       assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
@@ -179,18 +158,13 @@ schedulingProfiles:
       // Visible without debug logging: one warning naming the reason and the request.
       const warned = lines().filter((l) => l.msg === 'the gateway is refusing requests');
       assert.deepEqual(warned.map((l) => [l.level, l.droppedReason, l.status, l.requestId]), [[40, 'rejected-saturated', 429, 'refused-1']]);
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    }, { logger });
   });
 
   test('a client-sent x-prefiller-host-port and routing headers never reach upstream; hop-by-hop stripped', async () => {
     const backend = await startFakeBackend();
     const extra = 'objectives:\n- { name: interactive, priority: 10 }\n';
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }], extra));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], extra), async (gw) => {
       const body = chat('spoof');
       // node:http rather than undici: undici refuses to send hop-by-hop headers at all.
       const status = await new Promise<number | undefined>((resolve, reject) => {
@@ -230,17 +204,12 @@ schedulingProfiles:
       assert.ok(got.headers['x-request-id']);
       assert.equal(got.url, '/v1/chat/completions?x=1');
       assert.equal(got.body, body, 'body forwarded byte for byte');
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 
   test('Expect: 100-continue (curl sends it for large bodies): the client is told to go on, the model server never sees it', async () => {
     const backend = await startFakeBackend();
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
       const body = chat('a long prompt');
       const r = await postExpectingContinue(gw.apiPort, Buffer.byteLength(body), body);
       assert.equal(r.status, 200, r.text);
@@ -248,10 +217,7 @@ schedulingProfiles:
       assert.equal(backend.received.length, 1);
       assert.equal(backend.received[0]!.headers.expect, undefined);
       assert.equal(backend.received[0]!.body, body);
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 
   test('a killed endpoint: requests still succeed via the others, and retries are counted', async () => {
@@ -398,9 +364,7 @@ schedulingProfiles:
       res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
       setTimeout(() => res.socket?.destroy(), 30);
     });
-    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
       const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat('x', { stream: true }));
       assert.equal(r.status, 200);
       assert.match(r.text, /data: \{"error":\{.*"code":502/);
@@ -414,21 +378,13 @@ schedulingProfiles:
       // ... and so are its first-byte time and the cut, against the endpoint.
       assert.ok(lines.includes('sluice_endpoint_first_byte_seconds_count{endpoint_name="b"} 1'), lines.filter((l) => l.includes('first_byte')).join('\n'));
       assert.deepEqual(await endpointErrors(gw), { 'b/cut': 1 });
-    } finally {
-      await gw.close();
-      await backend.close();
-    }
+    });
   });
 
   test('an upstream that never answers → 504 after headersTimeout', async () => {
     const backend = await startFakeBackend(() => undefined);
     const log = captureLogger();
-    const gw2 = await gatewayFor(
-      fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', 'upstream: { connectTimeout: 1s, headersTimeout: 300ms, retries: 2 }'),
-      { logger: log.logger },
-    );
-    try {
-      await waitForMetrics(gw2);
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', 'upstream: { connectTimeout: 1s, headersTimeout: 300ms, retries: 2 }'), async (gw2) => {
       const r = await post(`${gw2.apiUrl}/v1/chat/completions`, chat());
       assert.equal(r.status, 504);
       assert.equal(JSON.parse(r.text).error.type, 'GatewayTimeoutError');
@@ -439,10 +395,7 @@ schedulingProfiles:
       assert.equal(warned?.endpoint, 'b');
       assert.ok(typeof r.headers['x-request-id'] === 'string');
       assert.equal(warned?.requestId, r.headers['x-request-id']);
-    } finally {
-      await gw2.close();
-      await backend.close();
-    }
+    }, { logger: log.logger });
   });
 });
 
