@@ -417,8 +417,8 @@ export function writeReport(res: BenchResults, dir: string): string[] {
     L.push(
       `**Why ${w.systemPrompts} prompts:** one instance's KV cache holds about ${Math.floor(s.numGpuBlocks / Math.ceil((w.systemPromptChars + w.suffixChars) / 64))} of them, the fleet's holds all. ` +
         'With fewer prompts than that, every instance caches every prompt whatever the router does, and the comparison measures queueing only. ' +
-        '(The number of blocks cannot simply be lowered: the simulator counts each running request\'s prompt blocks in `kv_cache_usage_perc`, shared or not, ' +
-        `so with ${s.maxNumSeqs} running requests of ≈${Math.ceil((w.systemPromptChars + w.suffixChars) / 64)} blocks the cache must have room for ${s.maxNumSeqs} copies, or every instance reports itself saturated.)`,
+        '(The number of blocks cannot simply be lowered: `kv_cache_usage_perc` counts the blocks running requests hold, a prefix they share once, as vLLM does, ' +
+        `so ${s.maxNumSeqs} running requests of different prompts of ≈${Math.ceil((w.systemPromptChars + w.suffixChars) / 64)} blocks hold ${s.maxNumSeqs} prompts' blocks: with a smaller cache, an instance serving several prompts would report itself saturated.)`,
     );
     L.push('');
     L.push(
