@@ -154,6 +154,7 @@ refuse "an upstream time-out of 0s (values.schema.json: Sluice refuses it)" "con
 printf 'image:\n  tag: 1.10\n' >"$OUT/numeric-tag.values.yaml"
 refuse "a numeric image.tag (values.schema.json: 1.10 would become 1.1)" "tag" -f "$OUT/numeric-tag.values.yaml"
 refuse "--port in extraArgs (the probes and Service follow config.server.port)" "extraArgs" --set 'extraArgs[0]=--port=8000'
+refuse "-p in extraArgs (the short form of --port)" "extraArgs" --set 'extraArgs[0]=-p8000'
 refuse "serviceMonitor.scrapeTimeout above its interval" "must not exceed" --set serviceMonitor.enabled=true --set serviceMonitor.scrapeTimeout=60s
 refuse "config.server.host not a wildcard" "must be" --set config.server.host=127.0.0.1
 
