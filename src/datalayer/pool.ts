@@ -1,8 +1,9 @@
 /**
  * The live endpoint set and everything the gateway knows about each endpoint (ARCHITECTURE: state
- * lives in one place). Scheduling and detectors read `endpoints` synchronously; the scraper and the
- * proxy write through `recordScrape`, `acquire` and `release`; the flow controller listens with
- * `onChange` so it re-runs dispatch when anything that could change saturation changes.
+ * lives in one place). Scheduling and detectors read `endpoints` synchronously; the scraper writes
+ * through `recordScrape`, the proxy through `acquire`/`release` and `promptSent`/`promptDone`, a
+ * reload through `setEndpoints`; the flow controller listens with `onChange` so it re-runs dispatch
+ * when anything that could change saturation changes.
  */
 import type { PoolView } from '../plugins/registry.js';
 import { Endpoint, type EndpointMetrics, type EndpointSpec } from './endpoint.js';
