@@ -65,36 +65,11 @@ const M3 = 2246822507;
 const M4 = 3266489909;
 
 /**
- * 53-bit non-cryptographic hash of `text[start, end)` seeded with a previous 53-bit hash: UTF-16
- * code units taken two at a time (one 32-bit word), words dealt round-robin to four independent
- * multiplicative lanes (so the CPU runs four multiplies at once instead of waiting on one chain),
- * the last 1–3 words and an odd last unit into lane 1, then finalised into one safe integer. No
- * substring is allocated.
- */
-export function hashRange(text: string, start: number, end: number, seed: number): number {
-  const lo = seed >>> 0;
-  const hi = Math.floor(seed / TWO_POW_32) >>> 0;
-  let h1 = 0xdeadbeef ^ lo;
-  let h2 = 0x41c6ce57 ^ hi;
-  let h3 = 0x9e3779b9 ^ hi;
-  let h4 = 0x85ebca6b ^ lo;
-  const quadsEnd = end - ((end - start) & 7);
-  let i = start;
-  for (; i < quadsEnd; i += 8) {
-    h1 = Math.imul(h1 ^ (text.charCodeAt(i) | (text.charCodeAt(i + 1) << 16)), M1);
-    h2 = Math.imul(h2 ^ (text.charCodeAt(i + 2) | (text.charCodeAt(i + 3) << 16)), M2);
-    h3 = Math.imul(h3 ^ (text.charCodeAt(i + 4) | (text.charCodeAt(i + 5) << 16)), M3);
-    h4 = Math.imul(h4 ^ (text.charCodeAt(i + 6) | (text.charCodeAt(i + 7) << 16)), M4);
-  }
-  for (; i + 1 < end; i += 2) h1 = Math.imul(h1 ^ (text.charCodeAt(i) | (text.charCodeAt(i + 1) << 16)), M1);
-  if (i < end) h1 = Math.imul(h1 ^ text.charCodeAt(i), M1);
-  return finish(h1, h2, h3, h4, end - start);
-}
-
-/**
- * hashRange over code units already copied out of the string, from an even `start` (same result,
- * about twice as fast): `words` views the same bytes as `units`, so each pair of units is one
- * little-endian 32-bit read.
+ * 53-bit non-cryptographic hash of code units `[start, end)` (`start` even) seeded with a previous
+ * 53-bit hash: UTF-16 code units taken two at a time (one 32-bit word: `words` views the same bytes
+ * as `units`), words dealt round-robin to four independent multiplicative lanes (so the CPU runs four
+ * multiplies at once instead of waiting on one chain), the last 1–3 words and an odd last unit into
+ * lane 1, then finalised into one safe integer.
  */
 function hashUnits(units: Uint16Array, words: Uint32Array, start: number, end: number, seed: number): number {
   const lo = seed >>> 0;
@@ -117,6 +92,29 @@ function hashUnits(units: Uint16Array, words: Uint32Array, start: number, end: n
   return finish(h1, h2, h3, h4, end - start);
 }
 
+/** A scratch of its own for hashRange (blockHashes' scratch may hold the text it is hashing). */
+let rangeUnits = new Uint16Array(64);
+const MAX_RANGE_SCRATCH_UNITS = 1 << 16;
+let rangeWords = new Uint32Array(rangeUnits.buffer);
+
+/**
+ * The hash of `text[start, end)` (hashUnits over its code units, copied to offset 0 so any `start`
+ * works): seeds, blocks at an odd start, and texts too long for blockHashes' scratch.
+ */
+export function hashRange(text: string, start: number, end: number, seed: number): number {
+  const n = end - start;
+  let u = rangeUnits;
+  let w = rangeWords;
+  if (u.length < n) {
+    u = new Uint16Array(n + (n & 1));
+    w = new Uint32Array(u.buffer);
+    // Kept for next time unless huge (a megabyte model name must not stay allocated).
+    if (n <= MAX_RANGE_SCRATCH_UNITS) [rangeUnits, rangeWords] = [u, w];
+  }
+  for (let i = 0; i < n; i++) u[i] = text.charCodeAt(start + i);
+  return hashUnits(u, w, 0, n, seed);
+}
+
 /** Hash of the whole string (e.g. the chain seed from model and cache salt). */
 export function hashString(text: string, seed = 0): number {
   return hashRange(text, 0, text.length, seed);
@@ -131,13 +129,13 @@ let unitBytes = Buffer.alloc(0);
 let units = new Uint16Array(0);
 let words = new Uint32Array(0);
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
-/** Longer texts (unlimited matching of a huge prompt) are hashed from the string, not kept in scratch. */
+/** Longer texts (unlimited matching of a huge prompt) are hashed block by block through hashRange, not kept in scratch. */
 const MAX_SCRATCH_UNITS = 1 << 20;
 
 /**
  * The first `end` UTF-16 code units of `text` (in scratch space), or undefined when the text is
- * hashed straight from the string: too long to keep a copy of, or Buffer's utf16le is not the
- * platform's byte order.
+ * hashed block by block through hashRange: too long to keep a copy of, or Buffer's utf16le is not
+ * the platform's byte order.
  */
 function codeUnits(text: string, end: number): Uint16Array | undefined {
   if (!LITTLE_ENDIAN || end > MAX_SCRATCH_UNITS) return undefined;
