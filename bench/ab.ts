@@ -19,14 +19,14 @@
  * of it. A difference that survives swapping the variants is real. Each round's numbers are
  * printed, so a single lucky round is easy to spot.
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { overheadBody, THREE_SCORER_PROFILE } from './lib/overhead.js';
 import { BODY_COUNTER, runWrk, runWrkPaced, templateScript, writeWrkScript } from './lib/loadgen.js';
-import { HOST, REPO_ROOT, freePort, startNode, stopProcess, waitForOk, type Managed } from './lib/proc.js';
-import { sluiceBaseConfig, startFakeBackends } from './lib/targets.js';
+import { REPO_ROOT, cpuTimes, stopProcess, type Managed } from './lib/proc.js';
+import { startFakeBackends, startNodeProxy, startSluice } from './lib/targets.js';
 
 const { values: opts, positionals } = parseArgs({
   allowPositionals: true,
@@ -67,13 +67,6 @@ const variants: Variant[] = positionals.map((arg) => {
   return { label: arg, tree, flags, values: [], rps: [], user: [], sys: [] };
 });
 
-/** utime and stime of a process in seconds (/proc/PID/stat, clock ticks of 10 ms). */
-function cpuTimes(pid: number | undefined): [number, number] {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return [Number(fields[11]) / 100, Number(fields[12]) / 100];
-}
-
 const dir = mkdtempSync(join(tmpdir(), 'sluice-ab-'));
 const backends = await startFakeBackends(2, dir);
 const body = overheadBody(mode, promptCase);
@@ -81,18 +74,13 @@ const plainScript = writeWrkScript(dir); // writes the templated script (a disti
 const script = body.includes(BODY_COUNTER) ? templateScript(dir) : plainScript;
 
 async function start(v: Variant, i: number): Promise<void> {
-  const [port, metricsPort] = [await freePort(), await freePort()];
-  const log = join(dir, `v${i}.log`);
-  if (v.tree === 'node-proxy') {
-    v.proc = startNode(`v${i}`, join(REPO_ROOT, 'bench/lib/node-proxy.ts'), [String(port), ...backends.map((b) => String(b.port))], log, v.flags);
-  } else {
-    const cfg = join(dir, `v${i}.yaml`);
-    writeFileSync(cfg, sluiceBaseConfig(port, metricsPort, backends.map((b) => ({ name: b.name, port: b.port }))) + (promptCase === '4kb' ? THREE_SCORER_PROFILE : ''));
-    v.proc = startNode(`v${i}`, join(v.tree, 'src/cli.ts'), ['serve', '--config', cfg, '--log-level', 'warn'], log, v.flags);
-  }
-  const ready = await waitForOk(v.tree === 'node-proxy' ? `http://${HOST}:${port}/health` : `http://${HOST}:${metricsPort}/ready`, 30_000, v.proc);
-  if (!ready.ok) throw new Error(`${v.label}: ${ready.reason}`);
-  v.url = `http://${HOST}:${port}/v1/chat/completions`;
+  const tag = `v${i}`;
+  const started =
+    v.tree === 'node-proxy'
+      ? await startNodeProxy(dir, backends.map((b) => b.port), { tag, nodeFlags: v.flags })
+      : await startSluice(dir, tag, backends.map((b) => ({ name: b.name, port: b.port })), promptCase === '4kb' ? THREE_SCORER_PROFILE : '', { tree: v.tree, nodeFlags: v.flags });
+  v.proc = started.proc;
+  v.url = `${started.baseUrl}/v1/chat/completions`;
   await runWrk(v.url, body, 32, 2, 1, script); // warm-up: JIT and pools
 }
 
@@ -111,7 +99,7 @@ try {
     const order = r % 2 === 0 ? variants : [...variants].reverse();
     for (const v of order) {
       const pid = v.proc!.child.pid;
-      const [u0, s0] = cpuTimes(pid);
+      const t0 = cpuTimes(pid);
       if (rate > 0) {
         const p = await runWrkPaced(v.url!, body, 64, rate, seconds, dir);
         v.values.push(p.latencyMs.p99);
@@ -119,11 +107,11 @@ try {
         continue;
       }
       const res = await runWrk(v.url!, body, 32, seconds, 1, script);
-      const [u1, s1] = cpuTimes(pid);
+      const t1 = cpuTimes(pid);
       const perReq = (t: number): number => (t * 1e6) / Math.max(1, res.requests);
-      v.user.push(perReq(u1 - u0));
-      v.sys.push(perReq(s1 - s0));
-      v.values.push(perReq(u1 - u0 + s1 - s0));
+      v.user.push(perReq(t1.user - t0.user));
+      v.sys.push(perReq(t1.sys - t0.sys));
+      v.values.push(perReq(t1.user - t0.user + t1.sys - t0.sys));
       v.rps.push(res.rps);
     }
     console.log(`round ${r + 1}: ` + variants.map((v) => `${v.label} ${v.values.at(-1)!.toFixed(rate > 0 ? 2 : 1)} ${unit}, ${v.rps.at(-1)!.toFixed(0)} req/s`).join('  |  '));

@@ -281,16 +281,23 @@ export function rssBytes(pid: number | undefined): number {
   }
 }
 
-/** CPU time (user + system) of a process in seconds (Linux /proc), or NaN. */
-export function cpuSeconds(pid: number | undefined): number {
-  if (pid === undefined) return NaN;
+/** User and system CPU time of a process in seconds (Linux /proc), or NaN for each. */
+export function cpuTimes(pid: number | undefined): { user: number; sys: number } {
+  if (pid === undefined) return { user: NaN, sys: NaN };
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime in clock ticks (USER_HZ 100)
+    // utime, stime in clock ticks (USER_HZ 100)
+    return { user: Number(fields[11]) / 100, sys: Number(fields[12]) / 100 };
   } catch {
-    return NaN;
+    return { user: NaN, sys: NaN };
   }
+}
+
+/** CPU time (user + system) of a process in seconds (Linux /proc), or NaN. */
+export function cpuSeconds(pid: number | undefined): number {
+  const t = cpuTimes(pid);
+  return t.user + t.sys;
 }
 
 /**

@@ -146,9 +146,10 @@ export async function startNginx(dir: string, backendPorts: readonly number[], b
 }
 
 /** The bare Node proxy (bench/lib/node-proxy.ts): Node's floor for any gateway. */
-export async function startNodeProxy(dir: string, backendPorts: readonly number[]): Promise<Started> {
+export async function startNodeProxy(dir: string, backendPorts: readonly number[], opts: { tag?: string; nodeFlags?: string[] } = {}): Promise<Started> {
   const port = await freePort();
-  const proc = startNode('node-proxy', NODE_PROXY, [String(port), ...backendPorts.map(String)], join(dir, 'node-proxy.log'));
+  const tag = opts.tag ?? 'node-proxy';
+  const proc = startNode(tag, NODE_PROXY, [String(port), ...backendPorts.map(String)], join(dir, `${tag}.log`), opts.nodeFlags);
   const baseUrl = `http://${HOST}:${port}`;
   const ready = await waitForOk(`${baseUrl}/health`, 20_000, proc);
   if (!ready.ok) throw new Error(`node-proxy: ${ready.reason}\n${logTail(proc.logFile)}`);
@@ -198,15 +199,18 @@ export async function startSluice(
   tag: string,
   endpoints: readonly SluiceEndpoint[],
   extraYaml = '',
-  opts: { memProbe?: boolean; cpuProfDir?: string } = {},
+  /** `tree`: another checkout's root to run (A/B); `nodeFlags` for the gateway's node. */
+  opts: { memProbe?: boolean; cpuProfDir?: string; tree?: string; nodeFlags?: string[] } = {},
 ): Promise<SluiceStarted> {
   const [port, metricsPort] = [await freePort(), await freePort()];
   const configFile = join(dir, `${tag}.yaml`);
   writeFileSync(configFile, sluiceBaseConfig(port, metricsPort, endpoints) + extraYaml);
   const memFile = join(dir, `${tag}.mem.json`);
+  const cli = opts.tree !== undefined ? join(opts.tree, 'src', 'cli.ts') : CLI;
+  const flags = [...(opts.nodeFlags ?? []), ...(opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [])];
   const proc = opts.memProbe
-    ? startNode(tag, CLI, ['serve', '--config', configFile, '--log-level', 'warn'], join(dir, `${tag}.log`), ['--expose-gc'], [MEM_PROBE], { BENCH_MEM_FILE: memFile })
-    : startNode(tag, CLI, ['serve', '--config', configFile, '--log-level', 'warn'], join(dir, `${tag}.log`), opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : []);
+    ? startNode(tag, cli, ['serve', '--config', configFile, '--log-level', 'warn'], join(dir, `${tag}.log`), ['--expose-gc', ...flags], [MEM_PROBE], { BENCH_MEM_FILE: memFile })
+    : startNode(tag, cli, ['serve', '--config', configFile, '--log-level', 'warn'], join(dir, `${tag}.log`), flags);
   const metricsUrl = `http://${HOST}:${metricsPort}`;
   const ready = await waitForOk(`${metricsUrl}/ready`, 30_000, proc);
   if (!ready.ok) throw new Error(`Sluice (${tag}) did not become ready: ${ready.reason}\n--- log ---\n${logTail(proc.logFile)}`);
