@@ -33,6 +33,16 @@ describe('block hashing', () => {
     assert.equal(hashRange('xxabcxx', 2, 5, 0), hashString('abc'));
   });
 
+  test('a range longer than the kept scratch hashes the same from any offset, and later short ranges are unaffected', () => {
+    const long = text(3, 70_000); // past hashRange's kept scratch (64 Ki units)
+    const small = hashString('abc');
+    const whole = hashString(long, 7);
+    assert.equal(hashRange(`x${long}y`, 1, long.length + 1, 7), whole);
+    assert.notEqual(hashString(`${long.slice(0, -1)}!`, 7), whole);
+    assert.equal(hashString('abc'), small);
+    assert.equal(hashRange('xxabcxx', 2, 5, 0), small);
+  });
+
   test('full blocks plus a trailing partial block; shorter than one block → none', () => {
     assert.equal(blockHashes(text(1, 63), 0, OPTS).length, 0);
     assert.equal(blockHashes(text(1, 64), 0, OPTS).length, 1);
