@@ -5,7 +5,7 @@
  *   npm run bench -- --full                full (~20 min)
  *   npm run bench -- --only overhead,quality,scale
  *   npm run bench -- --keep-tmp            keep configs and logs of the started processes
- *   npm run bench -- --profile             CPU-profile Sluice during the overhead runs (hot functions in the report)
+ *   npm run bench -- --profile             CPU-profile the Node gateways during the overhead runs (hot functions, flame graphs)
  *   npm run bench -- --report-only         rewrite REPORT.md, the charts and the verdicts from the last results.json
  *
  * Parts: overhead (direct / nginx / bare Node proxy / Sluice, JSON and SSE, + added latency at half load),

@@ -288,7 +288,7 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
     };
     if (want('nginx') && !hasCommand('nginx')) skipped.nginx = 'nginx is not installed (apt-get install -y --no-install-recommends nginx-light)';
     else await addTarget('nginx', () => startNginx(tmp, ports, 'least_conn'));
-    await addTarget('node-proxy', () => startNodeProxy(tmp, ports));
+    await addTarget('node-proxy', () => startNodeProxy(tmp, ports, opts.profile ? { cpuProfDir: join(tmp, 'prof-node-proxy') } : {}));
     const endpoints = backends.map((b) => ({ name: b.name, port: b.port }));
     for (const [target, extra] of [
       ['sluice', ''],
@@ -390,7 +390,7 @@ export async function runOverhead(opts: OverheadOptions): Promise<OverheadResult
   }
   const profiles: Partial<Record<OverheadTarget, ProfileSummary>> = {};
   if (opts.profile) {
-    for (const target of ['sluice', 'sluice-3s'] as const) {
+    for (const target of ['node-proxy', 'sluice', 'sluice-3s'] as const) {
       const sum = summarizeDir(join(tmp, `prof-${target}`));
       if (sum === undefined) continue;
       profiles[target] = sum;

@@ -7,7 +7,7 @@ import { PACED_TARGETS, type OverheadRatio, type OverheadResult, type PacedResul
 import type { QualityResult, RouterResult, StepResult } from './quality.js';
 import type { ScaleResult } from './scale.js';
 import { fmt, fmtInt, mdTable } from './stats.js';
-import { barChart, lineChart } from './svg.js';
+import { barChart, flameGraph, lineChart } from './svg.js';
 
 export interface Meta {
   date: string;
@@ -392,6 +392,11 @@ export function writeReport(res: BenchResults, dir: string): string[] {
       L.push('');
       L.push(mdTable(['function', 'self time'], prof.topFunctions.map((e) => [`\`${e.name}\``, `${fmt(e.share * 100, 1)} %`]), 1));
       L.push('');
+      if (prof.flame && prof.flame.totalMs > 0) {
+        const title = `${t}: where its CPU time goes (${fmt(prof.samplesMs / 1000, 1)} s busy; hover a frame for its share)`;
+        L.push(writeSvg(dir, `overhead-flame-${t}.svg`, flameGraph({ title, root: prof.flame }), files));
+        L.push('');
+      }
     }
   }
 

@@ -186,3 +186,95 @@ export function lineChart(spec: LineChartSpec): string {
   out += `<line x1="${m.left}" x2="${m.left + pw}" y1="${m.top + ph}" y2="${m.top + ph}" stroke="#333"/>`;
   return out + '</svg>\n';
 }
+
+/** A call-tree frame as cpuprofile.ts's flameTree builds it. */
+export interface FlameFrame {
+  name: string;
+  at: string;
+  selfMs: number;
+  totalMs: number;
+  children: FlameFrame[];
+}
+
+export interface FlameGraphSpec {
+  title: string;
+  root: FlameFrame;
+  width?: number;
+}
+
+/** What a frame's code is, for its colour: whose time it is matters more than which function. */
+export function frameKind(f: Pick<FlameFrame, 'name' | 'at'>): 'Sluice' | 'undici' | 'Node.js' | 'other modules' | 'GC' | 'V8, native' {
+  if (f.at.startsWith('src/')) return 'Sluice';
+  // The gateway's only WebAssembly is undici's HTTP parser (llhttp).
+  if (f.at.startsWith('undici/') || f.at.startsWith('wasm://')) return 'undici';
+  if (f.at.startsWith('node:')) return 'Node.js';
+  if (f.at !== '') return 'other modules';
+  return f.name === '(garbage collector)' ? 'GC' : 'V8, native';
+}
+
+const FLAME_HUES: Record<ReturnType<typeof frameKind>, [number, number]> = {
+  Sluice: [24, 85],
+  undici: [210, 60],
+  'Node.js': [120, 40],
+  'other modules': [280, 40],
+  GC: [0, 70],
+  'V8, native': [0, 0],
+};
+
+/**
+ * A flame graph (root at the bottom, each frame as wide as its share of the busy time, callees
+ * above their caller, widest first), coloured by whose code runs; every frame carries a tooltip
+ * with its location and its total and self shares.
+ */
+export function flameGraph(spec: FlameGraphSpec): string {
+  const W = spec.width ?? 1200;
+  const rowH = 17;
+  const m = { top: 56, side: 10, bottom: 10 };
+  const pw = W - 2 * m.side;
+  const total = spec.root.totalMs;
+  const rects: string[] = [];
+  let maxDepth = 0;
+  const walk = (f: FlameFrame, depth: number, x: number): void => {
+    const w = total > 0 ? (f.totalMs / total) * pw : 0;
+    maxDepth = Math.max(maxDepth, depth);
+    rects.push(frameRect(f, depth, x, w, total));
+    let cx = x;
+    for (const c of f.children) {
+      walk(c, depth + 1, cx);
+      cx += total > 0 ? (c.totalMs / total) * pw : 0;
+    }
+  };
+  walk(spec.root, 0, m.side);
+  const H = m.top + (maxDepth + 1) * rowH + m.bottom;
+  let out = `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}">`;
+  out += `<rect width="${W}" height="${H}" fill="white"/>`;
+  out += `<text x="${W / 2}" y="20" text-anchor="middle" font-size="15" font-weight="bold" ${FONT}>${esc(spec.title)}</text>`;
+  let lx = m.side;
+  for (const [kind, [h, s]] of Object.entries(FLAME_HUES)) {
+    out += `<rect x="${lx}" y="32" width="12" height="12" fill="hsl(${h},${s}%,62%)"/>`;
+    out += `<text x="${lx + 16}" y="42" font-size="12" ${FONT}>${esc(kind)}</text>`;
+    lx += 28 + kind.length * 7;
+  }
+  // Rows are laid out from the bottom: depth 0 (all) is the last row.
+  const base = m.top + maxDepth * rowH;
+  out += `<g transform="translate(0 ${base})">${rects.join('')}</g>`;
+  return out + '</svg>\n';
+
+  function frameRect(f: FlameFrame, depth: number, x: number, w: number, all: number): string {
+    const y = -depth * rowH;
+    const [h, s] = FLAME_HUES[frameKind(f)];
+    // Neighbouring frames of one kind differ a little in lightness (from the name), as in classic flame graphs.
+    let n = 0;
+    for (let i = 0; i < f.name.length; i++) n = (n * 31 + f.name.charCodeAt(i)) >>> 0;
+    const light = 55 + (n % 20);
+    const pct = (v: number): string => `${all > 0 ? ((v / all) * 100).toFixed(1) : '0'} %`;
+    const tip = `${f.name}${f.at ? ` — ${f.at}` : ''}\n${pct(f.totalMs)} of busy time (self ${pct(f.selfMs)})`;
+    let r = `<g><title>${esc(tip)}</title><rect x="${x.toFixed(2)}" y="${y}" width="${Math.max(0, w - 0.5).toFixed(2)}" height="${rowH - 1}" fill="hsl(${h},${s}%,${light}%)"/>`;
+    const fit = Math.floor((w - 6) / 6.6);
+    if (fit >= 3) {
+      const label = f.name.length <= fit ? f.name : `${f.name.slice(0, fit - 2)}..`;
+      r += `<text x="${(x + 3).toFixed(2)}" y="${y + rowH - 5}" font-size="11" ${FONT}>${esc(label)}</text>`;
+    }
+    return r + '</g>';
+  }
+}

@@ -146,10 +146,13 @@ export async function startNginx(dir: string, backendPorts: readonly number[], b
 }
 
 /** The bare Node proxy (bench/lib/node-proxy.ts): Node's floor for any gateway. */
-export async function startNodeProxy(dir: string, backendPorts: readonly number[], opts: { tag?: string; nodeFlags?: string[] } = {}): Promise<Started> {
+const cpuProfFlags = (dir: string | undefined): string[] => (dir ? ['--cpu-prof', '--cpu-prof-dir', dir] : []);
+
+export async function startNodeProxy(dir: string, backendPorts: readonly number[], opts: { tag?: string; nodeFlags?: string[]; cpuProfDir?: string } = {}): Promise<Started> {
   const port = await freePort();
   const tag = opts.tag ?? 'node-proxy';
-  const proc = startNode(tag, NODE_PROXY, [String(port), ...backendPorts.map(String)], join(dir, `${tag}.log`), opts.nodeFlags);
+  const flags = [...(opts.nodeFlags ?? []), ...cpuProfFlags(opts.cpuProfDir)];
+  const proc = startNode(tag, NODE_PROXY, [String(port), ...backendPorts.map(String)], join(dir, `${tag}.log`), flags);
   const baseUrl = `http://${HOST}:${port}`;
   const ready = await waitForOk(`${baseUrl}/health`, 20_000, proc);
   if (!ready.ok) throw new Error(`node-proxy: ${ready.reason}\n${logTail(proc.logFile)}`);
@@ -207,7 +210,7 @@ export async function startSluice(
   writeFileSync(configFile, sluiceBaseConfig(port, metricsPort, endpoints) + extraYaml);
   const memFile = join(dir, `${tag}.mem.json`);
   const cli = opts.tree !== undefined ? join(opts.tree, 'src', 'cli.ts') : CLI;
-  const flags = [...(opts.nodeFlags ?? []), ...(opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [])];
+  const flags = [...(opts.nodeFlags ?? []), ...cpuProfFlags(opts.cpuProfDir)];
   const proc = opts.memProbe
     ? startNode(tag, cli, ['serve', '--config', configFile, '--log-level', 'warn'], join(dir, `${tag}.log`), ['--expose-gc', ...flags], [MEM_PROBE], { BENCH_MEM_FILE: memFile })
     : startNode(tag, cli, ['serve', '--config', configFile, '--log-level', 'warn'], join(dir, `${tag}.log`), flags);
