@@ -84,3 +84,29 @@ export function watchPipelined(socket: Socket, res: ServerResponse): void {
   socket.once('close', onSocketClose);
   res.once('close', () => socket.off('close', onSocketClose));
 }
+
+/**
+ * Node's server has no time-out for an answer it is still writing, so a client that never reads the
+ * end of a finished answer would hold its connection, and the bytes the kernel could not take,
+ * forever. Call once the whole answer is handed to `res`: when none of what is left goes out for
+ * `timeoutMs` (checked every `timeoutMs`), `onCut` runs and the connection is cut. Costs nothing
+ * for the usual answer, which the kernel took whole before this is called.
+ */
+export function cutIfNeverRead(res: ServerResponse, timeoutMs: number, onCut: () => void): void {
+  if (res.writableFinished || res.destroyed) return;
+  let left = res.writableLength;
+  const timer = setInterval(() => {
+    const now = res.writableLength;
+    if (now < left) {
+      left = now;
+      return;
+    }
+    clearInterval(timer);
+    onCut();
+    res.destroy();
+  }, timeoutMs);
+  timer.unref();
+  const stop = (): void => clearInterval(timer);
+  res.once('finish', stop);
+  res.once('close', stop);
+}

@@ -32,7 +32,7 @@ import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import { BodyNotRewritableError, decodeOnly, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
-import { unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
+import { cutIfNeverRead, unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
 import { dropParsedForm } from './scheduling-request.js';
 
 export interface ForwardContext {
@@ -583,6 +583,13 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (usage) {
       ctx.usage = usage;
       ctx.modelMetrics.tokens(usage.promptTokens, usage.completionTokens);
+    }
+    // Usually the kernel took the whole answer already (no closure made for it).
+    if (!res.writableFinished) {
+      const ep = this.ep.name;
+      cutIfNeverRead(res, ctx.rt.config.server.upstream.bodyTimeout, () =>
+        ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep }, 'client read nothing more of its finished answer for upstream.bodyTimeout: connection closed'),
+      );
     }
     this.done({ kind: 'done', status: this.status });
   }

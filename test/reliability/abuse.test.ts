@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import fc from 'fast-check';
 import { request } from 'undici';
-import { fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, type FakeBackend } from '../helpers/fake-backend.js';
 import type { Gateway } from '../../src/app.js';
 import { ConfigError, loadConfigText } from '../../src/config/load.js';
@@ -278,5 +278,69 @@ describe('clients that leave or stall', () => {
       await backend.close();
     }
   });
-});
 
+  /**
+   * 40 pipelined requests for 200 KB JSON answers (each relayed in one write once complete): 8 MB,
+   * more than loopback's socket buffers hold unread, so a client that stops reading leaves a
+   * finished answer half written in the gateway. Node itself would keep that connection for ever.
+   * `read` decides how the client reads; it hangs up once it has every answer.
+   */
+  async function pipelinedBigAnswers(bodyTimeout: string, read: (s: net.Socket) => void): Promise<{ cut: boolean; received: number; expected: number }> {
+    const answer = JSON.stringify({ id: 'c', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'y'.repeat(200 * 1024) } }] });
+    const backend = await startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(answer) });
+      res.end(answer);
+    });
+    const log = captureLogger('warn');
+    const gw = await gatewayFor(
+      fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', `upstream: { connectTimeout: 1s, retries: 2, bodyTimeout: ${bodyTimeout} }`),
+      { logger: log.logger },
+    );
+    const requests = 40;
+    const expected = requests * answer.length;
+    try {
+      await waitForMetrics(gw);
+      const body = chat(false);
+      const one = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      let received = 0;
+      const closed = new Promise<void>((r) => s.on('close', () => r()));
+      s.on('error', () => undefined);
+      s.on('data', (c: Buffer) => {
+        received += c.length;
+        if (received >= expected) s.end();
+      });
+      s.pause();
+      s.write(one.repeat(requests));
+      read(s);
+      const warned = (): boolean => log.lines().some((l) => String(l.msg).startsWith('client read nothing more of its finished answer'));
+      // Once cut, the client reads what reached it, then sees the close.
+      await Promise.race([closed, until(warned, 10_000, 'the gateway cut the connection').then(() => s.resume())]);
+      await closed;
+      await nothingInFlight(gw);
+      return { cut: warned(), received, expected };
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  }
+
+  test('a client that never reads the end of a finished answer is cut after upstream.bodyTimeout', async () => {
+    const r = await pipelinedBigAnswers('300ms', () => undefined);
+    assert.ok(r.cut, 'cut, with a warning that says why');
+    assert.ok(r.received < r.expected, `${r.received} of ${r.expected} bytes`);
+  });
+
+  test('a client that reads its answers slowly, but reads, is not cut', async () => {
+    const r = await pipelinedBigAnswers('1s', (s) => {
+      // 50 ms of reading every 150 ms: progress well within each second.
+      const t = setInterval(() => {
+        s.resume();
+        setTimeout(() => s.pause(), 50);
+      }, 150);
+      s.once('close', () => clearInterval(t));
+    });
+    assert.equal(r.cut, false);
+    assert.ok(r.received >= r.expected, `${r.received} of ${r.expected} bytes`);
+  });
+});
