@@ -1,9 +1,10 @@
 /**
  * The metrics port (SPEC §2): /metrics (Prometheus text), /health, /ready and /debug/pool — a JSON
  * view of every endpoint with labels, role, stage, last metrics, age, stale flag and in-flight count,
- * plus per-stage saturation — /debug/flowcontrol (bands, flows, queue lengths/bytes, ceilings) and
- * /debug/requests (the requests in flight, oldest first). Fastify: not on the per-request path, and its routing/404 handling is
- * what we want here.
+ * plus per-stage saturation — /debug/flowcontrol (bands, flows, queue lengths/bytes, ceilings),
+ * /debug/requests (the requests in flight, oldest first) and /debug/profile/{cpu,heap}?seconds=N
+ * (profiling.ts). Fastify: not on the per-request path, and its routing/404 handling is what we
+ * want here.
  */
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Pool } from '../datalayer/pool.js';
@@ -11,6 +12,7 @@ import { answerClientError, errorBody } from '../proxy/errors.js';
 import type { SaturationDetector } from '../saturation/detector.js';
 import { stageSaturation } from '../saturation/stages.js';
 import type { Clock } from '../util/clock.js';
+import { MAX_PROFILE_SECONDS, ProfileBusyError, Profiler } from './profiling.js';
 
 export interface AdminDeps {
   pool: Pool;
@@ -49,6 +51,29 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
   app.get('/debug/pool', async () => debugPool(deps));
   app.get('/debug/flowcontrol', async () => deps.flowControl());
   app.get('/debug/requests', async () => deps.requests());
+  const profiler = new Profiler();
+  // A drain does not wait out a profile: it ends, and its answer has what was sampled.
+  app.addHook('preClose', async () => profiler.stopAll());
+  for (const kind of ['cpu', 'heap'] as const) {
+    app.get(`/debug/profile/${kind}`, async (req, reply) => {
+      const raw = (req.query as Record<string, unknown>).seconds ?? '10';
+      const seconds = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : NaN;
+      if (!(seconds > 0 && seconds <= MAX_PROFILE_SECONDS)) {
+        return reply.code(400).header('content-type', 'application/json').send(errorBody(400, `seconds must be a number in (0, ${MAX_PROFILE_SECONDS}], got '${String(raw)}'`));
+      }
+      let profile: object;
+      try {
+        profile = await profiler.take(kind, seconds);
+      } catch (err) {
+        if (!(err instanceof ProfileBusyError)) throw err;
+        return reply.code(409).header('content-type', 'application/json').send(errorBody(409, err.message));
+      }
+      const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+      reply.header('content-type', 'application/json');
+      reply.header('content-disposition', `attachment; filename="sluice-${stamp}.${kind === 'cpu' ? 'cpuprofile' : 'heapprofile'}"`);
+      return profile;
+    });
+  }
   app.setNotFoundHandler((req, reply) => {
     reply.code(404).header('content-type', 'application/json').send(errorBody(404, `no route for ${req.method} ${req.url}`));
   });
