@@ -1,17 +1,20 @@
 /**
- * A flame graph (SVG) of a V8 CPU profile: the same picture `npm run bench -- --profile` draws of
- * each gateway, for any profile you took yourself (docs/operations.md, "Profiling the gateway").
+ * A flame graph (SVG) of a V8 profile: the same picture `npm run bench -- --profile` draws of each
+ * gateway, for any profile you took yourself (docs/operations.md, "Profiling the gateway"): a CPU
+ * profile (`.cpuprofile`: /debug/profile/cpu, node --cpu-prof) or a sampling heap profile
+ * (`.heapprofile`: /debug/profile/heap; frames are as wide as the memory they allocated that was
+ * still alive).
  *
- *   npx tsx bench/flame.ts PROFILE.cpuprofile|DIR [-o OUT.svg] [--title TEXT] [--min-share 0.002]
+ *   npx tsx bench/flame.ts PROFILE|DIR [-o OUT.svg] [--title TEXT] [--min-share 0.002]
  *
- * Given a directory, the biggest .cpuprofile in it is drawn (node writes one per thread; the main
- * thread's is the biggest). Prints the top functions by self time, and writes OUT (default: the
- * profile's path with .svg).
+ * Given a directory, the biggest profile in it is drawn (node writes one per thread; the main
+ * thread's is the biggest). Prints the top functions by self time (or self bytes), and writes OUT
+ * (default: the profile's path with .svg).
  */
-import { statSync, writeFileSync } from 'node:fs';
-import { basename } from 'node:path';
+import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { summarizeDir, summarizeProfile } from './lib/cpuprofile.js';
+import { flameTree, heapFlameTree, topFunctions, type CpuProfile, type HeapProfile } from './lib/cpuprofile.js';
 import { fmt } from './lib/stats.js';
 import { flameGraph } from './lib/svg.js';
 
@@ -25,24 +28,40 @@ const { values: opts, positionals } = parseArgs({
 });
 const minShare = Number(opts['min-share']);
 if (positionals.length !== 1 || !(minShare >= 0 && minShare < 1)) {
-  console.error('usage: npx tsx bench/flame.ts PROFILE.cpuprofile|DIR [-o OUT.svg] [--title TEXT] [--min-share 0.002]');
+  console.error('usage: npx tsx bench/flame.ts PROFILE|DIR [-o OUT.svg] [--title TEXT] [--min-share 0.002]');
   process.exit(2);
 }
+
+function fail(message: string): never {
+  console.error(`flame: ${message}`);
+  process.exit(1);
+}
+
 const input = positionals[0]!;
-let summary;
+let file = input;
+let prof: unknown;
 try {
-  summary = statSync(input).isDirectory() ? summarizeDir(input, 15, minShare) : summarizeProfile(input, 15, minShare);
+  if (statSync(input).isDirectory()) {
+    const found = readdirSync(input)
+      .filter((f) => /\.(cpu|heap)profile$/.test(f))
+      .map((f) => ({ f: join(input, f), size: statSync(join(input, f)).size }))
+      .sort((a, b) => b.size - a.size)[0];
+    if (found === undefined) fail(`no .cpuprofile or .heapprofile file in ${input}`);
+    file = found.f;
+  }
+  prof = JSON.parse(readFileSync(file, 'utf8'));
 } catch (err) {
-  console.error(`flame: cannot read ${input}: ${(err as Error).message}`);
-  process.exit(1);
+  fail(`cannot read ${file}: ${(err as Error).message}`);
 }
-if (summary === undefined) {
-  console.error(`flame: no .cpuprofile file in ${input}`);
-  process.exit(1);
-}
-const out = opts.out ?? summary.file.replace(/\.cpuprofile$/, '') + '.svg';
-const title = opts.title ?? `${basename(summary.file)}: ${fmt(summary.samplesMs / 1000, 1)} s busy`;
-writeFileSync(out, flameGraph({ title, root: summary.flame! }));
-console.log(`${summary.file}: ${fmt(summary.samplesMs / 1000, 1)} s busy; self time:`);
-for (const f of summary.topFunctions) console.log(`${(f.share * 100).toFixed(1).padStart(6)} %  ${f.name}`);
+
+const heap = typeof prof === 'object' && prof !== null && 'head' in prof;
+const cpu = typeof prof === 'object' && prof !== null && 'nodes' in prof && 'samples' in prof;
+if (!heap && !cpu) fail(`${file} is neither a V8 CPU profile (nodes, samples) nor a heap profile (head)`);
+const build = (share: number) => (heap ? heapFlameTree(prof as HeapProfile, share) : flameTree(prof as CpuProfile, share));
+const root = build(minShare);
+const amount = heap ? `${fmt(root.total / 1048576, 1)} MB sampled alive` : `${fmt(root.total / 1000, 1)} s busy`;
+const out = opts.out ?? file.replace(/\.(cpu|heap)profile$/, '') + '.svg';
+writeFileSync(out, flameGraph({ title: opts.title ?? `${basename(file)}: ${amount}`, root, measure: heap ? 'sampled memory' : 'busy time' }));
+console.log(`${file}: ${amount}; self ${heap ? 'bytes' : 'time'}:`);
+for (const f of topFunctions(build(0))) console.log(`${(f.share * 100).toFixed(1).padStart(6)} %  ${f.name}`);
 console.log(`wrote ${out}`);

@@ -1,6 +1,7 @@
 /**
- * Summaries of V8 .cpuprofile files (node --cpu-prof): self time per function and per file, and the
- * call tree pruned for a flame graph (svg.ts flameGraph).
+ * Summaries of V8 .cpuprofile files (node --cpu-prof, /debug/profile/cpu): self time per function
+ * and per file, and the call tree pruned for a flame graph (svg.ts flameGraph); the same tree of a
+ * .heapprofile (/debug/profile/heap).
  */
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -27,9 +28,9 @@ export interface FlameNode {
   name: string;
   /** Short source location (`src/proxy/forward.ts:12`, `undici/lib/...`, `node:events:471`), '' for natives. */
   at: string;
-  /** Time sampled in this frame itself / with everything it called, ms. */
-  selfMs: number;
-  totalMs: number;
+  /** Time sampled in this frame itself / with everything it called, ms (heap profiles: bytes). */
+  self: number;
+  total: number;
   /** Widest first. */
   children: FlameNode[];
 }
@@ -43,8 +44,12 @@ export interface CpuProfile {
   timeDeltas: number[];
 }
 
-function shortUrl(url: string): string {
-  return url.replace(/^file:\/\//, '').replace(/.*\/node_modules\//, '').replace(/.*\/(src|bench)\//, '$1/');
+/** A frame's file, short: `undici/lib/…` for a dependency; src/, dist/ (the built image) or bench/ for Sluice's own. */
+export function shortUrl(url: string): string {
+  const path = url.replace(/^file:\/\//, '');
+  const deps = path.lastIndexOf('/node_modules/');
+  if (deps >= 0) return path.slice(deps + '/node_modules/'.length);
+  return path.replace(/.*\/(src|dist|bench)\//, '$1/');
 }
 
 export function summarizeProfile(file: string, top = 15, flameMinShare = FLAME_MIN_SHARE): ProfileSummary {
@@ -72,51 +77,107 @@ export function summarizeProfile(file: string, top = 15, flameMinShare = FLAME_M
   return { file, samplesMs: total / 1000, topFunctions: topOf(fn), topFiles: topOf(files), flame: flameTree(prof, flameMinShare) };
 }
 
+interface CallFrame {
+  functionName: string;
+  url: string;
+  lineNumber: number;
+}
+
+/** A profile's call tree in the shape both V8 formats reduce to: a frame, its own value, its callees. */
+interface RawFrame {
+  callFrame: CallFrame;
+  self: number;
+  children: RawFrame[];
+}
+
 /**
  * The profile's busy time as a call tree rooted at `all`: V8's `(idle)` is left out, frames with
  * the same function and location under one parent are merged, children sorted widest first, and
  * frames narrower than `minShare` of the busy time dropped (their time stays in their parent's total).
+ * Values in ms.
  */
 export function flameTree(prof: CpuProfile, minShare = FLAME_MIN_SHARE): FlameNode {
   const selfUs = new Map<number, number>();
   for (let i = 0; i < prof.samples.length; i++) selfUs.set(prof.samples[i]!, (selfUs.get(prof.samples[i]!) ?? 0) + (prof.timeDeltas[i] ?? 0));
   const byId = new Map(prof.nodes.map((n) => [n.id, n]));
-  const build = (id: number): FlameNode | undefined => {
+  const raw = (id: number): RawFrame | undefined => {
     const n = byId.get(id);
     if (n === undefined || n.callFrame.functionName === '(idle)') return undefined;
-    const url = shortUrl(n.callFrame.url);
-    const node: FlameNode = {
-      name: n.callFrame.functionName || '(anonymous)',
-      at: url ? `${url}:${n.callFrame.lineNumber + 1}` : '',
-      selfMs: (selfUs.get(id) ?? 0) / 1000,
-      totalMs: 0,
-      children: [],
-    };
-    node.totalMs = node.selfMs;
-    const merged = new Map<string, FlameNode>();
+    const children: RawFrame[] = [];
     for (const c of n.children ?? []) {
-      const child = build(c);
-      if (child === undefined) continue;
-      node.totalMs += child.totalMs;
-      const key = `${child.name}\u0000${child.at}`;
-      const same = merged.get(key);
-      if (same === undefined) merged.set(key, child);
-      else mergeInto(same, child);
+      const child = raw(c);
+      if (child !== undefined) children.push(child);
     }
-    node.children = [...merged.values()];
-    return node;
+    return { callFrame: n.callFrame, self: (selfUs.get(id) ?? 0) / 1000, children };
   };
-  const root = prof.nodes[0] ? build(prof.nodes[0].id) : undefined;
-  const all: FlameNode = { name: 'all', at: '', selfMs: 0, totalMs: root?.totalMs ?? 0, children: root ? root.children : [] };
-  // The (root) frame's own samples (V8 rarely has any) stay in `all`.
-  all.selfMs = root?.selfMs ?? 0;
-  prune(all, all.totalMs * minShare);
+  return rootedTree(prof.nodes[0] ? raw(prof.nodes[0].id) : undefined, minShare);
+}
+
+/** A V8 sampling heap profile (`.heapprofile`, HeapProfiler.stopSampling). */
+export interface HeapProfile {
+  head: HeapProfileNode;
+}
+
+interface HeapProfileNode {
+  callFrame: CallFrame;
+  /** Bytes of sampled allocations made in this frame itself and alive when sampling stopped. */
+  selfSize: number;
+  children: HeapProfileNode[];
+}
+
+/** The same tree as flameTree's, of a heap profile: bytes still alive, by where they were allocated. */
+export function heapFlameTree(prof: HeapProfile, minShare = FLAME_MIN_SHARE): FlameNode {
+  const raw = (n: HeapProfileNode): RawFrame => ({ callFrame: n.callFrame, self: n.selfSize, children: n.children.map(raw) });
+  return rootedTree(raw(prof.head), minShare);
+}
+
+/** Merged, pruned and rooted at `all` (V8's `(root)` frame becomes it). */
+function rootedTree(root: RawFrame | undefined, minShare: number): FlameNode {
+  const top = root === undefined ? undefined : toFlame(root);
+  const all: FlameNode = { name: 'all', at: '', self: top?.self ?? 0, total: top?.total ?? 0, children: top?.children ?? [] };
+  prune(all, all.total * minShare);
   return all;
 }
 
+function toFlame(raw: RawFrame): FlameNode {
+  const url = shortUrl(raw.callFrame.url);
+  const node: FlameNode = {
+    name: raw.callFrame.functionName || '(anonymous)',
+    at: url ? `${url}:${raw.callFrame.lineNumber + 1}` : '',
+    self: raw.self,
+    total: raw.self,
+    children: [],
+  };
+  const merged = new Map<string, FlameNode>();
+  for (const c of raw.children) {
+    const child = toFlame(c);
+    node.total += child.total;
+    const key = `${child.name}\u0000${child.at}`;
+    const same = merged.get(key);
+    if (same === undefined) merged.set(key, child);
+    else mergeInto(same, child);
+  }
+  node.children = [...merged.values()];
+  return node;
+}
+
+/** Self value per function, largest first, as shares of `total`. */
+export function topFunctions(root: FlameNode, top = 15): ProfileEntry[] {
+  const by = new Map<string, number>();
+  const walk = (n: FlameNode): void => {
+    if (n.self > 0 && n !== root) {
+      const key = n.at ? `${n.name} (${n.at})` : n.name;
+      by.set(key, (by.get(key) ?? 0) + n.self);
+    }
+    n.children.forEach(walk);
+  };
+  walk(root);
+  return [...by.entries()].sort((a, b) => b[1] - a[1]).slice(0, top).map(([name, v]) => ({ name, share: root.total > 0 ? v / root.total : 0 }));
+}
+
 function mergeInto(into: FlameNode, from: FlameNode): void {
-  into.selfMs += from.selfMs;
-  into.totalMs += from.totalMs;
+  into.self += from.self;
+  into.total += from.total;
   for (const c of from.children) {
     const same = into.children.find((x) => x.name === c.name && x.at === c.at);
     if (same === undefined) into.children.push(c);
@@ -124,11 +185,11 @@ function mergeInto(into: FlameNode, from: FlameNode): void {
   }
 }
 
-/** Drops narrow frames, sorts, and rounds to 10 µs (a profile samples every ~1 ms; results.json stays small). */
+/** Drops narrow frames, sorts, and rounds to 1/100 (10 µs: a CPU profile samples every ~1 ms; results.json stays small). */
 function prune(node: FlameNode, minMs: number): void {
-  node.selfMs = Math.round(node.selfMs * 100) / 100;
-  node.totalMs = Math.round(node.totalMs * 100) / 100;
-  node.children = node.children.filter((c) => c.totalMs >= minMs).sort((a, b) => b.totalMs - a.totalMs);
+  node.self = Math.round(node.self * 100) / 100;
+  node.total = Math.round(node.total * 100) / 100;
+  node.children = node.children.filter((c) => c.total >= minMs).sort((a, b) => b.total - a.total);
   for (const c of node.children) prune(c, minMs);
 }
 

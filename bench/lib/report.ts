@@ -392,7 +392,7 @@ export function writeReport(res: BenchResults, dir: string): string[] {
       L.push('');
       L.push(mdTable(['function', 'self time'], prof.topFunctions.map((e) => [`\`${e.name}\``, `${fmt(e.share * 100, 1)} %`]), 1));
       L.push('');
-      if (prof.flame && prof.flame.totalMs > 0) {
+      if (prof.flame && prof.flame.total > 0) {
         const title = `${t}: where its CPU time goes (${fmt(prof.samplesMs / 1000, 1)} s busy; hover a frame for its share)`;
         L.push(writeSvg(dir, `overhead-flame-${t}.svg`, flameGraph({ title, root: prof.flame }), files));
         L.push('');

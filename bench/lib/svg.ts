@@ -187,24 +187,26 @@ export function lineChart(spec: LineChartSpec): string {
   return out + '</svg>\n';
 }
 
-/** A call-tree frame as cpuprofile.ts's flameTree builds it. */
+/** A call-tree frame as cpuprofile.ts's flameTree (or heapFlameTree) builds it. */
 export interface FlameFrame {
   name: string;
   at: string;
-  selfMs: number;
-  totalMs: number;
+  self: number;
+  total: number;
   children: FlameFrame[];
 }
 
 export interface FlameGraphSpec {
   title: string;
   root: FlameFrame;
+  /** What the widths measure, for the tooltips (default 'busy time'; a heap profile: 'sampled memory'). */
+  measure?: string;
   width?: number;
 }
 
 /** What a frame's code is, for its colour: whose time it is matters more than which function. */
 export function frameKind(f: Pick<FlameFrame, 'name' | 'at'>): 'Sluice' | 'undici' | 'Node.js' | 'other modules' | 'GC' | 'V8, native' {
-  if (f.at.startsWith('src/')) return 'Sluice';
+  if (f.at.startsWith('src/') || f.at.startsWith('dist/')) return 'Sluice';
   // The gateway's only WebAssembly is undici's HTTP parser (llhttp).
   if (f.at.startsWith('undici/') || f.at.startsWith('wasm://')) return 'undici';
   if (f.at.startsWith('node:')) return 'Node.js';
@@ -231,17 +233,17 @@ export function flameGraph(spec: FlameGraphSpec): string {
   const rowH = 17;
   const m = { top: 56, side: 10, bottom: 10 };
   const pw = W - 2 * m.side;
-  const total = spec.root.totalMs;
+  const total = spec.root.total;
   const rects: string[] = [];
   let maxDepth = 0;
   const walk = (f: FlameFrame, depth: number, x: number): void => {
-    const w = total > 0 ? (f.totalMs / total) * pw : 0;
+    const w = total > 0 ? (f.total / total) * pw : 0;
     maxDepth = Math.max(maxDepth, depth);
     rects.push(frameRect(f, depth, x, w, total));
     let cx = x;
     for (const c of f.children) {
       walk(c, depth + 1, cx);
-      cx += total > 0 ? (c.totalMs / total) * pw : 0;
+      cx += total > 0 ? (c.total / total) * pw : 0;
     }
   };
   walk(spec.root, 0, m.side);
@@ -268,7 +270,7 @@ export function flameGraph(spec: FlameGraphSpec): string {
     for (let i = 0; i < f.name.length; i++) n = (n * 31 + f.name.charCodeAt(i)) >>> 0;
     const light = 55 + (n % 20);
     const pct = (v: number): string => `${all > 0 ? ((v / all) * 100).toFixed(1) : '0'} %`;
-    const tip = `${f.name}${f.at ? ` — ${f.at}` : ''}\n${pct(f.totalMs)} of busy time (self ${pct(f.selfMs)})`;
+    const tip = `${f.name}${f.at ? ` — ${f.at}` : ''}\n${pct(f.total)} of ${spec.measure ?? 'busy time'} (self ${pct(f.self)})`;
     let r = `<g><title>${esc(tip)}</title><rect x="${x.toFixed(2)}" y="${y}" width="${Math.max(0, w - 0.5).toFixed(2)}" height="${rowH - 1}" fill="hsl(${h},${s}%,${light}%)"/>`;
     const fit = Math.floor((w - 6) / 6.6);
     if (fit >= 3) {

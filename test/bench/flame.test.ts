@@ -3,19 +3,21 @@
  * graphs"): the call tree built from a V8 .cpuprofile (idle left out, same frames merged, narrow
  * frames dropped with their time kept in the parent) and its SVG (one frame per rectangle, widths
  * proportional to time, colour by whose code runs). A synthetic profile for the exact numbers, and a
- * real `node --cpu-prof` run for the format and for bench/flame.ts, the command-line form; the report
- * links one graph per profiled gateway.
+ * real `node --cpu-prof` run for the format and for bench/flame.ts, the command-line form; the same
+ * tree of a heap profile (bytes still alive); the report links one graph per profiled gateway.
  */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { flameTree, summarizeDir, type CpuProfile, type FlameNode } from '../../bench/lib/cpuprofile.js';
+import { flameTree, heapFlameTree, shortUrl, summarizeDir, topFunctions, type CpuProfile, type FlameNode, type HeapProfile } from '../../bench/lib/cpuprofile.js';
 import { flameGraph, frameKind } from '../../bench/lib/svg.js';
 import { evaluateTargets, parseResults, writeReport } from '../../bench/lib/report.js';
+
+const FLAME_CLI = fileURLToPath(new URL('../../bench/flame.ts', import.meta.url));
 
 const frame = (functionName: string, url = '', lineNumber = 0) => ({ functionName, url, lineNumber });
 
@@ -62,21 +64,21 @@ const close = (a: number, b: number) => assert.ok(Math.abs(a - b) < 1e-6, `${a} 
 describe('flame graph', () => {
   test('call tree: busy time only, same frames merged, widest first, narrow frames dropped but counted', () => {
     const all = flameTree(syntheticProfile());
-    close(all.totalMs, 47.08); // 50 ms idle left out
+    close(all.total, 47.08); // 50 ms idle left out
     assert.deepEqual(
       all.children.map((c) => c.name),
       ['handleApi', '(program)', '(garbage collector)'],
     );
     const handle = all.children[0]!;
     assert.equal(handle.at, 'src/proxy/server.ts:10');
-    close(handle.selfMs, 2);
-    close(handle.totalMs, 32.08); // the dropped 0.08 ms stays in its parent's total
+    close(handle.self, 2);
+    close(handle.total, 32.08); // the dropped 0.08 ms stays in its parent's total
     assert.equal(handle.children.length, 1, 'the two forward frames are one; <tiny> (0.17 %) is dropped');
     const fwd = handle.children[0]!;
-    close(fwd.selfMs, 22);
-    close(fwd.totalMs, 30);
+    close(fwd.self, 22);
+    close(fwd.total, 30);
     assert.deepEqual(
-      fwd.children.map((c) => [c.name, c.at, c.totalMs]),
+      fwd.children.map((c) => [c.name, c.at, c.total]),
       [['dispatch', 'undici/lib/dispatcher/client.js:100', 8]],
     );
     // With no threshold the tiny frame stays.
@@ -107,9 +109,44 @@ describe('flame graph', () => {
     assert.match(svg, /test &amp; profile/);
     assert.doesNotMatch(svg, /NaN|undefined/);
     assert.deepEqual(
-      [frameKind({ name: 'x', at: 'pino/lib/proto.js:1' }), frameKind({ name: 'writev', at: '' }), frameKind({ name: 'emit', at: 'node:events:1' })],
-      ['other modules', 'V8, native', 'Node.js'],
+      ['file:///app/dist/proxy/forward.js', 'file:///w/node_modules/yaml/dist/index.js', 'file:///w/node_modules/a/node_modules/undici/index.js', 'node:events'].map(shortUrl),
+      ['dist/proxy/forward.js', 'yaml/dist/index.js', 'undici/index.js', 'node:events'],
     );
+    assert.deepEqual(
+      [frameKind({ name: 'x', at: 'pino/lib/proto.js:1' }), frameKind({ name: 'writev', at: '' }), frameKind({ name: 'emit', at: 'node:events:1' }), frameKind({ name: 'forward', at: 'dist/proxy/forward.js:67' })],
+      ['other modules', 'V8, native', 'Node.js', 'Sluice'],
+    );
+  });
+
+  test('heap profile: frames as wide as the bytes they allocated that are still alive; bench/flame.ts draws it', () => {
+    const cf = (functionName: string, url = '') => ({ functionName, url, lineNumber: 0 });
+    const prof: HeapProfile = {
+      head: {
+        callFrame: cf('(root)'),
+        selfSize: 0,
+        children: [
+          { callFrame: cf('readBody', 'file:///w/src/proxy/body.ts'), selfSize: 1000, children: [{ callFrame: cf('concat', 'node:buffer'), selfSize: 3000, children: [] }] },
+          { callFrame: cf('learn', 'file:///w/src/scheduling/prefix-index.ts'), selfSize: 1000, children: [] },
+        ],
+      },
+    };
+    const all = heapFlameTree(prof);
+    assert.equal(all.total, 5000);
+    assert.deepEqual(
+      all.children.map((c) => [c.name, c.self, c.total]),
+      [['readBody', 1000, 4000], ['learn', 1000, 1000]],
+    );
+    assert.deepEqual(topFunctions(all).map((e) => [e.name, e.share]), [['concat (node:buffer:1)', 0.6], ['readBody (src/proxy/body.ts:1)', 0.2], ['learn (src/scheduling/prefix-index.ts:1)', 0.2]]);
+    const dir = mkdtempSync(join(tmpdir(), 'flame-heap-'));
+    try {
+      const file = join(dir, 'x.heapprofile');
+      writeFileSync(file, JSON.stringify(prof));
+      const printed = execFileSync(process.execPath, ['--import', 'tsx', FLAME_CLI, file], { encoding: 'utf8' });
+      assert.match(printed, /0\.0 MB sampled alive; self bytes:\n +60\.0 %  concat/);
+      assert.match(readFileSync(join(dir, 'x.svg'), 'utf8'), /<title>readBody — src\/proxy\/body.ts:1\n80.0 % of sampled memory \(self 20.0 %\)<\/title>/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test('the report draws one flame graph per profiled gateway and links it under its hot-function table', () => {
@@ -141,11 +178,11 @@ describe('flame graph', () => {
       assert.ok(outer, 'outerCaller is a frame');
       const spin = outer.children.find((c) => c.name === 'spinHere');
       assert.ok(spin, 'spinHere is called from outerCaller');
-      assert.ok(spin.totalMs > 0.5 * sum.flame!.totalMs, `spinHere ${spin.totalMs} ms of ${sum.flame!.totalMs} ms busy`);
+      assert.ok(spin.total > 0.5 * sum.flame!.total, `spinHere ${spin.total} ms of ${sum.flame!.total} ms busy`);
       assert.ok(flameGraph({ title: 'real', root: sum.flame! }).includes('spinHere'));
       // bench/flame.ts draws the same from the command line.
       const out = join(dir, 'out.svg');
-      const printed = execFileSync(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('../../bench/flame.ts', import.meta.url)), dir, '-o', out, '--title', 'cli'], { encoding: 'utf8' });
+      const printed = execFileSync(process.execPath, ['--import', 'tsx', FLAME_CLI, dir, '-o', out, '--title', 'cli'], { encoding: 'utf8' });
       assert.match(printed, /spinHere/);
       const svg = readFileSync(out, 'utf8');
       assert.match(svg, /^<svg[^]*>cli<\/text>[^]*spinHere[^]*<\/svg>\n$/);
