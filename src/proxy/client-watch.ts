@@ -2,7 +2,8 @@
  * One `close` listener per response (a shared module-level function, installed by the API server)
  * tells whoever currently handles the request — the flow-control queue, then each upstream attempt
  * — that the client went away. Stages take and hand back the slot instead of adding and removing
- * listeners of their own.
+ * listeners of their own. And `cutIfNeverRead` closes a connection whose client stopped reading an
+ * answer the gateway finished writing.
  */
 import type { ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
@@ -88,25 +89,35 @@ export function watchPipelined(socket: Socket, res: ServerResponse): void {
 /**
  * Node's server has no time-out for an answer it is still writing, so a client that never reads the
  * end of a finished answer would hold its connection, and the bytes the kernel could not take,
- * forever. Call once the whole answer is handed to `res`: when none of what is left goes out for
- * `timeoutMs` (checked every `timeoutMs`), `onCut` runs and the connection is cut. Costs nothing
- * for the usual answer, which the kernel took whole before this is called.
+ * forever. Call once the whole answer is handed to `res`. Progress is counted on the connection:
+ * bytes of its writes the kernel took, whichever answer they belong to, so a pipelined answer
+ * waiting behind an earlier one is not cut while the client reads that one (Node only sees a write
+ * go out whole, so a single large write shows progress when all of it has). When none went out
+ * for a whole check (every `timeoutMs`: one to two `timeoutMs` after the last), `onCut` runs and the
+ * connection is cut. Costs nothing for the usual answer, which the kernel took whole before this
+ * is called.
  */
 export function cutIfNeverRead(res: ServerResponse, timeoutMs: number, onCut: () => void): void {
   if (res.writableFinished || res.destroyed) return;
-  let left = res.writableLength;
+  const connection = res.req.socket;
+  let sent = bytesTaken(connection);
   const timer = setInterval(() => {
-    const now = res.writableLength;
-    if (now < left) {
-      left = now;
+    const now = bytesTaken(connection);
+    if (now > sent) {
+      sent = now;
       return;
     }
     clearInterval(timer);
     onCut();
-    res.destroy();
+    connection.destroy();
   }, timeoutMs);
   timer.unref();
   const stop = (): void => clearInterval(timer);
   res.once('finish', stop);
   res.once('close', stop);
+}
+
+/** Bytes of the connection's writes that completed: the kernel took them. */
+function bytesTaken(socket: Socket): number {
+  return socket.destroyed ? Number.POSITIVE_INFINITY : socket.bytesWritten - socket.writableLength;
 }

@@ -280,13 +280,15 @@ describe('clients that leave or stall', () => {
   });
 
   /**
-   * 40 pipelined requests for 200 KB JSON answers (each relayed in one write once complete): 8 MB,
-   * more than loopback's socket buffers hold unread, so a client that stops reading leaves a
-   * finished answer half written in the gateway. Node itself would keep that connection for ever.
-   * `read` decides how the client reads; it hangs up once it has every answer.
+   * `requests` pipelined requests for 200 KB JSON answers (each relayed in one write once complete):
+   * megabytes, more than loopback's socket buffers hold unread, so a client that stops reading
+   * leaves a finished answer half written in the gateway, and the answers after it wait their turn
+   * behind it. Node itself would keep that connection for ever. The client reads nothing (`budget`
+   * undefined) or `budget` bytes every 100 ms, and hangs up once it has every answer.
    */
-  async function pipelinedBigAnswers(bodyTimeout: string, read: (s: net.Socket) => void): Promise<{ cut: boolean; received: number; expected: number }> {
-    const answer = JSON.stringify({ id: 'c', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'y'.repeat(200 * 1024) } }] });
+  async function pipelinedBigAnswers(bodyTimeout: string, budget: number | undefined, requests: number): Promise<{ cut: boolean; answers: number; seconds: number }> {
+    const END = 'end-of-answer';
+    const answer = JSON.stringify({ id: 'c', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: `${'y'.repeat(200 * 1024)}${END}` } }] });
     const backend = await startFakeBackend((_r, res) => {
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(answer) });
       res.end(answer);
@@ -296,51 +298,61 @@ describe('clients that leave or stall', () => {
       fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', `upstream: { connectTimeout: 1s, retries: 2, bodyTimeout: ${bodyTimeout} }`),
       { logger: log.logger },
     );
-    const requests = 40;
-    const expected = requests * answer.length;
+    let ticker: NodeJS.Timeout | undefined;
     try {
       await waitForMetrics(gw);
       const body = chat(false);
       const one = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
       const s = net.connect(gw.apiPort, '127.0.0.1');
-      let received = 0;
       const closed = new Promise<void>((r) => s.on('close', () => r()));
       s.on('error', () => undefined);
+      // Whole answers seen (their end marker, which may straddle two chunks).
+      let answers = 0;
+      let tail = '';
+      let left = budget ?? 0;
       s.on('data', (c: Buffer) => {
-        received += c.length;
-        if (received >= expected) s.end();
+        const text = tail + c.toString('latin1');
+        answers += text.split(END).length - 1;
+        tail = text.slice(-(END.length - 1));
+        if (answers === requests) s.end();
+        left -= c.length;
+        if (budget !== undefined && left <= 0) s.pause();
       });
       s.pause();
+      const started = Date.now();
       s.write(one.repeat(requests));
-      read(s);
+      if (budget !== undefined) {
+        ticker = setInterval(() => {
+          left = budget;
+          s.resume();
+        }, 100);
+      }
       const warned = (): boolean => log.lines().some((l) => String(l.msg).startsWith('client read nothing more of its finished answer'));
       // Once cut, the client reads what reached it, then sees the close.
       await Promise.race([closed, until(warned, 10_000, 'the gateway cut the connection').then(() => s.resume())]);
       await closed;
       await nothingInFlight(gw);
-      return { cut: warned(), received, expected };
+      return { cut: warned(), answers, seconds: (Date.now() - started) / 1000 };
     } finally {
+      clearInterval(ticker);
       await gw.close();
       await backend.close();
     }
   }
 
   test('a client that never reads the end of a finished answer is cut after upstream.bodyTimeout', async () => {
-    const r = await pipelinedBigAnswers('300ms', () => undefined);
+    const r = await pipelinedBigAnswers('300ms', undefined, 40);
     assert.ok(r.cut, 'cut, with a warning that says why');
-    assert.ok(r.received < r.expected, `${r.received} of ${r.expected} bytes`);
+    assert.ok(r.answers < 40, `${r.answers} of 40 answers`);
   });
 
   test('a client that reads its answers slowly, but reads, is not cut', async () => {
-    const r = await pipelinedBigAnswers('1s', (s) => {
-      // 50 ms of reading every 150 ms: progress well within each second.
-      const t = setInterval(() => {
-        s.resume();
-        setTimeout(() => s.pause(), 50);
-      }, 150);
-      s.once('close', () => clearInterval(t));
-    });
+    // 400 KB every 100 ms: the 24 MB take ~6 s, more than two checks of 2.5 s. Between two checks
+    // the client reads ~10 MB, more than loopback holds between the gateway and the client (~4 MB
+    // measured), so each check sees some of the gateway's writes complete.
+    const r = await pipelinedBigAnswers('2500ms', 400 * 1024, 120);
     assert.equal(r.cut, false);
-    assert.ok(r.received >= r.expected, `${r.received} of ${r.expected} bytes`);
+    assert.equal(r.answers, 120);
+    assert.ok(r.seconds > 5, `${r.seconds} s: the checks ran while the client read`);
   });
 });
