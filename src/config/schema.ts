@@ -19,6 +19,7 @@ import type {
 import { parseDuration, parseQuantity } from './units.js';
 import { ENGINE_LABEL } from '../datalayer/endpoint.js';
 import { KNOWN_ENGINE_TYPES } from '../datalayer/vllm-metrics.js';
+import { MAX_TIMER_DELAY_MS } from '../util/clock.js';
 
 export const API_VERSION = 'llm-d.ai/v1alpha1';
 /** llm-d's newer apiVersion: the same document (it differs only under `dataLayer`, which Sluice ignores). */
@@ -183,7 +184,8 @@ export function durationField(opts: { positive?: boolean; msNumbers?: boolean } 
       ctx.addIssue({ code: 'custom', message: 'must be greater than 0s', input: v });
       return z.NEVER;
     }
-    return ms;
+    // Every duration ends up in a timer, and a longer timer would fire at once: ~596 h is "never".
+    return Math.min(ms, MAX_TIMER_DELAY_MS);
   });
 }
 

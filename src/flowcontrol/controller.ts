@@ -22,7 +22,7 @@
  * - Band limits ≤ 0 are treated as unlimited (the config loader never produces them).
  */
 import type { FlowControlConfig, PriorityBandConfig } from '../config/types.js';
-import type { Clock } from '../util/clock.js';
+import { MAX_TIMER_DELAY_MS, type Clock } from '../util/clock.js';
 import { IndexedHeap, NOT_IN_HEAP } from './heap.js';
 import type {
   FairnessPolicy,
@@ -146,9 +146,6 @@ export function provisionBands(config: FlowControlConfig, objectivePriorities: r
 
 /** llm-d's backstop slack: two of its 1 s expiry sweeps, time for a regime flip to be noticed. */
 const BACKSTOP_SLACK_MS = 2000;
-
-/** Longest delay Node's setTimeout honours; longer ones fire at once. */
-const MAX_TIMER_DELAY_MS = 2_147_483_647;
 
 const NO_OP_TICKET: FlowTicket = Object.freeze({ cancel() {} });
 

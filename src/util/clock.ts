@@ -6,6 +6,9 @@ export interface Clock {
 
 export const systemClock: Clock = { now: () => Date.now() };
 
+/** Longest delay Node's timers honour (2^31 − 1 ms, ~596 h); a longer one fires at once. */
+export const MAX_TIMER_DELAY_MS = 2_147_483_647;
+
 /** A source of uniform numbers in [0, 1), like Math.random. */
 export type RandomSource = () => number;
 

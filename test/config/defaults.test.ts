@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import { z } from 'zod';
 import { ensure, featureEnabled } from '../../src/config/defaults.js';
 import { loadConfigText } from '../../src/config/load.js';
+import { effectiveConfigYaml } from '../../src/config/print.js';
 import type { SchedulingProfileConfig } from '../../src/config/types.js';
 import { fakeRegistry } from './fake-registry.js';
 import { load, registry, yaml } from './helpers.js';
@@ -84,6 +85,16 @@ describe('§3.5 defaults with no plugins', () => {
     });
     assert.equal(config.apiVersion, 'llm-d.ai/v1alpha1');
     assert.equal(config.kind, 'EndpointPickerConfig');
+  });
+
+  test("durations past Node's longest timer count as that (a longer one would fire at once); validate prints it", () => {
+    const loaded = load(yaml('server:', '  shutdownGracePeriod: 1000h', '  upstream: { bodyTimeout: 2000h, headersTimeout: 596h }', 'flowControl:', '  defaultRequestTTL: 1000h'));
+    const { config } = loaded;
+    assert.equal(config.server.shutdownGracePeriod, 2_147_483_647);
+    assert.equal(config.server.upstream.bodyTimeout, 2_147_483_647);
+    assert.equal(config.server.upstream.headersTimeout, 596 * 3_600_000); // below the limit: as written
+    assert.equal(config.flowControl.defaultRequestTTL, 2_147_483_647);
+    assert.match(effectiveConfigYaml(loaded), /bodyTimeout: 2147483\.647s/);
   });
 
   test('tuning only the detector still gets the default scorers', () => {
