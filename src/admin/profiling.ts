@@ -10,8 +10,9 @@
  *   what was allocated during the window and is still alive at its end (Chrome DevTools, Memory):
  *   where memory that does not go away comes from.
  *
- * One profile at a time (a second is refused, not queued). A shutdown ends a running profile at
- * once: the answer carries what was sampled so far.
+ * One profile at a time (a second is refused, not queued). A client that hangs up ends its
+ * profile; a shutdown ends a running one when the metrics port closes: the answer carries what was
+ * sampled so far.
  */
 import { Session } from 'node:inspector/promises';
 
@@ -30,44 +31,55 @@ const HEAP_SAMPLING_BYTES = 32 * 1024;
 
 export class Profiler {
   private running: ProfileKind | undefined = undefined;
-  private stopEarly: (() => void) | undefined = undefined;
+  /** Ends the running profile's window (set for the whole profile, set-up included). */
+  private stop: AbortController | undefined = undefined;
 
-  /** Samples for `seconds` (or until `stopAll`) and returns the profile as V8 gives it. */
-  async take(kind: ProfileKind, seconds: number): Promise<object> {
+  /**
+   * Samples for `seconds`, or until `signal` aborts (the client hung up) or `stopAll` (a shutdown),
+   * and returns the profile as V8 gives it.
+   */
+  async take(kind: ProfileKind, seconds: number, signal?: AbortSignal): Promise<object> {
     if (this.running !== undefined) throw new ProfileBusyError(this.running);
     this.running = kind;
-    const session = new Session();
+    const stop = (this.stop = new AbortController());
+    const ended = signal === undefined ? stop.signal : AbortSignal.any([stop.signal, signal]);
+    let session: Session | undefined;
     try {
+      session = new Session();
       session.connect();
       if (kind === 'cpu') {
         await session.post('Profiler.enable');
         await session.post('Profiler.start');
-        await this.wait(seconds);
+        await windowOf(seconds, ended);
         return (await session.post('Profiler.stop')).profile;
       }
       await session.post('HeapProfiler.enable');
       await session.post('HeapProfiler.startSampling', { samplingInterval: HEAP_SAMPLING_BYTES });
-      await this.wait(seconds);
+      await windowOf(seconds, ended);
       return (await session.post('HeapProfiler.stopSampling')).profile;
     } finally {
       this.running = undefined;
-      this.stopEarly = undefined;
-      session.disconnect();
+      this.stop = undefined;
+      session?.disconnect();
     }
   }
 
-  /** Ends a running profile now (its answer has what was sampled so far). */
+  /** Ends a running profile now, even one still starting (its answer has what was sampled so far). */
   stopAll(): void {
-    this.stopEarly?.();
+    this.stop?.abort();
   }
+}
 
-  private wait(seconds: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, seconds * 1000);
-      this.stopEarly = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    });
-  }
+/** Resolves after `seconds`, or at once when `ended` aborts (or has). */
+function windowOf(seconds: number, ended: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (ended.aborted) return resolve();
+    const done = (): void => {
+      clearTimeout(timer);
+      ended.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, seconds * 1000);
+    ended.addEventListener('abort', done);
+  });
 }

@@ -55,15 +55,19 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
   // A drain does not wait out a profile: it ends, and its answer has what was sampled.
   app.addHook('preClose', async () => profiler.stopAll());
   for (const kind of ['cpu', 'heap'] as const) {
-    app.get(`/debug/profile/${kind}`, async (req, reply) => {
+    // No HEAD twin: it would take a whole profile to answer nothing.
+    app.get(`/debug/profile/${kind}`, { exposeHeadRoute: false }, async (req, reply) => {
       const raw = (req.query as Record<string, unknown>).seconds ?? '10';
       const seconds = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : NaN;
       if (!(seconds > 0 && seconds <= MAX_PROFILE_SECONDS)) {
         return reply.code(400).header('content-type', 'application/json').send(errorBody(400, `seconds must be a number in (0, ${MAX_PROFILE_SECONDS}], got '${String(raw)}'`));
       }
       let profile: object;
+      // A client that hangs up frees the profiler for the next one.
+      const gone = new AbortController();
+      reply.raw.once('close', () => gone.abort());
       try {
-        profile = await profiler.take(kind, seconds);
+        profile = await profiler.take(kind, seconds, gone.signal);
       } catch (err) {
         if (!(err instanceof ProfileBusyError)) throw err;
         return reply.code(409).header('content-type', 'application/json').send(errorBody(409, err.message));

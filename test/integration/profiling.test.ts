@@ -1,14 +1,16 @@
 /**
  * On-demand profiles on the metrics port (`/debug/profile/cpu|heap?seconds=N`): a running gateway
  * profiles itself while it serves (the OpenAI client's requests show up in the CPU profile), one
- * profile at a time, bad windows refused with §5 errors, and a shutdown ends a running profile
- * rather than waiting it out.
+ * profile at a time, bad windows refused with §5 errors; a client that hangs up, and a shutdown,
+ * end a running profile rather than wait it out.
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { startFleet, type Fleet } from '../helpers/fleet.js';
+import { until } from '../helpers/wait.js';
+import { Profiler } from '../../src/admin/profiling.js';
 
 interface CpuProfile {
   nodes: { id: number; callFrame: { functionName: string; url: string } }[];
@@ -84,6 +86,35 @@ describe('/debug/profile', () => {
     }
     // Free again once done.
     assert.equal((await get(`${fleet.gw.metricsUrl}/debug/profile/heap?seconds=0.1`)).status, 200);
+  });
+});
+
+describe('/debug/profile: profiles that end early', () => {
+  test('a client that hangs up ends its profile: the next one is not refused', async () => {
+    const fleet = await startFleet(1);
+    try {
+      const gone = new AbortController();
+      const first = request(`${fleet.gw.metricsUrl}/debug/profile/cpu?seconds=60`, { signal: gone.signal }).catch(() => 'aborted');
+      await new Promise((r) => setTimeout(r, 200));
+      gone.abort();
+      assert.equal(await first, 'aborted');
+      // Without the hang-up ending it, every request would get a 409 for a minute.
+      await until(async () => (await get(`${fleet.gw.metricsUrl}/debug/profile/heap?seconds=0.1`)).status === 200, 10_000, 'a new profile is taken');
+    } finally {
+      await fleet.close();
+    }
+  });
+
+  test('stopAll ends a profile that is still starting (a shutdown then does not wait out its window)', async () => {
+    const profiler = new Profiler();
+    const started = Date.now();
+    const taking = profiler.take('cpu', 60);
+    profiler.stopAll(); // the profiler is still being enabled
+    const prof = (await taking) as CpuProfile;
+    assert.ok(Date.now() - started < 20_000, 'not the 60 s window');
+    assert.ok(prof.endTime >= prof.startTime);
+    // And it is free again.
+    assert.ok(await profiler.take('heap', 0.05));
   });
 });
 
