@@ -11,10 +11,10 @@
  * thread's is the biggest). Prints the top functions by self time (or self bytes), and writes OUT
  * (default: the profile's path with .svg).
  */
-import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
-import { flameTree, heapFlameTree, topFunctions, type CpuProfile, type HeapProfile } from './lib/cpuprofile.js';
+import { biggestProfile, flameTree, heapFlameTree, topFunctions, type CpuProfile, type HeapProfile } from './lib/cpuprofile.js';
 import { fmt } from './lib/stats.js';
 import { flameGraph } from './lib/svg.js';
 
@@ -42,12 +42,9 @@ let file = input;
 let prof: unknown;
 try {
   if (statSync(input).isDirectory()) {
-    const found = readdirSync(input)
-      .filter((f) => /\.(cpu|heap)profile$/.test(f))
-      .map((f) => ({ f: join(input, f), size: statSync(join(input, f)).size }))
-      .sort((a, b) => b.size - a.size)[0];
+    const found = biggestProfile(input, /\.(cpu|heap)profile$/);
     if (found === undefined) fail(`no .cpuprofile or .heapprofile file in ${input}`);
-    file = found.f;
+    file = found;
   }
   prof = JSON.parse(readFileSync(file, 'utf8'));
 } catch (err) {

@@ -38,13 +38,20 @@ export interface FlameNode {
 /** Frames narrower than this share of the busy time are left out of the flame tree (results.json stays small). */
 export const FLAME_MIN_SHARE = 0.002;
 
+interface CallFrame {
+  functionName: string;
+  url: string;
+  lineNumber: number;
+}
+
+/** A V8 CPU profile (`.cpuprofile`: node --cpu-prof, /debug/profile/cpu). */
 export interface CpuProfile {
-  nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
+  nodes: Array<{ id: number; callFrame: CallFrame; children?: number[] }>;
   samples: number[];
   timeDeltas: number[];
 }
 
-/** A frame's file, short: `undici/lib/…` for a dependency; src/, dist/ (the built image) or bench/ for Sluice's own. */
+/** A frame's file, short: `undici/lib/…` for a dependency; from src/, dist/ (the built image) or bench/ for this repository's. */
 export function shortUrl(url: string): string {
   const path = url.replace(/^file:\/\//, '');
   const deps = path.lastIndexOf('/node_modules/');
@@ -54,33 +61,9 @@ export function shortUrl(url: string): string {
 
 export function summarizeProfile(file: string, top = 15, flameMinShare = FLAME_MIN_SHARE): ProfileSummary {
   const prof = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
-  const byId = new Map(prof.nodes.map((n) => [n.id, n]));
-  const fn = new Map<string, number>();
-  const files = new Map<string, number>();
-  let total = 0;
-  for (let i = 0; i < prof.samples.length; i++) {
-    const node = byId.get(prof.samples[i]!);
-    const d = prof.timeDeltas[i] ?? 0;
-    if (node === undefined) continue;
-    const cf = node.callFrame;
-    // Shares are of busy time: the process sits idle while other targets are measured.
-    if (cf.functionName === '(idle)') continue;
-    total += d;
-    const url = shortUrl(cf.url);
-    const key = url ? `${cf.functionName || '(anonymous)'} (${url}:${cf.lineNumber + 1})` : cf.functionName || '(native)';
-    fn.set(key, (fn.get(key) ?? 0) + d);
-    const fk = url || `(${cf.functionName || 'native'})`;
-    files.set(fk, (files.get(fk) ?? 0) + d);
-  }
-  const topOf = (m: Map<string, number>): ProfileEntry[] =>
-    [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, top).map(([name, v]) => ({ name, share: total > 0 ? v / total : 0 }));
-  return { file, samplesMs: total / 1000, topFunctions: topOf(fn), topFiles: topOf(files), flame: flameTree(prof, flameMinShare) };
-}
-
-interface CallFrame {
-  functionName: string;
-  url: string;
-  lineNumber: number;
+  // Shares are of busy time: the process sits idle while other targets are measured.
+  const full = flameTree(prof, 0);
+  return { file, samplesMs: full.total, topFunctions: topFunctions(full, top), topFiles: topFiles(full, top), flame: flameTree(prof, flameMinShare) };
 }
 
 /** A profile's call tree in the shape both V8 formats reduce to: a frame, its own value, its callees. */
@@ -161,14 +144,20 @@ function toFlame(raw: RawFrame): FlameNode {
   return node;
 }
 
-/** Self value per function, largest first, as shares of `total`. */
+/** Self value per function, largest first, as shares of the whole tree. */
 export function topFunctions(root: FlameNode, top = 15): ProfileEntry[] {
+  return topBy(root, top, (n) => (n.at ? `${n.name} (${n.at})` : n.name));
+}
+
+/** Self value per file (a native frame: its name in brackets), largest first. */
+export function topFiles(root: FlameNode, top = 15): ProfileEntry[] {
+  return topBy(root, top, (n) => (n.at ? n.at.slice(0, n.at.lastIndexOf(':')) : `(${n.name.replace(/^\((.*)\)$/, '$1')})`));
+}
+
+function topBy(root: FlameNode, top: number, key: (n: FlameNode) => string): ProfileEntry[] {
   const by = new Map<string, number>();
   const walk = (n: FlameNode): void => {
-    if (n.self > 0 && n !== root) {
-      const key = n.at ? `${n.name} (${n.at})` : n.name;
-      by.set(key, (by.get(key) ?? 0) + n.self);
-    }
+    if (n.self > 0 && n !== root) by.set(key(n), (by.get(key(n)) ?? 0) + n.self);
     n.children.forEach(walk);
   };
   walk(root);
@@ -185,25 +174,34 @@ function mergeInto(into: FlameNode, from: FlameNode): void {
   }
 }
 
-/** Drops narrow frames, sorts, and rounds to 1/100 (10 µs: a CPU profile samples every ~1 ms; results.json stays small). */
-function prune(node: FlameNode, minMs: number): void {
+/**
+ * Drops frames narrower than `min`, sorts, and rounds to 1/100 of the unit (10 µs of a CPU profile,
+ * which samples every ~1 ms; a heap profile's bytes are whole already): results.json stays small.
+ */
+function prune(node: FlameNode, min: number): void {
   node.self = Math.round(node.self * 100) / 100;
   node.total = Math.round(node.total * 100) / 100;
-  node.children = node.children.filter((c) => c.total >= minMs).sort((a, b) => b.total - a.total);
-  for (const c of node.children) prune(c, minMs);
+  node.children = node.children.filter((c) => c.total >= min).sort((a, b) => b.total - a.total);
+  for (const c of node.children) prune(c, min);
 }
 
 /**
- * The main thread's profile in `dir`, summarised; undefined when there is none. Node writes one
- * file per thread (tsx runs its loader in a worker), so the biggest file — the main thread's — wins.
+ * The biggest file in `dir` whose name matches `pattern`; undefined when there is none. Node writes
+ * one profile per thread (tsx runs its loader in a worker), so the biggest — the main thread's — wins.
  */
-export function summarizeDir(dir: string, top = 15, flameMinShare = FLAME_MIN_SHARE): ProfileSummary | undefined {
+export function biggestProfile(dir: string, pattern = /\.cpuprofile$/): string | undefined {
   let files: string[];
   try {
-    files = readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'));
+    files = readdirSync(dir).filter((f) => pattern.test(f));
   } catch {
     return undefined;
   }
-  const biggest = files.map((f) => ({ f, size: statSync(join(dir, f)).size })).sort((a, b) => b.size - a.size)[0];
-  return biggest ? summarizeProfile(join(dir, biggest.f), top, flameMinShare) : undefined;
+  const biggest = files.map((f) => ({ f: join(dir, f), size: statSync(join(dir, f)).size })).sort((a, b) => b.size - a.size)[0];
+  return biggest?.f;
+}
+
+/** The main thread's CPU profile in `dir`, summarised; undefined when there is none. */
+export function summarizeDir(dir: string, top = 15, flameMinShare = FLAME_MIN_SHARE): ProfileSummary | undefined {
+  const file = biggestProfile(dir);
+  return file === undefined ? undefined : summarizeProfile(file, top, flameMinShare);
 }

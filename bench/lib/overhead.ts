@@ -42,7 +42,7 @@ export interface OverheadOptions {
   cases: PromptCase[];
   targets: OverheadTarget[];
   keepTmp: boolean;
-  /** CPU-profile the Sluice processes (node --cpu-prof) and summarise the hot functions. */
+  /** CPU-profile the Node gateways (node-proxy, sluice, sluice-3s; node --cpu-prof): hot functions and flame trees. */
   profile: boolean;
   log: (line: string) => void;
 }
@@ -110,7 +110,7 @@ export interface OverheadResult {
   ratios: OverheadRatio[];
   paced: PacedComparison;
   skipped: Record<string, string>;
-  /** With --profile: self-time summaries of each Sluice process over its whole life (all its runs). */
+  /** With --profile: self-time summaries and flame trees of each Node gateway over its whole life (all its runs). */
   profiles?: Partial<Record<OverheadTarget, ProfileSummary>>;
 }
 

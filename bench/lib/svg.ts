@@ -1,4 +1,5 @@
-/** Hand-written SVG charts (grouped bars, lines) for the benchmark report: no dependencies. */
+/** Hand-written SVG charts (grouped bars, lines, flame graphs) for the benchmark report: no dependencies. */
+import type { FlameNode as FlameFrame } from './cpuprofile.js';
 
 const PALETTE = ['#4e79a7', '#f28e2b', '#59a14f', '#e15759', '#76b7b2', '#edc948', '#b07aa1', '#9c755f'];
 const FONT = 'font-family="Helvetica, Arial, sans-serif"';
@@ -187,14 +188,6 @@ export function lineChart(spec: LineChartSpec): string {
   return out + '</svg>\n';
 }
 
-/** A call-tree frame as cpuprofile.ts's flameTree (or heapFlameTree) builds it. */
-export interface FlameFrame {
-  name: string;
-  at: string;
-  self: number;
-  total: number;
-  children: FlameFrame[];
-}
 
 export interface FlameGraphSpec {
   title: string;
@@ -224,9 +217,9 @@ const FLAME_HUES: Record<ReturnType<typeof frameKind>, [number, number]> = {
 };
 
 /**
- * A flame graph (root at the bottom, each frame as wide as its share of the busy time, callees
- * above their caller, widest first), coloured by whose code runs; every frame carries a tooltip
- * with its location and its total and self shares.
+ * A flame graph (root at the bottom, each frame as wide as its share of the measure — busy time, or
+ * a heap profile's memory — callees above their caller, widest first), coloured by whose code runs;
+ * every frame carries a tooltip with its location and its total and self shares.
  */
 export function flameGraph(spec: FlameGraphSpec): string {
   const W = spec.width ?? 1200;

@@ -145,9 +145,9 @@ export async function startNginx(dir: string, backendPorts: readonly number[], b
   return { proc, port, baseUrl };
 }
 
-/** The bare Node proxy (bench/lib/node-proxy.ts): Node's floor for any gateway. */
 const cpuProfFlags = (dir: string | undefined): string[] => (dir ? ['--cpu-prof', '--cpu-prof-dir', dir] : []);
 
+/** The bare Node proxy (bench/lib/node-proxy.ts): Node's floor for any gateway. */
 export async function startNodeProxy(dir: string, backendPorts: readonly number[], opts: { tag?: string; nodeFlags?: string[]; cpuProfDir?: string } = {}): Promise<Started> {
   const port = await freePort();
   const tag = opts.tag ?? 'node-proxy';
