@@ -184,7 +184,7 @@ export function durationField(opts: { positive?: boolean; msNumbers?: boolean } 
       ctx.addIssue({ code: 'custom', message: 'must be greater than 0s', input: v });
       return z.NEVER;
     }
-    // Every duration ends up in a timer, and a longer timer would fire at once: ~596 h is "never".
+    // Durations end up in timers, and a longer timer would fire at once: ~596 h is "never".
     return Math.min(ms, MAX_TIMER_DELAY_MS);
   });
 }
