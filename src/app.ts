@@ -98,8 +98,9 @@ function buildRuntime(
   const flowControl = featureEnabled(config, 'flowControl')
     ? new FlowController({
         config: config.flowControl,
+        objectivePriorities: config.objectives.map((o) => o.priority),
         // With a reload, the priorities still queued keep a band too (the handover moves them).
-        objectivePriorities: [...config.objectives.map((o) => o.priority), ...(previousQueue?.queuedPriorities() ?? [])],
+        carriedPriorities: previousQueue?.queuedPriorities() ?? [],
         fairness: (name) => plugin<FairnessPolicy>(name),
         ordering: (name) => plugin<OrderingPolicy>(name),
         usageLimit: plugin<UsageLimitPolicy>(config.flowControl.usageLimitPolicyPluginRef),

@@ -57,6 +57,13 @@ export interface FlowControllerOptions {
   config: FlowControlConfig;
   /** Priorities of the known objectives; each gets a band (reference §2.4). */
   objectivePriorities: readonly number[];
+  /**
+   * A reload: priorities of requests still queued that the new configuration has no band for. Each
+   * gets a band so its requests keep their place, but the usage-limit policy sees the configured
+   * bands only (a rank-based ceiling must not shift for a band nothing new can reach): such a band
+   * takes the ceiling of the nearest configured band below it (or else the lowest).
+   */
+  carriedPriorities?: readonly number[];
   /** Resolves a band's `fairnessPolicyRef`. */
   fairness(name: string): FairnessPolicy;
   /** Resolves a band's `orderingPolicyRef`. */
@@ -298,8 +305,14 @@ export class FlowController {
   private readonly bands: Band[];
   private readonly bandByPriority = new Map<number, Band>();
   private readonly defaultBand: Band;
+  /** The configured bands' priorities, highest first: what the usage-limit policy sees. */
   private readonly priorities: readonly number[];
+  /** Per band. */
   private readonly ceilings: Float64Array;
+  /** Per configured band: `ceilings` itself unless a reload carried bands over (`carriedPriorities`). */
+  private readonly configuredCeilings: Float64Array;
+  /** For each band, the configured band whose ceiling it takes (only with carried bands). */
+  private readonly ceilingOf: Int32Array | undefined = undefined;
   private ceilingsSampled = false;
 
   private readonly globalMaxRequests: number;
@@ -344,14 +357,25 @@ export class FlowController {
     this.onDispatchCycle = opts.onDispatchCycle;
     this.onAffinityOvertake = opts.onAffinityOvertake;
 
-    this.bands = provisionBands(opts.config, opts.objectivePriorities).map(
+    this.bands = provisionBands(opts.config, [...opts.objectivePriorities, ...(opts.carriedPriorities ?? [])]).map(
       (band, index) =>
         new Band(index, band, opts.ordering(band.orderingPolicyRef), opts.fairness(band.fairnessPolicyRef).newBandSelector()),
     );
     for (const band of this.bands) this.bandByPriority.set(band.priority, band);
     this.defaultBand = this.bandByPriority.get(0)!;
-    this.priorities = this.bands.map((band) => band.priority);
     this.ceilings = new Float64Array(this.bands.length).fill(1);
+    // Descending, as the bands are.
+    this.priorities = provisionBands(opts.config, opts.objectivePriorities).map((band) => band.priority);
+    if (this.priorities.length === this.bands.length) {
+      this.configuredCeilings = this.ceilings;
+    } else {
+      this.configuredCeilings = new Float64Array(this.priorities.length);
+      const lowest = this.priorities.length - 1;
+      this.ceilingOf = Int32Array.from(this.bands, (band) => {
+        const below = this.priorities.findIndex((p) => p <= band.priority);
+        return below < 0 ? lowest : below;
+      });
+    }
 
     this.globalMaxRequests = opts.config.maxRequests > 0 ? opts.config.maxRequests : Infinity;
     this.globalMaxBytes = opts.config.maxBytes > 0 ? opts.config.maxBytes : Infinity;
@@ -509,7 +533,9 @@ export class FlowController {
     if (next.regimeEmpty === this.regimeEmpty) next.regimeSince = Math.min(next.regimeSince, this.regimeSince);
     for (const item of moving) {
       const band = next.bandByPriority.get(item.request.priority) ?? next.defaultBand;
-      item.movedTo = next.insert(item.request, band, item.enqueuedAt);
+      const moved = (item.movedTo = next.insert(item.request, band, item.enqueuedAt));
+      // A reload does not reset the bound on how often the affinity look-ahead may pass it.
+      moved.overtaken = item.overtaken;
     }
     next.runDispatch();
   }
@@ -758,8 +784,10 @@ export class FlowController {
     try {
       this.observeRegime(now);
       saturation = this.sampleSaturation();
-      this.ceilings.fill(1);
-      this.usageLimit.computeCeilings(saturation, this.priorities, this.ceilings);
+      this.configuredCeilings.fill(1);
+      this.usageLimit.computeCeilings(saturation, this.priorities, this.configuredCeilings);
+      const from = this.ceilingOf;
+      if (from !== undefined) for (let i = 0; i < from.length; i++) this.ceilings[i] = this.configuredCeilings[from[i]!]!;
     } catch {
       this.policyErrors++;
       return undefined;

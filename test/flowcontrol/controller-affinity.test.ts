@@ -57,6 +57,29 @@ describe('flow control: affinity look-ahead (Sluice, flowControl.affinityLookahe
     assert.equal(overtakes.count, 2, 'the metrics hook saw the two dispatches out of order');
   });
 
+  test('a reload keeps how often a queued request was passed: the bound K holds across it', () => {
+    let room = 0;
+    const waiting = new Set(['a']);
+    const make = () => new Harness({ saturation: () => (room > 0 ? 0 : 1), config: { affinityLookahead: 2 } });
+    const old = make();
+    for (const label of ['a', 'b', 'c', 'd']) {
+      old.submit(label, { then: (outcome) => void (outcome === 'Dispatched' && room--), prefersToWait: () => waiting.has(label) });
+    }
+    const release = (h: Harness): void => {
+      room = 1;
+      h.fc.kick();
+      h.timers.runImmediates();
+    };
+    release(old);
+    assert.deepEqual(old.labels(), ['b'], 'b passes a (1)');
+    const next = make();
+    old.fc.handOver(next.fc);
+    release(next);
+    assert.deepEqual(old.labels(), ['b', 'c'], 'c passes a (2), after the reload');
+    release(next);
+    assert.deepEqual(old.labels(), ['b', 'c', 'a'], 'passed K = 2 times in all: a goes, though it would still rather wait');
+  });
+
   test('lookahead 0 keeps the strict order and never asks', () => {
     const { h, waiting, asked, submit, release } = fleet(0);
     for (const l of ['a', 'b', 'c']) submit(l);

@@ -56,6 +56,38 @@ describe('reload', () => {
     assert.deepEqual(old.labels('Dispatched'), ['plain'], 'the sheddable one is still held back');
   });
 
+  test('a band kept only for queued requests leaves the configured bands\' ceilings as the new configuration gives them', () => {
+    // Rank-based, like priority-holdback-policy: every ceiling depends on how many bands there are.
+    const seen: number[][] = [];
+    const rank: UsageLimitPolicy = {
+      type: 'rank',
+      name: 'rank',
+      computeCeilings(_s, priorities, out) {
+        seen.push([...priorities]);
+        priorities.forEach((_p, i) => (out[i] = 1 - i / priorities.length));
+      },
+    };
+    const old = new Harness({ saturation: 1, objectivePriorities: [5, -1], usageLimit: rank });
+    old.submit('batch', { priority: -1 });
+    old.submit('urgent', { priority: 5 });
+    // The reload dropped both objectives and added one at -2.
+    const next = new Harness({ saturation: 1, objectivePriorities: [-2], carriedPriorities: old.fc.queuedPriorities(), usageLimit: rank });
+    old.fc.handOver(next.fc);
+    assert.deepEqual(seen.at(-1), [0, -2], 'the policy sees the configured bands only');
+    assert.deepEqual(
+      next.fc.snapshot().ceilings.map((c) => [c.priority, c.ceiling]),
+      [
+        [5, 1], // above every configured band: the highest one's ceiling below it, band 0's
+        [0, 1],
+        [-1, 0.5], // the nearest configured band below it: -2's
+        [-2, 0.5],
+      ],
+    );
+    next.saturation = 0.7;
+    next.fc.runDispatch();
+    assert.deepEqual(old.labels('Dispatched'), ['urgent'], 'band -1 is held like the band below it');
+  });
+
   test('handOver keeps the original enqueue time: the new TTL counts from it', () => {
     const old = new Harness({ saturation: 1, config: { defaultRequestTTL: 0 } });
     old.submit('a');

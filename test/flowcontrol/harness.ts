@@ -241,6 +241,7 @@ export interface SubmitOptions {
 export interface HarnessOptions {
   config?: Partial<FlowControlConfig>;
   objectivePriorities?: number[];
+  carriedPriorities?: number[];
   usageLimit?: UsageLimitPolicy;
   fairness?: FairnessPolicy;
   ordering?: OrderingPolicy;
@@ -276,6 +277,7 @@ export class Harness {
     const options: FlowControllerOptions = {
       config: makeConfig(opts.config),
       objectivePriorities: opts.objectivePriorities ?? [],
+      carriedPriorities: opts.carriedPriorities ?? [],
       fairness: (name) => {
         this.fairnessRequests.push(name);
         return fairness;
