@@ -316,15 +316,22 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       if (restartOnly.length > 0) logger.warn({ keys: restartOnly }, 'config reload: these settings need a restart; the rest is applied');
       // Build first: if the new runtime cannot be built, nothing has changed yet.
       const nextLive = build(config, previous);
-      pool.setEndpoints(config.pool.endpoints);
+      const { removed } = pool.setEndpoints(config.pool.endpoints);
+      // A removed (or moved) endpoint's scrape failures are history: a later one is news again.
+      for (const ep of removed) {
+        failingSince.delete(ep.name);
+        lastErrorLog.delete(ep.name);
+      }
+      // Before the queue is handed over: what it dispatches then goes out with the new upstream
+      // settings, and to a new endpoint through its own pooled connections.
+      upstreams.configure(config.server.upstream);
+      upstreams.retain(pool.endpoints); // pools of removed endpoints close once their requests finish
       live = nextLive;
       metrics.configRestartNeeded(restartOnly.length > 0);
       metrics.configInForce(effectiveConfigDigest(config));
       const [oldQueue, newQueue] = [previous.runtime.flowControl, live.runtime.flowControl];
       if (oldQueue && newQueue) oldQueue.handOver(newQueue);
       else oldQueue?.dispatchAll(); // flow control turned off: nothing may stay queued
-      upstreams.configure(config.server.upstream);
-      upstreams.retain(pool.endpoints); // pools of removed endpoints close once their requests finish
       models.invalidate();
       metrics.setPoolName(config.pool.name);
       const m = (c: SluiceConfig) => c.pool.metrics;

@@ -148,6 +148,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   if (res.destroyed || ctx.req.socket?.destroyed) return 0;
   const retries = rt.config.server.upstream.retries;
   let candidates: readonly Endpoint[] = pool.endpoints;
+  /** Servers a connection failed on (by origin: an endpoint a reload moved is a new server). */
+  let failedOrigins: string[] | undefined;
   let lastError = '';
   let failedOn: Endpoint | undefined;
   let lastTimedOut = false;
@@ -189,7 +191,11 @@ export async function forward(ctx: ForwardContext): Promise<number> {
     failedOn = ep;
     ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
     if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`);
-    candidates = candidates.filter((c) => c !== ep);
+    // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
+    // without the servers already tried.
+    (failedOrigins ??= []).push(ep.origin);
+    const tried = failedOrigins;
+    candidates = pool.endpoints.filter((c) => !tried.includes(c.origin));
   }
 }
 

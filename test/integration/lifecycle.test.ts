@@ -268,6 +268,76 @@ ${extra}`;
     }
   });
 
+  test('a queued request the reload hands to a new endpoint goes out under the reload\'s upstream settings', async () => {
+    const a = await startFakeBackend(slowJson(300));
+    const b = await startFakeBackend(slowJson(1500)); // within the old headersTimeout, past the new one
+    const { file, gw, reloader, close } = await reloadableGateway('handover-upstream.yaml', config([{ name: 'a', port: a.port }]));
+    try {
+      await waitForMetrics(gw);
+      const inFlight = post(gw, 'in-flight');
+      await until(() => a.received.length === 1, 3000, 'first request at a');
+      const queued = post(gw, 'queued');
+      await new Promise((r) => setTimeout(r, 50)); // held: a's only slot is taken
+      writeFileSync(file, config([{ name: 'b', port: b.port }]).replace('shutdownGracePeriod: 3s }', 'shutdownGracePeriod: 3s, upstream: { headersTimeout: 300ms } }'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      const [r1, r2] = await Promise.all([inFlight, queued]);
+      assert.equal(r1.status, 200, r1.text);
+      assert.equal(b.received.length, 1, 'the queued request went to b when the reload handed it over');
+      assert.equal(r2.status, 504, `b's answer took longer than the new headersTimeout: ${r2.text}`);
+    } finally {
+      await close(a, b);
+    }
+  });
+
+  test('a retry after a reload chooses among the endpoints as they are now', async () => {
+    // a drops the connection before any answer byte: a failure that is retried elsewhere.
+    const a = await startFakeBackend((_r, res) => void setTimeout(() => res.socket?.destroy(), 300));
+    const c = await startFakeBackend(slowJson(1000));
+    const d = await startFakeBackend();
+    const { file, gw, reloader, close } = await reloadableGateway('retry-after-reload.yaml', config([{ name: 'c', port: c.port }]));
+    try {
+      await waitForMetrics(gw);
+      const busy = post(gw, 'busy'); // c's only slot
+      await until(() => c.received.length === 1, 3000, 'first request at c');
+      writeFileSync(file, config([{ name: 'a', port: a.port }, { name: 'c', port: c.port }]));
+      assert.equal(await reloader.reloadNow('test'), true);
+      await waitForMetrics(gw);
+      const retried = post(gw, 'retried'); // to a, the only one with room
+      await until(() => a.received.length === 1, 3000, 'the request at a');
+      // While a works on it, a reload replaces c by d.
+      writeFileSync(file, config([{ name: 'a', port: a.port }, { name: 'd', port: d.port }]));
+      assert.equal(await reloader.reloadNow('test'), true);
+      const [r1, r2] = await Promise.all([busy, retried]);
+      assert.equal(r1.status, 200, r1.text);
+      assert.equal(r2.status, 200, r2.text);
+      assert.deepEqual(
+        d.received.map((r) => JSON.parse(r.body).messages[0].content),
+        ['retried'],
+        'retried on d, not on c, which the reload removed',
+      );
+      assert.equal(c.received.length, 1);
+    } finally {
+      await close(a, c, d);
+    }
+  });
+
+  test('an endpoint a reload moved starts its scrape-failure log afresh', async () => {
+    const [first, second] = [await startFakeBackend(), await startFakeBackend()];
+    first.metrics = 500;
+    second.metrics = 500;
+    const { file, gw, reloader, lines, close } = await reloadableGateway('moved-failing.yaml', config([{ name: 'a', port: first.port }]));
+    const failures = () => lines().filter((l) => l.msg === 'metrics scrape failed' && l.endpoint === 'a').length;
+    try {
+      await until(() => failures() === 1, 3000, 'the first failure logged');
+      writeFileSync(file, config([{ name: 'a', port: second.port }]));
+      assert.equal(await reloader.reloadNow('test'), true);
+      // Another server under the same name: its failure is news, though within 30 s of the last line.
+      await until(() => failures() === 2, 3000, "the moved endpoint's failure logged");
+    } finally {
+      await close(first, second);
+    }
+  });
+
   test('a reload that changes ports or request time-outs says they need a restart, and applies the rest', async () => {
     const a = await startFakeBackend();
     const { file, gw, reloader, lines, close } = await reloadableGateway('restart-only.yaml', config([{ name: 'a', port: a.port }]));
