@@ -89,7 +89,8 @@ export function watchPipelined(socket: Socket, res: ServerResponse): void {
 /**
  * Node's server has no time-out for an answer it is still writing, so a client that never reads the
  * end of a finished answer would hold its connection, and the bytes the kernel could not take,
- * forever. Call once the whole answer is handed to `res`. Progress is counted on the connection:
+ * forever. Call once the whole answer is handed to `res` (a pipelined answer is watched from when
+ * the connection is its own). Progress is counted on the connection:
  * bytes of its writes the kernel took, whichever answer they belong to, so a pipelined answer
  * waiting behind an earlier one is not cut while the client reads that one (Node only sees a write
  * go out whole, so a single large write shows progress when all of it has). When none went out
@@ -99,6 +100,9 @@ export function watchPipelined(socket: Socket, res: ServerResponse): void {
  */
 export function cutIfNeverRead(res: ServerResponse, timeoutMs: number, onCut: () => void): void {
   if (res.writableFinished || res.destroyed) return;
+  // A pipelined answer waits for the connection while the ones before it are answered (which may
+  // be silent for long: queued, or generating): its clock starts when it gets the connection.
+  if (res.socket === null) return void res.once('socket', () => cutIfNeverRead(res, timeoutMs, onCut));
   const connection = res.req.socket;
   let sent = bytesTaken(connection);
   const timer = setInterval(() => {

@@ -325,6 +325,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private onDrain: (() => void) | undefined = undefined;
   /** Cuts a client that reads nothing for `upstream.bodyTimeout` while the upstream is paused for it. */
   private stallTimer: NodeJS.Timeout | undefined = undefined;
+  /** Starts the stall timer once a pipelined answer gets its connection (made on first need). */
+  private onSocket: (() => void) | undefined = undefined;
 
   constructor(
     private readonly ctx: ForwardContext,
@@ -384,6 +386,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (this.waitingDrain) {
       this.waitingDrain = false;
       this.ctx.res.off('drain', this.onDrain!);
+      if (this.onSocket !== undefined) this.ctx.res.off('socket', this.onSocket);
       clearTimeout(this.stallTimer);
     }
   }
@@ -397,6 +400,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const { ctx, ep } = this;
     ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep.name }, 'client read nothing for upstream.bodyTimeout: connection closed');
     ctx.res.destroy();
+    // The attempt ends here, not on a 'close' that may come later.
+    this.clientClosed();
   }
 
   private done(r: AttemptResult): void {
@@ -525,8 +530,15 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
         this.resumeUpstream?.();
       };
       ctx.res.once('drain', this.onDrain);
-      this.stallTimer = setTimeout(cutStalledClient, ctx.rt.config.server.upstream.bodyTimeout, this);
+      // A pipelined answer is held until the ones before it are done, however fast the client
+      // reads them: its client is not stalling it yet. Its clock starts when it gets the connection.
+      if (ctx.res.socket === null) ctx.res.once('socket', (this.onSocket ??= () => this.startStallTimer()));
+      else this.startStallTimer();
     }
+  }
+
+  private startStallTimer(): void {
+    if (this.waitingDrain) this.stallTimer = setTimeout(cutStalledClient, this.ctx.rt.config.server.upstream.bodyTimeout, this);
   }
 
   /**

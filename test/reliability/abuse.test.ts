@@ -355,4 +355,68 @@ describe('clients that leave or stall', () => {
     assert.equal(r.answers, 120);
     assert.ok(r.seconds > 5, `${r.seconds} s: the checks ran while the client read`);
   });
+
+  /**
+   * Two requests pipelined on one connection, the first slow to answer: the second's answer, ready
+   * first, waits for the connection. Its client is not stalling it, and must not be cut for it.
+   */
+  async function pipelinedBehindSlow(behave: (content: string, res: import('node:http').ServerResponse) => void, second: { stream: boolean }): Promise<{ text: string; warned: string[] }> {
+    const backend = await startFakeBackend((r, res) => behave(JSON.parse(r.body).messages[0].content as string, res));
+    const log = captureLogger('warn');
+    const gw = await gatewayFor(
+      fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', 'upstream: { connectTimeout: 1s, retries: 2, bodyTimeout: 300ms }'),
+      { logger: log.logger },
+    );
+    try {
+      await waitForMetrics(gw);
+      const one = (content: string, stream: boolean): string => {
+        const body = JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content }] });
+        return `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+      };
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      s.on('error', () => undefined);
+      let text = '';
+      s.on('data', (c: Buffer) => (text += c.toString('latin1')));
+      const closed = new Promise<void>((r) => s.on('close', () => r()));
+      s.write(one('first', true) + one('second', second.stream));
+      await until(() => (text.match(/\[DONE\]|"total_tokens":4\}\}/g) ?? []).length >= 2 || s.destroyed, 8000, 'both answers');
+      s.end();
+      await closed;
+      await nothingInFlight(gw);
+      return { text, warned: log.lines().map((l) => String(l.msg)) };
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  }
+
+  /** An SSE answer: `events` events of `size` bytes, `gapMs` apart (0: at once), then [DONE]. */
+  function sse(res: import('node:http').ServerResponse, events: number, size: number, gapMs: number): void {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    let i = 0;
+    const next = (): void => {
+      if (res.destroyed) return;
+      if (i++ === events) return void res.end('data: [DONE]\n\n');
+      res.write(`data: {"choices":[{"delta":{"content":"${'z'.repeat(size)}"}}]}\n\n`);
+      if (gapMs > 0) setTimeout(next, gapMs);
+      else next();
+    };
+    next();
+  }
+
+  test('a pipelined answer that waits behind a silent one is not cut as unread', async () => {
+    // The first, a JSON answer, says nothing for 1.2 s (a long generation); the second is ready at once.
+    const json = (res: import('node:http').ServerResponse, content: string): void => okJson({ method: 'POST', url: `/${content}`, headers: {}, body: '' }, res);
+    const r = await pipelinedBehindSlow((content, res) => (content === 'first' ? void setTimeout(() => json(res, content), 1200) : json(res, content)), { stream: false });
+    assert.equal((r.text.match(/HTTP\/1\.1 200/g) ?? []).length, 2, r.text.slice(0, 300));
+    assert.match(r.text, /x-backend-url: \/first[^]*x-backend-url: \/second/, 'both answers, in order');
+    assert.deepEqual(r.warned.filter((m) => m.startsWith('client read nothing')), []);
+  });
+
+  test('a pipelined stream that waits behind a slow one is not cut as stalled', async () => {
+    // The second streams 64 KB at once: more than its response holds before the connection is its own.
+    const r = await pipelinedBehindSlow((content, res) => (content === 'first' ? sse(res, 12, 10, 100) : sse(res, 64, 1024, 0)), { stream: true });
+    assert.equal((r.text.match(/data: \[DONE\]/g) ?? []).length, 2, r.text.slice(-300));
+    assert.deepEqual(r.warned.filter((m) => m.startsWith('client read nothing')), []);
+  });
 });
