@@ -29,6 +29,9 @@ import { isPrefixIndexer } from './scheduling/prompt-load.js';
 import { systemClock, type Clock, type RandomSource } from './util/clock.js';
 import { silentLogger } from './util/logger.js';
 
+/** How long the 503s written at the end of the grace period may take to leave before every connection is cut. */
+const FINAL_ANSWERS_LINGER_MS = 1000;
+
 export interface GatewayOptions {
   logger?: Logger;
   clock?: Clock;
@@ -348,7 +351,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       closing ??= (async () => {
         // Readiness turns 503 first; queued requests are answered 503 rejected-shutting-down; new
         // connections are refused; in-flight requests may finish within the grace period.
-        api.draining = true;
+        api.startDrain();
         live.runtime.flowControl?.shutdown();
         api.server.close();
         api.server.closeIdleConnections();
@@ -357,7 +360,12 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         await Promise.race([api.whenIdle(), new Promise<void>((r) => (timer = setTimeout(r, grace)))]);
         clearTimeout(timer);
         const ended = api.endInFlight('the gateway is shutting down and its shutdown grace period is over');
-        if (ended > 0) logger.warn({ requests: ended, shutdownGracePeriodMs: grace }, 'shutdown grace period over: requests still in flight were ended with 503');
+        if (ended > 0) {
+          logger.warn({ requests: ended, shutdownGracePeriodMs: grace }, 'shutdown grace period over: requests still in flight were ended with 503');
+          // A moment for those reasons to reach clients that read, before every connection is cut.
+          await Promise.race([api.whenIdle(), new Promise<void>((r) => (timer = setTimeout(r, FINAL_ANSWERS_LINGER_MS)))]);
+          clearTimeout(timer);
+        }
         api.server.closeAllConnections();
         api.refusals.close();
         await scraper.stop();

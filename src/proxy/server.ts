@@ -114,6 +114,9 @@ export class ApiServer {
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
     this.begin(res);
+    // Node keeps connections alive while its server closes: a client would send its next request
+    // on one the end of the drain then cuts. Each answer during the drain says `Connection: close`.
+    if (this.draining) res.shouldKeepAlive = false;
     if (res.socket === null) watchPipelined(req.socket, res);
     let url = req.url ?? '/';
     // Absolute form (`POST http://host/v1/…`), which HTTP/1.1 servers must accept: routed and forwarded as origin form.
@@ -259,6 +262,13 @@ export class ApiServer {
    * a 503 when its answer has not started, an error event when it streams (a JSON answer under way
    * can only be cut) — its upstream request cancelled, and counted as a 503. Returns how many.
    */
+  /** The drain begins: answers not yet begun close their connection when done (`Connection: close`). */
+  startDrain(): void {
+    this.draining = true;
+    for (let c = this.inFlight.oldest; c !== undefined; c = c.newer) if (!c.res.headersSent) c.res.shouldKeepAlive = false;
+    for (let r = this.receiving.oldest; r !== undefined; r = r.newer) if (!r.res.headersSent) r.res.shouldKeepAlive = false;
+  }
+
   endInFlight(message: string): number {
     let n = 0;
     const refusal = { droppedReason: 'rejected-shutting-down', close: true } as const;

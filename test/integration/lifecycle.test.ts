@@ -603,32 +603,41 @@ describe('graceful drain of the real process', () => {
 });
 
 describe('graceful drain', () => {
-  test('readiness turns 503, queued requests get 503 rejected-shutting-down, in-flight ones finish', async () => {
+  test('readiness turns 503, queued requests get 503 rejected-shutting-down, in-flight ones finish; answers close their connections', async () => {
     const a = await startFakeBackend(slowJson(400));
     const registry = builtinRegistry();
     const file = join(dir, 'drain.yaml');
     writeFileSync(file, config([{ name: 'a', port: a.port }]));
     const gw = await startGateway(loadConfigFile(file, registry), { registry, host: '127.0.0.1' });
-    await waitForMetrics(gw);
-    const inFlight = post(gw, 'in-flight');
-    await until(() => a.received.length === 1);
-    const queued = post(gw, 'queued');
-    await until(async () => {
-      const fc = (await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { totals?: { requests: number } };
-      return fc.totals?.requests === 1;
-    });
-    const closing = gw.close();
-    const ready = await request(`${gw.metricsUrl}/ready`);
-    await ready.body.dump();
-    assert.equal(ready.statusCode, 503, 'readiness turns 503 first');
-    const q = await queued;
-    assert.equal(q.status, 503);
-    assert.equal(q.headers['x-llm-d-request-dropped-reason'], 'rejected-shutting-down');
-    assert.equal((await inFlight).status, 200, 'the in-flight request finished');
-    await closing;
-    await assert.rejects(post(gw, 'after'), /ECONNREFUSED/);
-    assert.equal(a.received.length, 1, 'the queued request never reached the model server');
-    await a.close();
+    try {
+      await waitForMetrics(gw);
+      const inFlight = post(gw, 'in-flight');
+      await until(() => a.received.length === 1);
+      const queued = post(gw, 'queued');
+      await until(async () => {
+        const fc = (await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { totals?: { requests: number } };
+        return fc.totals?.requests === 1;
+      });
+      const closing = gw.close();
+      const ready = await request(`${gw.metricsUrl}/ready`);
+      await ready.body.dump();
+      assert.equal(ready.statusCode, 503, 'readiness turns 503 first');
+      const q = await queued;
+      assert.equal(q.status, 503);
+      assert.equal(q.headers['x-llm-d-request-dropped-reason'], 'rejected-shutting-down');
+      const done = await inFlight;
+      assert.equal(done.status, 200, 'the in-flight request finished');
+      // Answers during the drain close their connections: no client sends its next request on one
+      // that the end of the drain would cut.
+      assert.equal(done.headers['connection'], 'close');
+      assert.equal(q.headers['connection'], 'close');
+      await closing;
+      await assert.rejects(post(gw, 'after'), /ECONNREFUSED/);
+      assert.equal(a.received.length, 1, 'the queued request never reached the model server');
+    } finally {
+      await gw.close();
+      await a.close();
+    }
   });
 
   test('requests still running at the end of shutdownGracePeriod end with a 503 reason (a stream: an error event), and the gateway stops', async () => {
