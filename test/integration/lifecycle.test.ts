@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import http from 'node:http';
+import net from 'node:net';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -679,6 +680,47 @@ describe('graceful drain', () => {
       await gw.close();
       await a.close();
       await b.close();
+    }
+  });
+
+  test('a stream ended at the end of the grace period behind unread data: its error event still reaches a client that reads on', async () => {
+    // 4 MB of events at once, then nothing more: the client, not reading, holds the gateway back.
+    const flood: Behaviour = (_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const event = `data: {"choices":[{"delta":{"content":"${'x'.repeat(4000)}"}}]}\n\n`;
+      let i = 0;
+      const pump = (): void => {
+        while (i++ < 1000) if (!res.write(event)) return void res.once('drain', pump);
+      };
+      pump();
+    };
+    const a = await startFakeBackend(flood);
+    const registry = builtinRegistry();
+    const file = join(dir, 'drain-backpressure.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]).replace('shutdownGracePeriod: 3s', 'shutdownGracePeriod: 200ms'));
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, host: '127.0.0.1' });
+    try {
+      await waitForMetrics(gw);
+      const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'flood' }] });
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      s.on('error', () => undefined);
+      let text = '';
+      s.on('data', (c: Buffer) => (text += c.toString('latin1')));
+      const closed = new Promise<void>((r) => s.on('close', () => r()));
+      s.pause();
+      s.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+      await until(() => a.received.length === 1, 3000, 'streaming');
+      await new Promise((r) => setTimeout(r, 300)); // the gateway's buffers fill
+      const closing = gw.close();
+      await new Promise((r) => setTimeout(r, 400)); // the grace period is over: the error event waits behind what is unread
+      s.resume();
+      await closing;
+      await closed;
+      // The last chunk of the (chunked) answer is the error event, then the answer's end.
+      assert.match(text.slice(-400), /data: \{"error":\{"message":"the gateway is shutting down and its shutdown grace period is over"[^\n]*\n\n\r\n0\r\n\r\n$/);
+    } finally {
+      await gw.close();
+      await a.close();
     }
   });
 });
