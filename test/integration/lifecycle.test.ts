@@ -14,7 +14,7 @@ import { ConfigReloader } from '../../src/config/reload.js';
 import { effectiveConfigDigest } from '../../src/config/print.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
-import { okJson, slowJson, startFakeBackend, vllmPage, type Behaviour } from '../helpers/fake-backend.js';
+import { okJson, slowJson, startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { startSimulator } from '../../src/sim/server.js';
 import { until } from '../helpers/wait.js';
 
@@ -65,6 +65,16 @@ async function reloadableGateway(name: string, text: string, opts: { pollInterva
   return { file, gw, reloader, lines, close };
 }
 
+/** One request in flight at `a` (the only slot: concurrency 1) and one held in the queue behind it. */
+async function inFlightAndQueued(gw: Gateway, a: FakeBackend) {
+  const inFlight = post(gw, 'in-flight');
+  await until(() => a.received.length === 1, 3000, 'first request at a');
+  const queued = post(gw, 'queued');
+  await until(() => gw.pool.endpoints[0]!.inFlight === 1 && a.received.length === 1);
+  await new Promise((r) => setTimeout(r, 30)); // the second one is held, not sent
+  return { inFlight, queued };
+}
+
 describe('live reload', () => {
   test('a valid new file is applied without dropping the in-flight or the queued request', async () => {
     const a = await startFakeBackend(slowJson(300));
@@ -72,11 +82,7 @@ describe('live reload', () => {
     const { file, gw, reloader, close } = await reloadableGateway('reload.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
-      const inFlight = post(gw, 'in-flight');
-      await until(() => a.received.length === 1, 3000, 'first request at a');
-      const queued = post(gw, 'queued');
-      await until(() => gw.pool.endpoints[0]!.inFlight === 1 && a.received.length === 1);
-      await new Promise((r) => setTimeout(r, 30)); // the second one is held, not sent
+      const { inFlight, queued } = await inFlightAndQueued(gw, a);
       assert.equal(a.received.length, 1);
 
       writeFileSync(file, config([{ name: 'b', port: b.port }], 'objectives:\n- { name: gold, priority: 5 }\n'));
@@ -275,10 +281,7 @@ ${extra}`;
     const { file, gw, reloader, close } = await reloadableGateway('handover-upstream.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
-      const inFlight = post(gw, 'in-flight');
-      await until(() => a.received.length === 1, 3000, 'first request at a');
-      const queued = post(gw, 'queued');
-      await new Promise((r) => setTimeout(r, 50)); // held: a's only slot is taken
+      const { inFlight, queued } = await inFlightAndQueued(gw, a);
       writeFileSync(file, config([{ name: 'b', port: b.port }]).replace('shutdownGracePeriod: 3s }', 'shutdownGracePeriod: 3s, upstream: { headersTimeout: 300ms } }'));
       assert.equal(await reloader.reloadNow('test'), true);
       const [r1, r2] = await Promise.all([inFlight, queued]);
