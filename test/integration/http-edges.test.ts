@@ -204,6 +204,39 @@ test('a request still uploading its body when the shutdown grace period ends get
   });
 });
 
+test('a client still sending its body through the end of the shutdown grace period reads its 503, not a reset', async () => {
+  const backend = await startFakeBackend(slowJson(10));
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'), async (gw) => {
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    let out = '';
+    let error: Error | undefined;
+    s.on('data', (c) => (out += c));
+    s.on('error', (err) => (error = err));
+    const closed = new Promise<void>((r) => s.on('close', () => r()));
+    // 30 × 20 KB, one every 20 ms: the upload goes on ~300 ms past the grace period, and like
+    // undici's or fetch's, it is sent whole whatever comes back meanwhile.
+    const head = '{"model":"m","messages":[';
+    const chunks = 30;
+    const chunk = ' '.repeat(20_000);
+    s.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${head.length + chunks * chunk.length}\r\n\r\n${head}`);
+    let sent = 0;
+    const sending = setInterval(() => {
+      if (sent++ === chunks || s.destroyed) return void clearInterval(sending);
+      s.write(chunk);
+    }, 20);
+    try {
+      await until(async () => (await debugRequests(gw)).receivingBodies === 1, 3000, 'the body is arriving');
+      await gw.close();
+      await closed;
+    } finally {
+      clearInterval(sending);
+    }
+    assert.equal(error, undefined, `no reset: ${error?.message}`);
+    assertSpecError(out, 503);
+    assert.match(out, /x-llm-d-request-dropped-reason: rejected-shutting-down/i);
+  });
+});
+
 describe('rules that hold, kept by a test', () => {
   test('/ready is 503 while the pool has endpoints but none with fresh metrics, 200 once one has', async () => {
     const backend = await startFakeBackend();
