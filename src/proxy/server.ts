@@ -257,11 +257,6 @@ export class ApiServer {
     };
   }
 
-  /**
-   * The shutdown grace period is over: each request still in flight is ended now, with a reason —
-   * a 503 when its answer has not started, an error event when it streams (a JSON answer under way
-   * can only be cut) — its upstream request cancelled, and counted as a 503. Returns how many.
-   */
   /** The drain begins: answers not yet begun close their connection when done (`Connection: close`). */
   startDrain(): void {
     this.draining = true;
@@ -269,6 +264,11 @@ export class ApiServer {
     for (let r = this.receiving.oldest; r !== undefined; r = r.newer) if (!r.res.headersSent) r.res.shouldKeepAlive = false;
   }
 
+  /**
+   * The shutdown grace period is over: each request still in flight is ended now, with a reason —
+   * a 503 when its answer has not started, an error event when it streams (a JSON answer under way
+   * can only be cut) — its upstream request cancelled, and counted as a 503. Returns how many.
+   */
   endInFlight(message: string): number {
     let n = 0;
     const refusal = { droppedReason: 'rejected-shutting-down', close: true } as const;
