@@ -65,12 +65,6 @@ export function buildScheduling(
   // Back to configuration order for everything that iterates the map.
   const byConfigOrder = new Map<string, Plugin>();
   for (const spec of config.plugins) byConfigOrder.set(spec.name, plugins.get(spec.name)!);
-  // A reload: each plugin takes over what its predecessor of the same name and type learned.
-  for (const [name, plugin] of byConfigOrder) {
-    const before = previous?.get(name);
-    if (before !== undefined && before.type === plugin.type) plugin.carryOver?.(before, replacedEndpoints);
-  }
-
   const profiles = new Map<string, SchedulingProfile>();
   for (const profileConfig of config.schedulingProfiles) {
     if (profiles.has(profileConfig.name)) throw new Error(`scheduling profile '${profileConfig.name}' is declared twice`);
@@ -129,6 +123,14 @@ export function buildScheduling(
   if (detector === undefined) throw new Error(`flowControl.saturationDetector: no plugin named '${detectorRef}'`);
   if (!isSaturationDetector(detector)) {
     throw new Error(`flowControl.saturationDetector: plugin '${detectorRef}' (${detector.type}) is not a saturation detector`);
+  }
+
+  // A reload: each plugin takes over what its predecessor of the same name and type learned. Last,
+  // once nothing can throw: a take-over may change what the predecessor holds (the prefix index
+  // forgets moved endpoints), and a build that fails leaves the running one as it was.
+  for (const [name, plugin] of byConfigOrder) {
+    const before = previous?.get(name);
+    if (before !== undefined && before.type === plugin.type) plugin.carryOver?.(before, replacedEndpoints);
   }
 
   const ctx = { clock: deps.clock, random: deps.random };

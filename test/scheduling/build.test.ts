@@ -325,6 +325,12 @@ describe('builtinRegistry', () => {
     const learned = (b: typeof first) => (b.plugins.get('prefix-cache-scorer') as unknown as { index: { endpointNames(): string[] } }).index.endpointNames().sort();
     assert.deepEqual(learned(second), ['e0', 'e1']);
 
+    // A rebuild that fails (here: no profile handler) leaves the running index as it was, even
+    // for an endpoint it would have moved.
+    const noHandler = plugins.filter((p) => p.type !== 'single-profile-handler');
+    assert.throws(() => buildScheduling(config(noHandler, [profile]), registry, makeDeps(), second.plugins, new Set(['e1'])), /no profile handler/);
+    assert.deepEqual(learned(second), ['e0', 'e1']);
+
     // e1 now names another server: nothing learned of the old one is carried to it.
     const moved = buildScheduling(config(plugins, [profile]), registry, makeDeps(), second.plugins, new Set(['e1']));
     assert.deepEqual(learned(moved), ['e0']);
