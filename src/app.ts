@@ -32,6 +32,13 @@ import { silentLogger } from './util/logger.js';
 /** How long the 503s written at the end of the grace period may take to leave before every connection is cut. */
 const FINAL_ANSWERS_LINGER_MS = 1000;
 
+/** Waits for `p`, but `ms` at most. */
+async function settledWithin(p: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
+}
+
 export interface GatewayOptions {
   logger?: Logger;
   clock?: Clock;
@@ -356,15 +363,12 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         api.server.close();
         api.server.closeIdleConnections();
         const grace = live.config.server.shutdownGracePeriod;
-        let timer: NodeJS.Timeout | undefined;
-        await Promise.race([api.whenIdle(), new Promise<void>((r) => (timer = setTimeout(r, grace)))]);
-        clearTimeout(timer);
+        await settledWithin(api.whenIdle(), grace);
         const ended = api.endInFlight('the gateway is shutting down and its shutdown grace period is over');
         if (ended > 0) {
           logger.warn({ requests: ended, shutdownGracePeriodMs: grace }, 'shutdown grace period over: requests still in flight were ended with 503');
           // A moment for those reasons to reach clients that read, before every connection is cut.
-          await Promise.race([api.whenIdle(), new Promise<void>((r) => (timer = setTimeout(r, FINAL_ANSWERS_LINGER_MS)))]);
-          clearTimeout(timer);
+          await settledWithin(api.whenIdle(), FINAL_ANSWERS_LINGER_MS);
         }
         api.server.closeAllConnections();
         api.refusals.close();

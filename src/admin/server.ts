@@ -34,7 +34,7 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
     logger: false,
     // Fastify's own answers to a bad URL or malformed HTTP are not §5-shaped: these are.
     frameworkErrors: (err, _req, reply) => {
-      void (reply as FastifyReply).code(400).header('content-type', 'application/json').send(errorBody(400, err.message));
+      void sendJsonError(reply as FastifyReply, 400, err.message);
     },
     clientErrorHandler: answerClientError,
   });
@@ -60,7 +60,7 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
       const raw = (req.query as Record<string, unknown>).seconds ?? '10';
       const seconds = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : NaN;
       if (!(seconds > 0 && seconds <= MAX_PROFILE_SECONDS)) {
-        return reply.code(400).header('content-type', 'application/json').send(errorBody(400, `seconds must be a number in (0, ${MAX_PROFILE_SECONDS}], got '${String(raw)}'`));
+        return sendJsonError(reply, 400, `seconds must be a number in (0, ${MAX_PROFILE_SECONDS}], got '${String(raw)}'`);
       }
       let profile: object;
       // A client that hangs up frees the profiler for the next one.
@@ -70,7 +70,7 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
         profile = await profiler.take(kind, seconds, gone.signal);
       } catch (err) {
         if (!(err instanceof ProfileBusyError)) throw err;
-        return reply.code(409).header('content-type', 'application/json').send(errorBody(409, err.message));
+        return sendJsonError(reply, 409, err.message);
       }
       const stamp = new Date().toISOString().replace(/[:.]/g, '-');
       reply.header('content-type', 'application/json');
@@ -79,14 +79,19 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
     });
   }
   app.setNotFoundHandler((req, reply) => {
-    reply.code(404).header('content-type', 'application/json').send(errorBody(404, `no route for ${req.method} ${req.url}`));
+    void sendJsonError(reply, 404, `no route for ${req.method} ${req.url}`);
   });
   app.setErrorHandler((err: Error & { statusCode?: number }, _req, reply) => {
     // A client's mistake Fastify caught (a body it cannot parse, one too large) keeps its 4xx.
     const status = err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
-    reply.code(status).header('content-type', 'application/json').send(errorBody(status, err.message));
+    void sendJsonError(reply, status, err.message);
   });
   return app;
+}
+
+/** A §5 error answer on the metrics port. */
+function sendJsonError(reply: FastifyReply, status: number, message: string): FastifyReply {
+  return reply.code(status).header('content-type', 'application/json').send(errorBody(status, message));
 }
 
 export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 'stalenessMs'>) {
