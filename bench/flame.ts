@@ -14,7 +14,7 @@
 import { readFileSync, statSync, writeFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import { parseArgs } from 'node:util';
-import { biggestProfile, flameTree, heapFlameTree, topFunctions, type CpuProfile, type HeapProfile } from './lib/cpuprofile.js';
+import { biggestProfile, flameTree, heapFlameTree, pruneFlame, topFunctions, type CpuProfile, type HeapProfile } from './lib/cpuprofile.js';
 import { fmt } from './lib/stats.js';
 import { flameGraph } from './lib/svg.js';
 
@@ -54,11 +54,13 @@ try {
 const heap = typeof prof === 'object' && prof !== null && 'head' in prof;
 const cpu = typeof prof === 'object' && prof !== null && 'nodes' in prof && 'samples' in prof;
 if (!heap && !cpu) fail(`${file} is neither a V8 CPU profile (nodes, samples) nor a heap profile (head)`);
-const build = (share: number) => (heap ? heapFlameTree(prof as HeapProfile, share) : flameTree(prof as CpuProfile, share));
-const root = build(minShare);
+// The top functions from the whole tree; the graph from the tree pruned.
+const root = heap ? heapFlameTree(prof as HeapProfile, 0) : flameTree(prof as CpuProfile, 0);
+const tops = topFunctions(root);
+pruneFlame(root, minShare);
 const amount = heap ? `${fmt(root.total / 1048576, 1)} MB sampled alive` : `${fmt(root.total / 1000, 1)} s busy`;
 const out = opts.out ?? file.replace(/\.(cpu|heap)profile$/, '') + '.svg';
 writeFileSync(out, flameGraph({ title: opts.title ?? `${basename(file)}: ${amount}`, root, measure: heap ? 'sampled memory' : 'busy time' }));
 console.log(`${file}: ${amount}; self ${heap ? 'bytes' : 'time'}:`);
-for (const f of topFunctions(build(0))) console.log(`${(f.share * 100).toFixed(1).padStart(6)} %  ${f.name}`);
+for (const f of tops) console.log(`${(f.share * 100).toFixed(1).padStart(6)} %  ${f.name}`);
 console.log(`wrote ${out}`);

@@ -61,9 +61,12 @@ export function shortUrl(url: string): string {
 
 export function summarizeProfile(file: string, top = 15, flameMinShare = FLAME_MIN_SHARE): ProfileSummary {
   const prof = JSON.parse(readFileSync(file, 'utf8')) as CpuProfile;
-  // Shares are of busy time: the process sits idle while other targets are measured.
-  const full = flameTree(prof, 0);
-  return { file, samplesMs: full.total, topFunctions: topFunctions(full, top), topFiles: topFiles(full, top), flame: flameTree(prof, flameMinShare) };
+  // Shares are of busy time: the process sits idle while other targets are measured. The tops are
+  // taken from the whole tree, which is then pruned for the flame graph.
+  const flame = flameTree(prof, 0);
+  const summary = { file, samplesMs: flame.total, topFunctions: topFunctions(flame, top), topFiles: topFiles(flame, top), flame };
+  pruneFlame(flame, flameMinShare);
+  return summary;
 }
 
 /** A profile's call tree in the shape both V8 formats reduce to: a frame, its own value, its callees. */
@@ -118,8 +121,13 @@ export function heapFlameTree(prof: HeapProfile, minShare = FLAME_MIN_SHARE): Fl
 function rootedTree(root: RawFrame | undefined, minShare: number): FlameNode {
   const top = root === undefined ? undefined : toFlame(root);
   const all: FlameNode = { name: 'all', at: '', self: top?.self ?? 0, total: top?.total ?? 0, children: top?.children ?? [] };
-  prune(all, all.total * minShare);
-  return all;
+  return pruneFlame(all, minShare);
+}
+
+/** Drops, in place, the frames of `tree` narrower than `minShare` of the whole (their time stays in their parent's total). */
+export function pruneFlame(tree: FlameNode, minShare: number): FlameNode {
+  prune(tree, tree.total * minShare);
+  return tree;
 }
 
 function toFlame(raw: RawFrame): FlameNode {
