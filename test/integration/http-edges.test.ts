@@ -204,6 +204,31 @@ test('a request still uploading its body when the shutdown grace period ends get
   });
 });
 
+for (const [what, body, status] of [
+  ['a valid request', CHAT, 503],
+  ['invalid JSON', '{"model": oops}', 400],
+] as const) {
+  test(`a keep-alive request whose body ends during the drain (${what}): ${status}, and the answer closes its connection`, async () => {
+    const backend = await startFakeBackend(slowJson(10));
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      let out = '';
+      s.on('data', (c) => (out += c));
+      s.on('error', () => undefined);
+      const whole = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+      s.write(whole.slice(0, -5));
+      await until(async () => (await debugRequests(gw)).receivingBodies === 1, 3000, 'the body is arriving');
+      const closing = gw.close(); // the drain begins while the body arrives
+      s.write(whole.slice(-5));
+      await until(() => out.includes('"error"'), 3000, 'the answer');
+      assertSpecError(out, status);
+      // Else a client would send its next request on a connection the end of the drain cuts.
+      assert.match(out, /\r\nconnection: close\r\n/i);
+      await closing;
+    });
+  });
+}
+
 test('a client still sending its body through the end of the shutdown grace period reads its 503, not a reset', async () => {
   const backend = await startFakeBackend(slowJson(10));
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'), async (gw) => {
