@@ -55,10 +55,8 @@ describe('/debug/profile', () => {
     assert.ok(prof.endTime - prof.startTime >= 1.4e6, `${prof.endTime - prof.startTime} µs`);
     assert.ok(prof.samples.length > 0 && prof.nodes.length > 0);
     assert.ok(served > 0);
-    const sampled = new Set(prof.samples);
     const proxyFrames = prof.nodes.filter((n) => n.callFrame.url.includes('/src/proxy/'));
     assert.ok(proxyFrames.length > 0, `the proxy's code is in the profile (${served} requests served meanwhile)`);
-    assert.ok(prof.nodes.some((n) => sampled.has(n.id)));
   });
 
   test('heap: a sampling heap profile, as a .heapprofile download', async () => {
