@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { PACED_TARGETS, type OverheadRatio, type OverheadResult, type PacedResults } from './overhead.js';
 import type { QualityResult, RouterResult, StepResult } from './quality.js';
 import type { ScaleResult } from './scale.js';
-import { fmt, fmtInt, mdTable } from './stats.js';
+import { fmt, fmtInt, mb, mdTable } from './stats.js';
 import { barChart, flameGraph, lineChart } from './svg.js';
 
 export interface Meta {
@@ -174,7 +174,10 @@ export function evaluateTargets(res: Omit<BenchResults, 'targets'>): Verdict[] {
     target: `100k queued requests under ${TARGETS.queue100kMB} MB RSS — whole gateway, one HTTP/1.1 connection per queued request`,
     value: queue
       ? `${fmtInt(queue.bytesPerQueuedRequest)} B RSS/request measured with ${fmtInt(queue.requests)} → ≈ ${fmt(queue.extrapolated100kMB, 0)} MB for 100k (extrapolated)` +
-        (queue.baseline ? `; a bare node:http server holding the same requests: ${fmtInt(queue.baseline.bytesPerRequest)} B/request` : '')
+        (queue.baseline ? `; a bare node:http server holding the same requests: ${fmtInt(queue.baseline.bytesPerRequest)} B/request` : '') +
+        (queue.tcpBaseline
+          ? `; a bare net.Server holding the connections, no HTTP: ${fmtInt(queue.tcpBaseline.bytesPerRequest)} B/connection (100k ≈ ${fmt(mb(queue.tcpBaseline.bytesPerRequest * 100_000), 0)} MB before any HTTP or gateway state)`
+          : '')
       : 'not measured',
     met: queue ? queue.extrapolated100kMB < TARGETS.queue100kMB : null,
     note: 'the container allows 20k open files per process, so 100k real connections cannot be held; extrapolated linearly',
@@ -651,6 +654,7 @@ export function writeReport(res: BenchResults, dir: string): string[] {
             ['RSS per queued request', `${fmtInt(qu.bytesPerQueuedRequest)} B`],
             ['V8 heap + external per queued request', `${fmtInt(qu.heapBytesPerQueuedRequest)} B`],
             ['bare node:http server holding the same parsed requests (Node\'s floor)', qu.baseline ? `${fmtInt(qu.baseline.bytesPerRequest)} B RSS, ${fmtInt(qu.baseline.heapBytesPerRequest)} B heap per request` : '–'],
+            ['bare net.Server holding the connections unparsed (Node\'s floor for an open connection)', qu.tcpBaseline ? `${fmtInt(qu.tcpBaseline.bytesPerRequest)} B RSS, ${fmtInt(qu.tcpBaseline.heapBytesPerRequest)} B heap per connection → 100k ≈ ${fmt(mb(qu.tcpBaseline.bytesPerRequest * 100_000), 0)} MB` : '–'],
             ['Sluice\'s own heap per queued request (above the floor)', qu.baseline ? `${fmtInt(qu.heapBytesPerQueuedRequest - qu.baseline.heapBytesPerRequest)} B` : '–'],
             ['extrapolated RSS with 100k queued', `${fmt(qu.extrapolated100kMB, 0)} MB`],
             ['backends free → all answered', `${fmt(qu.drainSeconds, 2)} s (${fmtInt(qu.drainRps)} req/s through the proxy, ${fmtInt(qu.answered)} answered)`],

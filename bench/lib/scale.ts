@@ -51,8 +51,10 @@ export interface GatewayQueueResult {
   /** V8 heap + external growth / queued requests, after a full GC. */
   heapBytesPerQueuedRequest: number;
   bodyBytes: number;
-  /** A bare node:http server holding the same requests (Node's floor). */
-  baseline: { bytesPerRequest: number; heapBytesPerRequest: number; held: number } | undefined;
+  /** A bare node:http server holding the same requests (Node's floor for HTTP). */
+  baseline: HoldBaseline | undefined;
+  /** A bare net.Server holding the same connections unparsed (Node's floor for a connection). */
+  tcpBaseline?: HoldBaseline | undefined;
   /** rssIdle + 100k × bytesPerQueuedRequest. */
   extrapolated100kMB: number;
   /** Time from "backends free" to the last of the N answers, and the rate. */
@@ -180,29 +182,41 @@ function openHeldRequests(port: number, n: number, body: string, sockets: Socket
   return { startedAt, opened, answered: () => answered, lastAnswerAt: () => lastAnswerAt };
 }
 
-/** The same held requests against a bare node:http server (bench/lib/hold-server.ts): Node's own cost per waiting request. */
-async function baselineHold(n: number, body: string, dir: string): Promise<{ bytesPerRequest: number; heapBytesPerRequest: number; held: number }> {
+export interface HoldBaseline {
+  bytesPerRequest: number;
+  heapBytesPerRequest: number;
+  held: number;
+}
+
+/**
+ * The same held requests against bench/lib/hold-server.ts: a bare node:http server (`http`, Node's
+ * own cost per waiting HTTP request) or a bare net.Server holding the connections unparsed (`tcp`,
+ * the least any Node process pays per open client connection).
+ */
+async function baselineHold(n: number, body: string, dir: string, mode: 'http' | 'tcp'): Promise<HoldBaseline> {
   const sockets: Socket[] = [];
   const port = await freePort();
-  const memFile = join(dir, 'hold.mem.json');
-  const proc = startNode('hold-server', join(BENCH_DIR, 'lib', 'hold-server.ts'), [String(port)], join(dir, 'hold-server.log'), ['--expose-gc'], [MEM_PROBE], { BENCH_MEM_FILE: memFile });
+  const controlPort = mode === 'tcp' ? await freePort() : port;
+  const memFile = join(dir, `hold-${mode}.mem.json`);
+  const args = mode === 'tcp' ? [String(port), 'tcp', String(controlPort)] : [String(port)];
+  const proc = startNode(`hold-server-${mode}`, join(BENCH_DIR, 'lib', 'hold-server.ts'), args, join(dir, `hold-server-${mode}.log`), ['--expose-gc'], [MEM_PROBE], { BENCH_MEM_FILE: memFile });
   try {
-    const ready = await waitForOk(`http://${HOST}:${port}/health`, 20_000, proc);
-    if (!ready.ok) throw new Error(`hold-server: ${ready.reason}`);
+    const ready = await waitForOk(`http://${HOST}:${controlPort}/health`, 20_000, proc);
+    if (!ready.ok) throw new Error(`hold-server (${mode}): ${ready.reason}`);
     const idle = await memSnapshot(proc, memFile);
     const client = openHeldRequests(port, n, body, sockets);
     await client.opened;
     let held = 0;
     const deadline = performance.now() + 60_000;
     while (performance.now() < deadline) {
-      const r = await fetch(`http://${HOST}:${port}/held`).then((x) => x.json() as Promise<{ held: number }>).catch(() => ({ held: 0 }));
+      const r = await fetch(`http://${HOST}:${controlPort}/held`).then((x) => x.json() as Promise<{ held: number }>).catch(() => ({ held: 0 }));
       held = r.held;
       if (held >= n) break;
       await sleep(250);
     }
     await sleep(500);
     const full = await memSnapshot(proc, memFile);
-    if (!idle || !full) throw new Error('no memory snapshot from hold-server');
+    if (!idle || !full) throw new Error(`no memory snapshot from hold-server (${mode})`);
     const k = Math.max(1, Math.min(n, held));
     return { bytesPerRequest: (full.rss - idle.rss) / k, heapBytesPerRequest: (full.heapUsed + full.external - idle.heapUsed - idle.external) / k, held };
   } finally {
@@ -263,18 +277,28 @@ async function gatewayQueue(n: number, dir: string, log: (l: string) => void): P
         `(${fmtInt(answered / Math.max(drainSeconds, 1e-3))} req/s); ${fmtInt(per)} B RSS per queued request → 100k ≈ ${fmt(mb(rssIdle + per * 100_000), 0)} MB`,
     );
     for (const sock of sockets.splice(0)) sock.destroy();
-    const base = await baselineHold(n, body, dir).catch((err: Error) => {
-      log(`  gateway queue: baseline failed — ${err.message}`);
-      return undefined;
-    });
+    const baseline = (mode: 'http' | 'tcp') =>
+      baselineHold(n, body, dir, mode).catch((err: Error) => {
+        log(`  gateway queue: ${mode} baseline failed — ${err.message}`);
+        return undefined;
+      });
+    const base = await baseline('http');
     if (base) {
       log(
         `  baseline (bare node:http holding ${fmtInt(base.held)} parsed requests): ${fmtInt(base.bytesPerRequest)} B RSS, ${fmtInt(base.heapBytesPerRequest)} B heap per request ` +
           `→ Sluice's own share ≈ ${fmtInt(heapPer - base.heapBytesPerRequest)} B heap per queued request`,
       );
     }
+    const tcpBase = await baseline('tcp');
+    if (tcpBase) {
+      log(
+        `  floor (bare net.Server holding ${fmtInt(tcpBase.held)} connections, no HTTP): ${fmtInt(tcpBase.bytesPerRequest)} B RSS, ${fmtInt(tcpBase.heapBytesPerRequest)} B heap per connection ` +
+          `→ 100k connections alone ≈ ${fmt(mb(tcpBase.bytesPerRequest * 100_000), 0)} MB`,
+      );
+    }
     return {
       baseline: base,
+      tcpBaseline: tcpBase,
       requests: n,
       queuedSeen: queued,
       rssIdleMB: mb(rssIdle),

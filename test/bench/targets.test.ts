@@ -168,6 +168,14 @@ describe('benchmark target verdicts', () => {
     assert.equal(verdict({ meta: META, errors: {}, scale: scale({ extrapolated100kMB: 1183 }) }, '5b').met, false);
   });
 
+  test('5b shows the bare net.Server floor per connection, extrapolated to 100k, when it was measured', () => {
+    const s = scale({ extrapolated100kMB: 1183 });
+    assert.doesNotMatch(verdict({ meta: META, errors: {}, scale: s }, '5b').value, /net\.Server/);
+    s.queue!.tcpBaseline = { bytesPerRequest: 4565, heapBytesPerRequest: 1421, held: 5000 };
+    // 4,565 B × 100k = 435.3 MiB.
+    assert.match(verdict({ meta: META, errors: {}, scale: s }, '5b').value, /net\.Server holding the connections, no HTTP: 4,565 B\/connection \(100k ≈ 435 MB/);
+  });
+
   test('scheduling 64 endpoints (6): met under 50 µs', () => {
     assert.equal(verdict({ meta: META, errors: {}, scale: scale({ sched64Us: 49.9 }) }, '6').met, true);
     assert.equal(verdict({ meta: META, errors: {}, scale: scale({ sched64Us: 50 }) }, '6').met, false);
