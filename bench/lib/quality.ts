@@ -123,7 +123,7 @@ export interface QualityResult {
   instanceNames: string[];
   routers: RouterResult[];
   distinct?: { router: Router; step: StepResult; error?: string };
-  pd: { status: 'measured' | 'pending' | 'skipped'; note: string; fleet?: string };
+  pd: { status: 'measured' | 'pending' | 'skipped'; note: string; fleet?: string; decodeInstances?: number };
 }
 
 const WORDS = (
@@ -566,7 +566,8 @@ export async function runQuality(opts: QualityOptions): Promise<QualityResult> {
         log(`  P/D variant: pending — ${avail.note}`);
       } else {
         const roles = Array.from({ length: opts.instances }, (_, i) => pdRole(i, opts.instances));
-        result.pd = { status: 'measured', note: avail.note, fleet: `${roles.filter((r) => r === 'prefill').length} prefill + ${roles.filter((r) => r === 'decode').length} decode` };
+        const decodeInstances = roles.filter((r) => r === 'decode').length;
+        result.pd = { status: 'measured', note: avail.note, fleet: `${roles.filter((r) => r === 'prefill').length} prefill + ${decodeInstances} decode`, decodeInstances };
         result.routers.push(await runRouter('sluice-pd', opts, w, opts.pdSteps, capacity.fleetRps, opts.stepSeconds, dir, nginxOk, systemPrompts));
       }
     }

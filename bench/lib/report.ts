@@ -573,6 +573,18 @@ export function writeReport(res: BenchResults, dir: string): string[] {
           'The simulator models the prefill leg (one token, KV transfer parameters) and the decode leg (KV transfer latency instead of prefill), but not the interference between prefill and decode ' +
           'on one GPU that disaggregation exists to remove — so on this fleet P/D can only show its costs (an extra hop, fewer decode slots), not its benefit.',
       );
+      const pdSteps = q.routers.find((r) => r.router === 'sluice-pd')?.steps ?? [];
+      const decode = q.pd.decodeInstances;
+      if (pdSteps.length > 0 && decode) {
+        const perStep = pdSteps.map(
+          (st) =>
+            `at ${fmt(st.load * 100, 0)} %, ${fmtInt(st.prefillLegs ?? 0)} of ${fmtInt(st.sent)} requests (${fmt(((st.prefillLegs ?? 0) / Math.max(1, st.sent)) * 100, 1)} %) had a prefill leg, ` +
+            `and every request ran on the ${decode} decode instances, ${fmt((st.load * q.options.instances * 100) / decode, 0)} % of their capacity`,
+        );
+        L.push(
+          ` Where the load went: ${perStep.join('; ')}. A prompt the decode instance already caches (most of them, with a few shared system prompts) needs no prefill leg (\`prefix-based-pd-decider\`), so the prefill instances stand mostly idle.`,
+        );
+      }
     }
     L.push('');
   }

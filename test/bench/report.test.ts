@@ -61,6 +61,24 @@ describe('benchmark report', () => {
     }
   });
 
+  test('the P/D variant says how many requests had a prefill leg and how loaded the decode instances were', () => {
+    const res = fromFixture();
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-report-'));
+    try {
+      // The fixture's P/D step (1 prefill + 3 decode): 25 of 530 requests at 80 % of 4 instances.
+      res.quality!.pd.decodeInstances = 3;
+      writeReport(res, dir);
+      const md = readFileSync(join(dir, 'REPORT.md'), 'utf8');
+      assert.match(md, /Where the load went: at 80 %, 25 of 530 requests \(4\.7 %\) had a prefill leg, and every request ran on the 3 decode instances, 107 % of their capacity\./);
+      // A results.json written before the decode count was kept has no such sentence.
+      delete res.quality!.pd.decodeInstances;
+      writeReport(res, dir);
+      assert.doesNotMatch(readFileSync(join(dir, 'REPORT.md'), 'utf8'), /Where the load went/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('REPORT.md has the verdict table and links every chart; the charts are SVG with every number present', () => {
     const res = fromFixture();
     const dir = mkdtempSync(join(tmpdir(), 'sluice-report-'));
