@@ -230,7 +230,7 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       ctx.prefillEndpoint = plan.prefill.name;
       const connector = connectorFor(plan.connector);
       const prefillPromptTokens = prompt.prefillPromptTokens ?? 0;
-      if (!connector.runsPrefill) x.countPrompt(plan.prefill, prefillPromptTokens);
+      if (!connector.runsPrefill) x.holdSidecarPrefill(plan.prefill, prefillPromptTokens);
       const input = { raw: ctx.raw, body: ctx.sreq.body, api: ctx.sreq.api, prefill: plan.prefill };
       // Only a prefill leg needs a signal (the decode leg is aborted through undici's controller).
       const ac = (x.prefillAbort = new AbortController());
@@ -294,6 +294,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   /** Uncached prompt tokens counted on `promptEp` until the answer's first byte (or the end). */
   private promptTokens = 0;
   private promptEp: Endpoint | undefined = undefined;
+  /** The prefill endpoint a routing sidecar sends the prompt to first: in flight until the answer begins. */
+  private sidecarPrefillEp: Endpoint | undefined = undefined;
   private settled = true;
   private resolve: ((r: AttemptResult) => void) | undefined = undefined;
   /** undici's abort of this request (set once it is sent or queued on a connection). */
@@ -347,8 +349,23 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     this.ctx.pool.promptSent(on, tokens);
   }
 
+  /**
+   * A routing sidecar runs the prefill leg on `on` before it sends the decode: `on` is in flight,
+   * with the prompt's tokens, until the decode answer begins (the gateway cannot see the leg end).
+   */
+  holdSidecarPrefill(on: Endpoint, tokens: number): void {
+    this.ctx.pool.acquire(on);
+    this.sidecarPrefillEp = on;
+    this.countPrompt(on, tokens);
+  }
+
   /** The prompt is computed (first byte of the answer, or the attempt ended): uncounted once. */
   private promptDone(): void {
+    const prefill = this.sidecarPrefillEp;
+    if (prefill !== undefined) {
+      this.sidecarPrefillEp = undefined;
+      this.ctx.pool.release(prefill);
+    }
     if (this.promptEp === undefined) return;
     this.ctx.pool.promptDone(this.promptEp, this.promptTokens);
     this.promptEp = undefined;

@@ -484,7 +484,7 @@ describe('P/D with the sidecar connector', () => {
     }
   });
 
-  test("the prompt's tokens count on the prefill endpoint until the decode answer's first byte", async () => {
+  test("the prefill endpoint counts the request in flight, with the prompt's tokens, until the decode answer's first byte", async () => {
     let releaseDecode: (() => void) | undefined;
     const f = await pdFleet({ connector: 'sidecar', decider: 'always-disagg-pd-decider', decode: (r, res) => (releaseDecode = () => decodeOk(r, res)) });
     try {
@@ -493,10 +493,12 @@ describe('P/D with the sidecar connector', () => {
       await until(() => releaseDecode !== undefined);
       const [p, d] = [f.gw.pool.byName('prefill-0')!, f.gw.pool.byName('decode-0')!];
       assert.deepEqual([p.inFlightTokens, d.inFlightTokens], [Math.floor(JSON.stringify(body.messages).length / 4), 0]);
+      // active-request-scorer and concurrency-detector read the prefill pod as busy, as in llm-d.
+      assert.deepEqual([p.inFlight, d.inFlight], [1, 1]);
       releaseDecode!();
       assert.equal((await pending).status, 200);
       await until(() => d.inFlight === 0);
-      assert.deepEqual([p.inFlightTokens, d.inFlightTokens], [0, 0]);
+      assert.deepEqual([p.inFlight, p.inFlightTokens, d.inFlightTokens], [0, 0, 0]);
     } finally {
       await f.close();
     }
