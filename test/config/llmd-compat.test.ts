@@ -240,6 +240,24 @@ describe('llm-d compatibility', () => {
     assert.match(kw, /syncCrossReplicaState: syncCrossReplicaState is ignored: each Sluice replica counts its own requests/);
   });
 
+  test("pd-profile-handler takes llm-d's primaryPort 0 and prefixMatchInfoProducerName; another primaryPort is refused by name", () => {
+    const handler = (params: string) =>
+      yaml(
+        'plugins:',
+        ...['prefix-cache-scorer', 'prefill-filter', 'decode-filter', 'max-score-picker', 'prefix-based-pd-decider', 'pd-profile-handler'].map((t) => `- type: ${t}`),
+        `  parameters: ${params}`,
+        ...PD_PROFILES,
+      );
+    const r = load(handler('{ primaryPort: 0, prefixMatchInfoProducerName: approx-prefix-cache-producer }'));
+    assert.deepEqual(pluginParams(r, 'pd-profile-handler'), {
+      profiles: { decode: 'decode', prefill: 'prefill' },
+      deciders: { prefill: 'prefix-based-pd-decider' },
+      connector: 'sidecar',
+    });
+    assert.match(problems(handler('{ primaryPort: 8000 }')).join('\n'), /^c\.yaml:8:\d+: plugins\[5\]\.parameters\.primaryPort: .*data-parallel routing \(primaryPort other than 0\) is not supported/m);
+    assert.match(problems(handler('{ primaryPort: "8000" }')).join('\n'), /plugins\[5\]\.parameters\.primaryPort: .*primaryPort must be an integer/);
+  });
+
   test('keys llm-d removed get what replaced them; an encode plugin is never taken for a decode one', () => {
     const lines = problems(
       yaml(
