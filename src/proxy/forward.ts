@@ -153,49 +153,55 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let lastError = '';
   let failedOn: Endpoint | undefined;
   let lastTimedOut = false;
-  let decisionCounted = false;
   let prepared: DecodeLeg | undefined;
-  for (let attempt = 0; ; attempt++) {
-    // At debug level every decision is logged with what each filter dropped and each scorer gave.
-    const trace: DecisionTrace | undefined = ctx.logger.isLevelEnabled('debug') ? [] : undefined;
-    const t0 = performance.now();
-    const outcome = rt.scheduler.schedule(ctx.sreq, candidates, trace);
-    metrics.schedulerDuration((performance.now() - t0) / 1000);
-    if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
-    if (!outcome.ok) {
-      metrics.schedulerAttempt('failure', '');
-      if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`);
-      if (outcome.reason === 'no-endpoints') {
-        sendError(res, 503, outcome.message, { droppedReason: 'rejected-no-endpoints', requestId });
-        return 503;
+  /** The P/D decision of the last attempt made (the one carried out): counted once, at the end. */
+  let decision: Disaggregation['decision'] | undefined;
+  try {
+    for (let attempt = 0; ; attempt++) {
+      // At debug level every decision is logged with what each filter dropped and each scorer gave.
+      const trace: DecisionTrace | undefined = ctx.logger.isLevelEnabled('debug') ? [] : undefined;
+      const t0 = performance.now();
+      const outcome = rt.scheduler.schedule(ctx.sreq, candidates, trace);
+      metrics.schedulerDuration((performance.now() - t0) / 1000);
+      if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
+      if (!outcome.ok) {
+        metrics.schedulerAttempt('failure', '');
+        if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`);
+        if (outcome.reason === 'no-endpoints') {
+          sendError(res, 503, outcome.message, { droppedReason: 'rejected-no-endpoints', requestId });
+          return 503;
+        }
+        sendError(res, 429, outcome.message, { droppedReason: 'rejected-saturated', requestId });
+        return 429;
       }
-      sendError(res, 429, outcome.message, { droppedReason: 'rejected-saturated', requestId });
-      return 429;
+      const ep = outcome.target;
+      // A retry is counted when it happens, against the endpoint whose connection failed.
+      if (failedOn !== undefined) metrics.upstreamRetry(failedOn.name);
+      ctx.endpoint = ep.name;
+      ctx.attempts = attempt + 1;
+      metrics.schedulerAttempt('success', ep.name);
+      const pd = outcome.result.disaggregation;
+      // A retry with a prepared decode leg carries out the decision (and prefill) that made it.
+      if (prepared === undefined) {
+        decision = pd?.decision;
+        ctx.prefillEndpoint = undefined;
+      }
+      const r = await attemptOn(ctx, ep, prepared ?? pd, outcome.result);
+      if (r.kind === 'done') return r.status;
+      if (r.prepared !== undefined) prepared = r.prepared;
+      lastError = `${ep.name}: ${r.error}`;
+      lastTimedOut = r.timedOut;
+      failedOn = ep;
+      ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
+      if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`);
+      // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
+      // without the servers already tried.
+      (failedOrigins ??= []).push(ep.origin);
+      const tried = failedOrigins;
+      candidates = pool.endpoints.filter((c) => !tried.includes(c.origin));
     }
-    const ep = outcome.target;
-    // A retry is counted when it happens, against the endpoint whose connection failed.
-    if (failedOn !== undefined) metrics.upstreamRetry(failedOn.name);
-    ctx.endpoint = ep.name;
-    ctx.attempts = attempt + 1;
-    metrics.schedulerAttempt('success', ep.name);
-    const pd = outcome.result.disaggregation;
-    if (pd !== undefined && !decisionCounted) {
-      decisionCounted = true;
-      metrics.disaggDecision(ctx.sreq.model, pd.decision);
-    }
-    const r = await attemptOn(ctx, ep, prepared ?? pd, outcome.result);
-    if (r.kind === 'done') return r.status;
-    if (r.prepared !== undefined) prepared = r.prepared;
-    lastError = `${ep.name}: ${r.error}`;
-    lastTimedOut = r.timedOut;
-    failedOn = ep;
-    ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
-    if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`);
-    // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
-    // without the servers already tried.
-    (failedOrigins ??= []).push(ep.origin);
-    const tried = failedOrigins;
-    candidates = pool.endpoints.filter((c) => !tried.includes(c.origin));
+  } finally {
+    if (decision !== undefined) metrics.disaggDecision(ctx.sreq.model, decision);
   }
 }
 

@@ -465,6 +465,31 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       await f.close();
     }
   });
+
+  test('a retry that decides differently counts the decision it carried out, once', async () => {
+    const debug = captureLogger('debug');
+    const f = await pdFleet({ decodeCount: 2, logger: debug.logger });
+    try {
+      f.decode[1]!.metrics = vllmPage(3);
+      await until(() => f.gw.pool.byName('decode-1')!.metrics?.waiting === 3);
+      // P/D onto the idle decode-0, which then caches the prompt.
+      assert.equal((await post(f.gw, chatBody(longPrompt('differs')))).status, 200);
+      assert.equal(f.prefill[0]!.received.length, 1);
+      // The same prompt again: decode-0 (cached: decode-only) refuses, the retry on decode-1 (not cached) runs P/D.
+      await f.decode[0]!.close();
+      const r = await post(f.gw, chatBody(longPrompt('differs')));
+      assert.equal(r.status, 200, r.text);
+      assert.equal(f.prefill[0]!.received.length, 2, 'the retry ran a prefill leg');
+      assert.deepEqual(json(f.decode[1]!.received[0]!).kv_transfer_params, KV_FROM_PREFILL);
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 2);
+      assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="decode-only"') ?? 0, 0);
+      const done = debug.lines().filter((l) => l.msg === 'request done')[1]!;
+      assert.deepEqual([done.endpoint, done.attempts, done.prefillEndpoint], ['decode-1', 2, 'prefill-0']);
+    } finally {
+      await f.close();
+    }
+  });
 });
 
 describe('P/D with the sidecar connector', () => {
