@@ -571,7 +571,7 @@ export class GatewayMetrics {
     });
     this.requestErrorTotal = counter({
       name: 'llm_d_epp_request_error_total',
-      help: 'Inference requests that ended in an error, by model and error_code (HTTP status or llm-d error code).',
+      help: 'Inference requests that ended in an error, by model and error_code (the HTTP status sent to the client, e.g. 429, 503; not llm-d\'s error-code names).',
       labelNames: [...modelLabels, 'error_code'],
     });
     this.requestCancelledTotal = counter({

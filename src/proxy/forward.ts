@@ -165,8 +165,9 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       metrics.schedulerDuration((performance.now() - t0) / 1000);
       if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
       if (!outcome.ok) {
-        metrics.schedulerAttempt('failure', '');
+        // A retry with nowhere left to go is the connection failure's 502/504, not a scheduling refusal.
         if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`);
+        metrics.schedulerAttempt('failure', '');
         if (outcome.reason === 'no-endpoints') {
           sendError(res, 503, outcome.message, { droppedReason: 'rejected-no-endpoints', requestId });
           return 503;

@@ -276,6 +276,13 @@ schedulingProfiles:
       assert.equal(alone.status, 502);
       assert.match(JSON.parse(alone.text).error.message, /no other endpoint is eligible/);
       assert.equal(await retries(one), 0, 'nowhere to retry: no retry counted');
+      // The endpoint was scheduled; the retry that found no other is the connection's 502, not a refusal.
+      const attempts = (await (await request(`${one.metricsUrl}/metrics`)).body.text()).split('\n').filter((l) => l.startsWith('llm_d_epp_scheduler_attempts_total{'));
+      assert.deepEqual(
+        attempts.map((l) => [/status="(\w+)"/.exec(l)![1], Number(l.slice(l.lastIndexOf(' ') + 1))]).filter(([, n]) => n !== 0),
+        [['success', 1]],
+        attempts.join('\n'),
+      );
     } finally {
       await four.close();
       await one.close();
