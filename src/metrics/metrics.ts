@@ -44,6 +44,18 @@ export type RequestStage = 'queued' | 'waiting_first_byte' | 'streaming';
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
 export type UpstreamErrorKind = 'connect' | 'reset' | 'headers_timeout' | 'body_timeout' | 'failed' | 'cut' | 'http_5xx';
 
+/** The status of each answer the gateway gives a request before it counts as an inference request. */
+const REJECTION_CODES = {
+  invalid_request: '400',
+  unknown_route: '404',
+  body_too_large: '413',
+  compressed_body: '415',
+  expectation_failed: '417',
+  shutting_down: '503',
+} as const;
+/** Why the gateway answered a request itself before knowing its model (sluice_request_rejected_total). */
+export type RejectionReason = keyof typeof REJECTION_CODES;
+
 /**
  * Maps a client-controlled label value to itself for the first `maxValues` distinct values and to
  * `other` afterwards. Admission is permanent (a series, once created, keeps its identity).
@@ -501,6 +513,7 @@ export class GatewayMetrics {
   readonly requestErrorTotal: Counter<'model_name' | 'target_model_name' | 'error_code'>;
   readonly requestCancelledTotal: Counter<'model_name' | 'target_model_name' | 'stage'>;
   readonly requestBodyIncompleteTotal: Counter<never>;
+  readonly requestRejectedTotal: Counter<'reason' | 'code'>;
   readonly requestDuration: FastHistogram<'model_name' | 'target_model_name'>;
   readonly requestTtft: FastHistogram<'model_name' | 'target_model_name' | 'streaming'>;
   readonly requestInputTokens: FastHistogram<'model_name' | 'target_model_name'>;
@@ -583,6 +596,13 @@ export class GatewayMetrics {
       name: 'sluice_request_body_incomplete_total',
       help: 'API requests whose connection ended before their whole body arrived: the client went away, or it was cut (408 past server.requestTimeout, 503 when the shutdown grace period ended). Not in request_total: the model is not known before the body is.',
     });
+    this.requestRejectedTotal = counter({
+      name: 'sluice_request_rejected_total',
+      help: 'Requests the gateway answered itself before they counted as inference requests (no model known yet, so not in request_total or request_error_total), by reason and the HTTP status sent: invalid_request 400 (invalid JSON or fields), unknown_route 404, body_too_large 413, compressed_body 415, expectation_failed 417, shutting_down 503 (arrived during the drain).',
+      labelNames: ['reason', 'code'],
+    });
+    // Every series from the start, so a rate over them reads 0 rather than nothing.
+    for (const [reason, code] of Object.entries(REJECTION_CODES)) this.requestRejectedTotal.inc({ reason, code }, 0);
     this.requestDuration = fastHistogram({
       name: 'llm_d_epp_request_duration_seconds',
       help: 'End-to-end request latency in seconds, from arrival at the gateway to the last byte of the answer (includes queueing).',
@@ -958,6 +978,11 @@ export class GatewayMetrics {
   /** An API request's connection ended before its whole body arrived. */
   bodyIncomplete(): void {
     this.requestBodyIncompleteTotal.inc();
+  }
+
+  /** The gateway refused a request before it counted as an inference request. */
+  requestRejected(reason: RejectionReason): void {
+    this.requestRejectedTotal.inc({ reason, code: REJECTION_CODES[reason] });
   }
 
   /** A request moved off this endpoint because connecting to it failed. */

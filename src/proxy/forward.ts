@@ -509,9 +509,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (this.first) {
       this.first = false;
       const now = ctx.clock.now();
-      const ttftMs = (ctx.ttftMs = now - ctx.started);
-      ctx.modelMetrics.ttft(ttftMs / 1000, ctx.stream);
-      ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
+      // The clock is the wall clock: a step back must not record a negative latency.
+      const ttftMs = (ctx.ttftMs = Math.max(0, now - ctx.started));
+      // streaming = what the answer is (an SSE stream), as llm-d labels it: a JSON error to a stream request is not one.
+      ctx.modelMetrics.ttft(ttftMs / 1000, this.sse);
+      ctx.metrics.endpointFirstByte(this.ep.name, Math.max(0, now - this.sentAt) / 1000);
       this.promptDone();
     }
     if (this.mode === Mode.Buffer) {

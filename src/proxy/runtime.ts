@@ -30,4 +30,5 @@ export type ProxyMetrics = Pick<
   | 'endpointFirstByte'
   | 'endpointUpstreamError'
   | 'bodyIncomplete'
+  | 'requestRejected'
 >;

@@ -82,6 +82,7 @@ export class ApiServer {
     // Node's own answers to these carry no §5 body (417), or there is none at all (CONNECT).
     this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
       this.begin(res);
+      this.deps.metrics.requestRejected('expectation_failed');
       sendError(res, 417, `unsupported expectation: ${String(req.headers.expect).slice(0, 64)}`, { requestId: requestIdOf(req), close: true });
     });
     this.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
@@ -144,6 +145,7 @@ export class ApiServer {
         return;
       }
     }
+    this.deps.metrics.requestRejected('unknown_route');
     sendError(res, 404, `no route for ${req.method} ${path}`, { requestId: requestIdOf(req) });
   }
 
@@ -154,12 +156,14 @@ export class ApiServer {
       const { deps } = this;
       if (this.draining) {
         req.resume();
+        deps.metrics.requestRejected('shutting_down');
         sendError(res, 503, 'gateway is shutting down', { droppedReason: 'rejected-shutting-down', requestId });
         return this.logDone(res, requestId, 503);
       }
       // A compressed body cannot be parsed, and vLLM would refuse it too: say so, not "invalid JSON".
       const encoding = req.headers['content-encoding'];
       if (encoding !== undefined && encoding.toLowerCase() !== 'identity') {
+        deps.metrics.requestRejected('compressed_body');
         sendError(res, 415, `compressed request bodies are not supported (content-encoding: ${encoding.slice(0, 64)}): send the JSON uncompressed`, { requestId });
         discardRest(req);
         return this.logDone(res, requestId, 415);
@@ -171,6 +175,7 @@ export class ApiServer {
         raw = await readBody(req, deps.runtime().config.server.bodyLimit);
       } catch (err) {
         if (err instanceof BodyTooLargeError) {
+          deps.metrics.requestRejected('body_too_large');
           sendError(res, 413, err.message, { requestId });
           discardRest(req);
           return this.logDone(res, requestId, 413);
@@ -185,6 +190,7 @@ export class ApiServer {
       const rt = deps.runtime();
       const ctx = this.forwardContext(req, res, api, raw, requestId, rt);
       if (isInvalid(ctx)) {
+        deps.metrics.requestRejected('invalid_request');
         sendError(res, 400, ctx.message, { param: ctx.param, requestId });
         return this.logDone(res, requestId, 400);
       }
@@ -219,7 +225,7 @@ export class ApiServer {
         modelMetrics.ended();
         // Latency of answers from a model server, as llm-d records it: Sluice's own refusals (counted
         // as errors) would pull the percentiles down exactly when the fleet is in trouble.
-        if (ctx.ttftMs !== undefined) modelMetrics.duration((deps.clock.now() - started) / 1000);
+        if (ctx.ttftMs !== undefined) modelMetrics.duration(Math.max(0, deps.clock.now() - started) / 1000);
         if (status >= 400) modelMetrics.error(status);
         else if (status === 0) modelMetrics.cancelled(requestStage(ctx));
         this.logDone(res, requestId, status, ctx);

@@ -110,6 +110,78 @@ describe('requests Node would answer on its own', () => {
   });
 });
 
+test("the gateway's own refusals before a request counts (no model known yet) are in sluice_request_rejected_total, by reason and status", async () => {
+  const backend = await startFakeBackend();
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 4Ki'), async (gw) => {
+    const rejected = async () =>
+      Object.fromEntries(
+        (await metricsText(gw))
+          .split('\n')
+          .filter((l) => l.startsWith('sluice_request_rejected_total{'))
+          .map((l) => [/reason="(\w+)",code="(\d+)"/.exec(l)!.slice(1).join(' '), Number(l.slice(l.lastIndexOf(' ') + 1))]),
+      );
+    const zero = { 'invalid_request 400': 0, 'unknown_route 404': 0, 'body_too_large 413': 0, 'compressed_body 415': 0, 'expectation_failed 417': 0, 'shutting_down 503': 0 };
+    assert.deepEqual(await rejected(), zero, 'every series from the start');
+    const send = (body: string, headers = '', path = '/v1/chat/completions') =>
+      raw(gw.apiPort, `POST ${path} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n${headers}\r\n${body}`);
+    assertSpecError(await send('{"model": oops}'), 400);
+    assertSpecError(await send('{"messages":[{"role":"user","content":"h"}]}'), 400);
+    assertSpecError(await send(CHAT, '', '/v1/nothing'), 404);
+    assertSpecError(await send(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] })), 413);
+    assertSpecError(await send(CHAT, 'content-encoding: gzip\r\n'), 415);
+    assertSpecError(await send(CHAT, 'expect: 200-ok\r\n'), 417);
+    assert.deepEqual(await rejected(), { ...zero, 'invalid_request 400': 2, 'unknown_route 404': 1, 'body_too_large 413': 1, 'compressed_body 415': 1, 'expectation_failed 417': 1 });
+    assert.doesNotMatch(await metricsText(gw), /^llm_d_epp_request_(total|error_total)\{/m, 'not inference requests');
+  });
+});
+
+test('TTFT is labelled by what the answer is: a JSON error to a stream request counts as streaming="false"', async () => {
+  const backend = await startFakeBackend((r, res) => {
+    if (JSON.parse(r.body).max_tokens === 1) {
+      res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"boom","type":"InternalServerError","param":null,"code":500}}');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: {"choices":[]}\n\ndata: [DONE]\n\n');
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const stream = (maxTokens: number) =>
+      request(`${gw.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', stream: true, max_tokens: maxTokens, messages: [{ role: 'user', content: 'h' }] }),
+      }).then(async (r) => [r.statusCode, await r.body.text()] as const);
+    assert.equal((await stream(1))[0], 500);
+    assert.equal((await stream(5))[0], 200);
+    const counts = (await metricsText(gw)).split('\n').filter((l) => l.startsWith('llm_d_epp_request_ttft_seconds_count{'));
+    assert.deepEqual(counts.map((l) => [/streaming="(\w+)"/.exec(l)![1], l.slice(l.lastIndexOf(' ') + 1)]).sort(), [['false', '1'], ['true', '1']], counts.join('\n'));
+  });
+});
+
+test('a request arriving during the drain on a connection kept alive by a stream gets 503, counted as rejected shutting_down', async () => {
+  // A stream whose headers left before the drain keeps its connection alive: the client may send its next request on it.
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: {"choices":[]}\n\n');
+    setTimeout(() => res.end('data: [DONE]\n\n'), 400);
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    let out = '';
+    s.on('data', (c) => (out += c));
+    s.on('error', () => undefined);
+    const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
+    s.write(keepAlive);
+    await until(() => out.includes('data: {"choices":[]}'), 3000, 'the stream has begun');
+    const closing = gw.close();
+    await until(async () => (await request(`${gw.apiUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
+    s.write(keepAlive);
+    await closing;
+    assert.match(out, /^HTTP\/1\.1 200 [\s\S]*data: \[DONE\][\s\S]*HTTP\/1\.1 503 [\s\S]*x-llm-d-request-dropped-reason: rejected-shutting-down/i);
+    const counted = (await gw.metrics.requestRejectedTotal.get()).values.filter((v) => v.value > 0).map((v) => [v.labels.reason, v.labels.code, v.value]);
+    assert.deepEqual(counted, [['shutting_down', '503', 1]]);
+  });
+});
+
 test('a malformed request pipelined behind a streaming answer does not write a status line into that answer', async () => {
   const fleet = await startFleet(1, { itlMs: 50, ttftOverheadMs: 1 });
   try {
