@@ -61,6 +61,8 @@ export class ConfigError extends Error {
 /** The loaded config plus non-fatal findings (deprecations, ignored llm-d blocks), same format as problems. */
 export interface LoadResult extends LoadedConfig {
   warnings: ConfigProblem[];
+  /** The document sets nothing (empty, only comments, `---`, `~`, `{}`): every default, no endpoints. */
+  empty?: boolean;
 }
 
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_-]*$/;
@@ -231,7 +233,12 @@ function dropNullValues(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(dropNullValues);
   if (isPlainObject(v)) {
     const out: Record<string, unknown> = {};
-    for (const [k, val] of Object.entries(v)) if (val !== null) out[k] = dropNullValues(val);
+    for (const [k, val] of Object.entries(v)) {
+      if (val === null) continue;
+      // A `__proto__` key must stay a key (and so an unknown one), not set the mapping's prototype.
+      if (k === '__proto__') Object.defineProperty(out, k, { value: dropNullValues(val), enumerable: true, writable: true, configurable: true });
+      else out[k] = dropNullValues(val);
+    }
     return out;
   }
   return v;
@@ -288,6 +295,7 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
     throw new ConfigError(sink.problems);
   }
   if (raw === undefined || raw === null) raw = {};
+  const empty = isPlainObject(raw) && Object.keys(raw).length === 0;
   if (!isPlainObject(raw)) {
     sink.error([], `expected a mapping (an EndpointPickerConfig), got ${describeValue(raw)}`);
     throw new ConfigError(sink.problems);
@@ -300,7 +308,7 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
   if (sink.problems.length === 0) collectPluginWarnings(raw, ensured.config, registry, sink);
 
   if (sink.problems.length > 0) throw new ConfigError(sortProblems(sink.problems));
-  return { file, config: ensured.config, injections: ensured.injections, warnings: sortProblems(sink.warnings) };
+  return { file, config: ensured.config, injections: ensured.injections, warnings: sortProblems(sink.warnings), ...(empty ? { empty } : {}) };
 }
 
 /** Reads and loads a config file; a read failure is a ConfigError too. */

@@ -78,13 +78,13 @@ export class ConfigReloader {
     const { logger, file } = this.opts;
     let next: LoadResult;
     try {
-      const text = readConfigFile(file);
+      next = loadConfigText(readConfigFile(file), file, this.opts.registry);
       // Valid at start (every default, no endpoints), but on a reload most likely a file caught
-      // half-written (truncated, then written): applied, it would take every endpoint away.
-      if (text.split('\n').every((line) => /^\s*(#.*)?$/.test(line))) {
-        throw new ConfigError([{ file, line: 1, col: 1, path: '', message: 'the file is empty (or only comments): not applied on a reload, since it would remove every endpoint; restart to run with no configuration' }]);
+      // half-written (truncated, then written) or emptied by a templating step: applied, it would
+      // take every endpoint away.
+      if (next.empty === true) {
+        throw new ConfigError([{ file, line: 1, col: 1, path: '', message: 'the file sets nothing (empty, only comments, or an empty document): not applied on a reload, since it would remove every endpoint; restart to run with no configuration' }]);
       }
-      next = loadConfigText(text, file, this.opts.registry);
     } catch (err) {
       const problems = err instanceof ConfigError ? err.format().split('\n') : [(err as Error).message];
       const text = problems.join('\n');

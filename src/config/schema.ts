@@ -125,7 +125,7 @@ const REPLACED_KEYS: Readonly<Record<string, { hint: string; among?: string }>> 
 
 /** ` (did you mean "x"?)` or '' when nothing is close. */
 export function didYouMean(word: string, candidates: readonly string[]): string {
-  const replaced = REPLACED_KEYS[word];
+  const replaced = Object.hasOwn(REPLACED_KEYS, word) ? REPLACED_KEYS[word] : undefined;
   if (replaced !== undefined && (replaced.among === undefined || candidates.includes(replaced.among))) return ` (${replaced.hint})`;
   const match = closestMatch(word, candidates);
   return match === undefined ? '' : ` (did you mean "${match}"?)`;

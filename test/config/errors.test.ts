@@ -58,6 +58,17 @@ describe('syntax and shape', () => {
     ]);
   });
 
+  test('a __proto__ key is an unknown key like any other, not a hidden source of values', () => {
+    const lines = problems(yaml('server:', '  host: 0.0.0.0', '  __proto__: { port: 8089 }'));
+    assert.equal(lines.length, 1, lines.join('\n'));
+    assert.match(lines[0]!, /^c\.yaml:3:3: server\.__proto__: unknown key "__proto__" \(valid keys: host, port,/);
+  });
+
+  test("keys named like Object's own methods get no stray hint", () => {
+    const lines = problems(yaml('server:', '  hasOwnProperty: 1', '  constructor: 2'));
+    assert.deepEqual(lines.map((l) => /unknown key "(\w+)"( \(undefined\))?/.exec(l)?.slice(1)), [['hasOwnProperty', undefined], ['constructor', undefined]]);
+  });
+
   test('unknown key without a close match lists the valid keys', () => {
     assert.deepEqual(problems(yaml('pool:', '  metrics: { zzz: 1 }')), [
       'c.yaml:2:14: pool.metrics.zzz: unknown key "zzz" (valid keys: path, interval, timeout)',

@@ -499,17 +499,18 @@ ${extra}`;
     }
   });
 
-  test('an empty file (a write caught half-way) is not applied on a reload: the endpoints stay', async () => {
+  test('a file that sets nothing (a write caught half-way, a template emptied it) is not applied on a reload: the endpoints stay', async () => {
     const a = await startFakeBackend();
     const { file, gw, reloader, lines, close } = await reloadableGateway('empty.yaml', config([{ name: 'a', port: a.port }]));
     try {
       await waitForMetrics(gw);
-      for (const text of ['', '\n  \n# only a comment\n']) {
+      for (const text of ['', '\n  \n# only a comment\n', '---\n# emptied by a templating step\n', '~\n', '{}\n']) {
         writeFileSync(file, text);
         assert.equal(await reloader.reloadNow('test'), false);
         assert.deepEqual(gw.pool.endpoints.map((e) => e.name), ['a']);
       }
-      assert.match(String(lines().find((l) => l.msg === 'config reload rejected')?.problem), /empty\.yaml:1:1: the file is empty \(or only comments\): not applied on a reload/);
+      assert.match(String(lines().find((l) => l.msg === 'config reload rejected')?.problem), /empty\.yaml:1:1: the file sets nothing \(empty, only comments, or an empty document\): not applied on a reload/);
+      assert.equal(lines().filter((l) => l.msg === 'config reload rejected: the previous configuration keeps serving').length + lines().filter((l) => /same problems/.test(String(l.msg))).length, 5);
       assert.equal((await post(gw, 'still served')).status, 200);
     } finally {
       await close(a);
