@@ -256,7 +256,8 @@ export const upstreamSchema = z
 
 export const serverSchema = z
   .strictObject({
-    host: z.string().min(1).default('0.0.0.0'),
+    // Checked like an endpoint address: a URL or host:port here would only fail at listen time.
+    host: addressField.transform((v) => (v.startsWith('[') && v.endsWith(']') ? v.slice(1, -1) : v)).default('0.0.0.0'),
     port: listenPort.default(8080),
     metricsPort: listenPort.default(9090),
     bodyLimit: quantityField({ positive: true }).prefault('16Mi'),

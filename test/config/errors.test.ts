@@ -64,6 +64,13 @@ describe('syntax and shape', () => {
     assert.match(lines[0]!, /^c\.yaml:3:3: server\.__proto__: unknown key "__proto__" \(valid keys: host, port,/);
   });
 
+  test('server.host is checked like an endpoint address: no URL, no port; IPv6 brackets are dropped', () => {
+    assert.deepEqual(problems(yaml('server:', '  host: "http://0.0.0.0"')), ['c.yaml:2:9: server.host: must be a host name or IP address, not a URL (got "http://0.0.0.0")']);
+    assert.deepEqual(problems(yaml('server:', '  host: "0.0.0.0:8080"')), ['c.yaml:2:9: server.host: must not include a port (got "0.0.0.0:8080"); set "port" instead']);
+    assert.equal(load(yaml('server:', '  host: "[::]"')).config.server.host, '::');
+    assert.equal(load(yaml('server: {}')).config.server.host, '0.0.0.0');
+  });
+
   test("keys named like Object's own methods get no stray hint", () => {
     const lines = problems(yaml('server:', '  hasOwnProperty: 1', '  constructor: 2'));
     assert.deepEqual(lines.map((l) => /unknown key "(\w+)"( \(undefined\))?/.exec(l)?.slice(1)), [['hasOwnProperty', undefined], ['constructor', undefined]]);
