@@ -57,7 +57,9 @@ export function ensure(input: SluiceConfig, registry: PluginRegistry): { config:
     (p) => !isKind(p, 'saturationDetector') && schedulingKinds.some((k) => isKind(p, k)),
   );
   if (profiles.length === 0 && !declaresScheduling) {
-    for (const { type } of DEFAULT_SCORERS) if (!byName(type)) inject(type, 'default scorer: no scheduling plugins configured');
+    // A declared plugin of another type under a default scorer's name (a detector can be one) must
+    // not stand in for it: the injected scorer then clashes with it, and the loader names both.
+    for (const { type } of DEFAULT_SCORERS) if (byName(type)?.type !== type) inject(type, 'default scorer: no scheduling plugins configured');
     profiles.push({ name: DEFAULT_PROFILE_NAME, plugins: DEFAULT_SCORERS.map((s) => ({ pluginRef: s.type, weight: s.weight })) });
     injections.push({
       where: 'schedulingProfiles',

@@ -557,8 +557,8 @@ function checkReferences(
       const list = wanted.length > 1 ? `${wanted.slice(0, -1).join(', ')} or ${wanted[wanted.length - 1]}` : wanted[0]!;
       if (!rawHas(raw, path) && target.index < state.declaredCount) {
         // A default ref (not in the file) found a declared plugin that took the default's name.
-        sink.error(namePathOf(target.index), `plugin name "${spec.name}" is taken: ${path.join('.')} refers to it by default, for ${usage}; rename this ${spec.type}`);
-      } else sink.error(path, `plugin "${spec.name}" (${spec.type}) cannot be used as ${usage}: it is not a ${list}`);
+        sink.error(namePathOf(target.index), `plugin name "${spec.name}" is taken: ${formatPath(path)} refers to it by default, for ${usage}; rename this ${spec.type}`);
+      } else sink.error(path, `plugin "${spec.name}" (${spec.type}) cannot be used as ${usage}: it is not ${/^[aeio]/.test(list) ? 'an' : 'a'} ${list}`);
       return undefined;
     }
     return spec;

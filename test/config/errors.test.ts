@@ -561,6 +561,16 @@ describe('what a file means, said where it is written', () => {
     assert.deepEqual(problems(yaml('plugins:', '- type: queue-scorer', '  name: fcfs-ordering-policy')), [
       'c.yaml:3:9: plugins[0].name: plugin name "fcfs-ordering-policy" is taken: flowControl.defaultPriorityBand.orderingPolicyRef refers to it by default, for an ordering policy; rename this queue-scorer',
     ]);
+    // A detector is a filter too, so it would pass in the default profile in the scorer's place.
+    const detector = yaml('plugins:', '- type: concurrency-detector', '  name: prefix-cache-scorer', 'flowControl:', '  saturationDetector: { pluginRef: prefix-cache-scorer }');
+    assert.deepEqual(problems(detector, 'c.yaml', builtin), [
+      'c.yaml:3:9: plugins[0].name: plugin name "prefix-cache-scorer" is taken: Sluice adds a prefix-cache-scorer of that name (the default it injects when none is configured); rename this concurrency-detector',
+    ]);
+  });
+
+  test('a plugin of the wrong kind is named with the right article', () => {
+    const text = yaml('plugins:', '- type: queue-scorer', 'flowControl:', '  priorityBands:', '  - { priority: 1, orderingPolicyRef: queue-scorer }');
+    assert.match(problems(text, 'c.yaml', builtin).join('\n'), /cannot be used as an ordering policy: it is not an ordering policy$/m);
   });
 
   test('a missing key that takes one of a few values says it is missing, and what it takes', () => {
