@@ -316,15 +316,66 @@ export function loadConfigFile(path: string, registry: PluginRegistry): LoadResu
   return loadConfigText(readConfigFile(path), path, registry);
 }
 
-/** The file's text; a ConfigError naming the file when it cannot be read. */
+/** The file's text; a ConfigError naming the file when it cannot be read or is not UTF-8 text. */
 export function readConfigFile(path: string): string {
+  let bytes: Buffer;
   try {
-    return readFileSync(path, 'utf8');
+    bytes = readFileSync(path);
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     const reason = e.code === 'ENOENT' ? 'no such file' : e.message;
     throw new ConfigError([{ file: path, line: 1, col: 1, path: '', message: `cannot read config file: ${reason}` }]);
   }
+  return decodeConfigText(bytes, path);
+}
+
+/**
+ * UTF-8 text (YAML's default); UTF-16 with a byte-order mark is decoded too, as Kubernetes' YAML
+ * reader does. Invalid UTF-8 is an error at its line and column rather than U+FFFD in a name.
+ */
+export function decodeConfigText(bytes: Buffer, file: string): string {
+  if (bytes.length >= 2 && bytes[0] === 0xff && bytes[1] === 0xfe) return new TextDecoder('utf-16le').decode(bytes);
+  if (bytes.length >= 2 && bytes[0] === 0xfe && bytes[1] === 0xff) return new TextDecoder('utf-16be').decode(bytes);
+  const bad = firstInvalidUtf8(bytes);
+  if (bad < 0) return bytes.toString('utf8');
+  const before = bytes.subarray(0, bad);
+  const lineStart = before.lastIndexOf(0x0a) + 1;
+  const line = before.reduce((n, b) => (b === 0x0a ? n + 1 : n), 1);
+  const col = before.subarray(lineStart).toString('utf8').length + 1;
+  const hex = bytes[bad]!.toString(16).toUpperCase().padStart(2, '0');
+  throw new ConfigError([{ file, line, col, path: '', message: `the file is not UTF-8 text: invalid byte 0x${hex} (save it as UTF-8)` }]);
+}
+
+/** Offset of the first byte that does not belong to a well-formed UTF-8 sequence, or -1. */
+function firstInvalidUtf8(b: Uint8Array): number {
+  for (let i = 0; i < b.length; ) {
+    const c = b[i]!;
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    // Lead byte → continuation count and the allowed range of the first continuation byte
+    // (which excludes overlong forms, surrogates and code points past U+10FFFF).
+    let n: number;
+    let lo = 0x80;
+    let hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) n = 1;
+    else if (c >= 0xe0 && c <= 0xef) {
+      n = 2;
+      if (c === 0xe0) lo = 0xa0;
+      else if (c === 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 3;
+      if (c === 0xf0) lo = 0x90;
+      else if (c === 0xf4) hi = 0x8f;
+    } else return i;
+    for (let k = 1; k <= n; k++) {
+      const x = b[i + k];
+      if (x === undefined || x < (k === 1 ? lo : 0x80) || x > (k === 1 ? hi : 0xbf)) return i;
+    }
+    i += n + 1;
+  }
+  return -1;
 }
 
 function sortProblems(problems: ConfigProblem[]): ConfigProblem[] {

@@ -464,6 +464,27 @@ describe('collection and reporting', () => {
     );
   });
 
+  test('a file that is not UTF-8 is an error at its first bad byte; UTF-16 with a byte-order mark is read', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'));
+    const latin1 = join(dir, 'latin1.yaml');
+    // "café" saved as Latin-1: é is the single byte 0xE9.
+    writeFileSync(latin1, Buffer.concat([Buffer.from('server:\n  port: 8081\npool:\n  name: caf'), Buffer.from([0xe9]), Buffer.from('\n')]));
+    assert.throws(
+      () => loadConfigFile(latin1, registry),
+      (err: unknown) => err instanceof ConfigError && err.format() === `${latin1}:4:12: the file is not UTF-8 text: invalid byte 0xE9 (save it as UTF-8)`,
+    );
+    // An overlong encoding and a lone continuation byte are not UTF-8 either; a 4-byte character
+    // is (columns count UTF-16 units, as every other position in the loader's errors does).
+    for (const [bytes, hex] of [[[0xc0, 0xaf], 'C0'], [[0x80], '80']] as const) {
+      const f = join(dir, 'bad.yaml');
+      writeFileSync(f, Buffer.concat([Buffer.from('pool:\n  name: 😀x'), Buffer.from(bytes)]));
+      assert.throws(() => loadConfigFile(f, registry), (err: unknown) => err instanceof ConfigError && err.format() === `${f}:2:12: the file is not UTF-8 text: invalid byte 0x${hex} (save it as UTF-8)`);
+    }
+    const utf16 = join(dir, 'utf16.yaml');
+    writeFileSync(utf16, Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('pool:\n  name: café\n', 'utf16le')]));
+    assert.equal(loadConfigFile(utf16, registry).config.pool.name, 'café');
+  });
+
   test('loadConfigFile reports positions with the file path', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sluice-config-'));
     const file = join(dir, 'bad.yaml');
