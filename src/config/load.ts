@@ -208,11 +208,12 @@ class ProblemSink {
   }
 
   /** Validates `value` (found at `base`) against `schema`, reporting every issue. */
-  parse<T>(schema: z.ZodType<T>, value: unknown, base: readonly PathSegment[], prefix = ''): Outcome<T> {
+  /** `written` maps an issue's path to where it was written, when the schema moves keys. */
+  parse<T>(schema: z.ZodType<T>, value: unknown, base: readonly PathSegment[], prefix = '', written?: (path: PathSegment[]) => PathSegment[]): Outcome<T> {
     const result = schema.safeParse(value, { error: configIssueMessage, reportInput: true });
     if (result.success) return { ok: true, value: result.data };
     for (const issue of result.error.issues) {
-      const path = [...base, ...(issue.path as PathSegment[])];
+      const path = [...base, ...(written ? written(issue.path as PathSegment[]) : (issue.path as PathSegment[]))];
       if (issue.code === 'unrecognized_keys') {
         const known = knownKeysAt(schema, issue.path as PathSegment[]);
         for (const key of issue.keys) this.error([...path, key], prefix + unknownKeyMessage(key, known), true);
@@ -479,7 +480,8 @@ function parsePlugins(value: unknown, registry: PluginRegistry, sink: ProblemSin
       state.invalidNames.add(name);
       return { type, name, parameters: parameters ?? {} };
     }
-    const params = sink.parse(def.params, parameters ?? {}, [...path, 'parameters'], `plugin "${name}" (${type}): `);
+    const written = def.writtenPath && ((p: PathSegment[]) => def.writtenPath!(parameters, p));
+    const params = sink.parse(def.params, parameters ?? {}, [...path, 'parameters'], `plugin "${name}" (${type}): `, written);
     if (!params.ok) {
       state.invalidNames.add(name);
       return { type, name, parameters: parameters ?? {} };
@@ -639,8 +641,9 @@ function checkReferences(
   config.plugins.forEach((spec, index) => {
     const def = registry.get(spec.type);
     if (!def?.references || state.invalidNames.has(spec.name)) return;
+    const rawParams = index < state.declaredCount ? (raw.plugins as { parameters?: unknown }[] | undefined)?.[index]?.parameters : undefined;
     for (const ref of def.references(spec.parameters)) {
-      const path: PathSegment[] = ['plugins', index, 'parameters', ...ref.path];
+      const path: PathSegment[] = ['plugins', index, 'parameters', ...(def.writtenPath ? def.writtenPath(rawParams, ref.path) : ref.path)];
       if (ref.to === 'plugin') resolve(ref.name, path, [...ref.kinds], ref.usage);
       else if (!profileNames.has(ref.name)) {
         sink.error(path, `no scheduling profile named "${ref.name}"${didYouMean(ref.name, [...profileNames.keys()])}`);

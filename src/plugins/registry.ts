@@ -70,6 +70,11 @@ export interface PluginDefinition<P = unknown> {
   /** Names in the parsed parameters that must resolve (paths relative to `parameters`). */
   references?(params: P): PluginReference[];
   /**
+   * Where a path of the parsed parameters was written in `raw` (the parameters as in the file), for
+   * a definition whose schema moves keys (llm-d's older flat forms): errors then name that key.
+   */
+  writtenPath?(raw: unknown, path: readonly (string | number)[]): (string | number)[];
+  /**
    * Warnings about how the parsed parameters meet the rest of the configuration (a threshold the
    * metrics scrape interval cannot meet, say). The loader places each at the user's key.
    */

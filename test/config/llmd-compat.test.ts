@@ -240,6 +240,31 @@ describe('llm-d compatibility', () => {
     assert.match(kw, /syncCrossReplicaState: syncCrossReplicaState is ignored: each Sluice replica counts its own requests/);
   });
 
+  test("errors in llm-d's older flat handler parameters name the key and line written, not the nested form", () => {
+    const text = yaml(
+      'plugins:',
+      '- type: decode-filter',
+      '- type: prefill-filter',
+      '- type: prefix-based-pd-decider',
+      '- type: disagg-profile-handler',
+      '  parameters:',
+      '    connector: nixlv2',
+      '    decodeProfile: decode',
+      '    prefillProfile: prefil',
+      '    deciderPluginName: prefix-based-pd-decidr',
+      'schedulingProfiles:',
+      '- { name: prefill, plugins: [{ pluginRef: prefill-filter }] }',
+      '- { name: decode, plugins: [{ pluginRef: decode-filter }] }',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:9:21: plugins[3].parameters.prefillProfile: no scheduling profile named "prefil" (did you mean "prefill"?)',
+      'c.yaml:10:24: plugins[3].parameters.deciderPluginName: no plugin named "prefix-based-pd-decidr" is declared (did you mean "prefix-based-pd-decider"?)',
+    ]);
+    assert.deepEqual(problems(yaml('plugins:', '- type: pd-profile-handler', '  parameters:', '    decodeProfile: decode', '    prefillProfile: 5')), [
+      'c.yaml:5:21: plugins[0].parameters.prefillProfile: plugin "pd-profile-handler" (pd-profile-handler): expected a string, got number 5',
+    ]);
+  });
+
   test("pd-profile-handler takes llm-d's primaryPort 0 and prefixMatchInfoProducerName; another primaryPort is refused by name", () => {
     const handler = (params: string) =>
       yaml(

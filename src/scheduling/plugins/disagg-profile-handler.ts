@@ -61,7 +61,7 @@ const FLAT_KEYS: Readonly<Record<string, readonly ['profiles' | 'deciders', 'dec
 /** Rewrites the flat form into the nested one; a mix of both is an error. */
 function nestFlatKeys(raw: unknown, ctx: { addIssue(issue: { code: 'custom'; message: string; path?: PropertyKey[] }): void }): unknown {
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) return raw;
-  const flat = Object.keys(raw).filter((k) => k in FLAT_KEYS);
+  const flat = Object.keys(raw).filter((k) => Object.hasOwn(FLAT_KEYS, k));
   if (flat.length === 0) return raw;
   const rest: Record<string, unknown> = { ...raw };
   if (rest.profiles !== undefined || rest.deciders !== undefined) {
@@ -75,6 +75,20 @@ function nestFlatKeys(raw: unknown, ctx: { addIssue(issue: { code: 'custom'; mes
     delete rest[key];
   }
   return { ...rest, profiles: nested.profiles, deciders: nested.deciders };
+}
+
+/**
+ * Where a path of the nested parameters was written: under the flat key it came from, when the raw
+ * parameters use llm-d's older form (so an error names the key and line the user wrote).
+ */
+export function flatKeyPath(raw: unknown, path: readonly (string | number)[]): (string | number)[] {
+  if (typeof raw === 'object' && raw !== null && !Array.isArray(raw) && path.length >= 2) {
+    for (const key of Object.keys(raw)) {
+      const nested = Object.hasOwn(FLAT_KEYS, key) ? FLAT_KEYS[key]! : undefined;
+      if (nested !== undefined && nested[0] === path[0] && nested[1] === path[1]) return [key, ...path.slice(2)];
+    }
+  }
+  return [...path];
 }
 
 export const disaggProfileHandlerParams = z.preprocess(nestFlatKeys, z
@@ -157,6 +171,7 @@ export const disaggProfileHandlerDefinition: PluginDefinition<DisaggProfileHandl
   kinds: ['profileHandler'],
   params: disaggProfileHandlerParams,
   references: disaggReferences,
+  writtenPath: flatKeyPath,
   create: (name, params, deps) => createDisaggHandler(name, params, deps),
 };
 

@@ -18,6 +18,7 @@ import {
   createDisaggHandler,
   disaggProfileHandlerParams,
   disaggReferences,
+  flatKeyPath,
   DISAGG_PROFILE_HANDLER_TYPE,
   type DisaggProfileHandlerParams,
 } from './disagg-profile-handler.js';
@@ -57,6 +58,7 @@ export const pdProfileHandlerDefinition: PluginDefinition<DisaggProfileHandlerPa
   kinds: ['profileHandler'],
   params,
   references: disaggReferences,
+  writtenPath: flatKeyPath,
   configWarnings: () => [{ message: `${PD_PROFILE_HANDLER_TYPE} is deprecated in llm-d; it runs as ${DISAGG_PROFILE_HANDLER_TYPE}` }],
   create: (name, p, deps) => createDisaggHandler(name, p, deps),
 };
