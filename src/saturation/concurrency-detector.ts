@@ -30,7 +30,7 @@ import { z } from 'zod';
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { PluginDefinition } from '../plugins/registry.js';
 import type { CycleContext, SchedulingRequest } from '../scheduling/framework.js';
-import type { SaturationDetector, SaturationReading } from './detector.js';
+import { headroomWarnings, type SaturationDetector, type SaturationReading } from './detector.js';
 
 export const CONCURRENCY_DETECTOR_TYPE = 'concurrency-detector';
 
@@ -108,14 +108,11 @@ export const concurrencyDetectorDefinition: PluginDefinition<ConcurrencyDetector
   type: CONCURRENCY_DETECTOR_TYPE,
   kinds: ['filter', 'saturationDetector'],
   params: concurrencyDetectorParams,
-  configWarnings: (params) =>
-    params.tokensPerRequest === undefined
+  configWarnings: (params) => [
+    ...headroomWarnings(params),
+    ...(params.tokensPerRequest === undefined
       ? []
-      : [{ parameter: 'tokensPerRequest', message: 'tokensPerRequest is ignored: Sluice counts the prompt tokens in flight on each endpoint' }],
-  create(name, params, deps) {
-    if (params.headroom > 1) {
-      deps.logger.warn({ plugin: name, headroom: params.headroom }, 'headroom is a fraction (0.2 = 20%), not a percentage');
-    }
-    return new ConcurrencyDetector(name, params);
-  },
+      : [{ parameter: 'tokensPerRequest', message: 'tokensPerRequest is ignored: Sluice counts the prompt tokens in flight on each endpoint' }]),
+  ],
+  create: (name, params) => new ConcurrencyDetector(name, params),
 };

@@ -7,6 +7,7 @@
  * endpoints that are saturated on their own, but never empties the candidate list.
  */
 import type { Endpoint } from '../datalayer/endpoint.js';
+import type { PluginConfigWarning } from '../plugins/registry.js';
 import type { Filter } from '../scheduling/framework.js';
 
 export interface SaturationReading {
@@ -29,3 +30,8 @@ export interface SaturationDetector extends Filter {
 
 export const isSaturationDetector = (p: object): p is SaturationDetector =>
   typeof (p as SaturationDetector).saturation === 'function' && typeof (p as SaturationDetector).filter === 'function';
+
+/** A detector's `headroom` above 1 was most likely meant as a percentage (a config warning at that key). */
+export function headroomWarnings(params: { headroom: number }): PluginConfigWarning[] {
+  return params.headroom > 1 ? [{ parameter: 'headroom', message: `headroom is a fraction (0.2 = 20%), not a percentage: ${params.headroom} allows ${params.headroom * 100}% over the thresholds` }] : [];
+}

@@ -38,7 +38,7 @@ import { formatDuration } from '../config/units.js';
 import type { Endpoint, EndpointMetrics } from '../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../plugins/registry.js';
 import type { CycleContext, SchedulingRequest } from '../scheduling/framework.js';
-import type { SaturationDetector, SaturationReading } from './detector.js';
+import { headroomWarnings, type SaturationDetector, type SaturationReading } from './detector.js';
 
 export const UTILIZATION_DETECTOR_TYPE = 'utilization-detector';
 
@@ -175,8 +175,9 @@ export const utilizationDetectorDefinition: PluginDefinition<UtilizationDetector
   configWarnings(params, { metricsIntervalMs }) {
     // Metrics age up to one interval (plus the scrape) before the next lands: with the threshold no
     // longer than that, every endpoint reads stale, hence saturated, for part of every interval.
-    if (params.stalenessPolicy !== 'saturated' || metricsIntervalMs < params.metricsStalenessThreshold) return [];
+    if (params.stalenessPolicy !== 'saturated' || metricsIntervalMs < params.metricsStalenessThreshold) return headroomWarnings(params);
     return [
+      ...headroomWarnings(params),
       {
         parameter: 'metricsStalenessThreshold',
         setting: ['pool', 'metrics', 'interval'],
@@ -188,10 +189,5 @@ export const utilizationDetectorDefinition: PluginDefinition<UtilizationDetector
       },
     ];
   },
-  create(name, params, deps) {
-    if (params.headroom > 1) {
-      deps.logger.warn({ plugin: name, headroom: params.headroom }, 'headroom is a fraction (0.2 = 20%), not a percentage');
-    }
-    return new UtilizationDetector(name, params, deps.logger);
-  },
+  create: (name, params, deps) => new UtilizationDetector(name, params, deps.logger),
 };
