@@ -385,7 +385,10 @@ export const objectivesSchema = z
 
 export type FeatureGateEntry = { name: string; enabled: boolean };
 
-/** Parses `name`, `name=true` or `name=false` (value case-insensitive); an Error explains a bad one. */
+/** Gate values llm-d accepts (Go's strconv.ParseBool of the lower-cased value). */
+const GATE_VALUES: Readonly<Record<string, boolean>> = { true: true, t: true, '1': true, false: false, f: false, '0': false };
+
+/** Parses `name` or `name=<bool>` (true/false, t/f, 1/0, any case, as llm-d); an Error explains a bad one. */
 export function parseFeatureGate(entry: string): FeatureGateEntry | Error {
   const eq = entry.indexOf('=');
   const name = (eq === -1 ? entry : entry.slice(0, eq)).trim();
@@ -394,10 +397,10 @@ export function parseFeatureGate(entry: string): FeatureGateEntry | Error {
   if (!known.includes(name)) {
     return new Error(`unknown feature gate "${name}"${didYouMean(name, known)}; known gates: ${known.join(', ')}`);
   }
-  if (value !== 'true' && value !== 'false') {
+  if (!Object.hasOwn(GATE_VALUES, value)) {
     return new Error(`feature gate "${name}" has value "${entry.slice(eq + 1)}"; expected true or false`);
   }
-  return { name, enabled: value === 'true' };
+  return { name, enabled: GATE_VALUES[value]! };
 }
 
 export const featureGatesSchema = z

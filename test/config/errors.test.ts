@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { ConfigError, formatPath, loadConfigFile, loadConfigText } from '../../src/config/load.js';
 import { closestMatch } from '../../src/config/schema.js';
+import { featureEnabled } from '../../src/config/defaults.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { load, problems, registry, yaml } from './helpers.js';
 
@@ -212,6 +213,12 @@ describe('feature gates', () => {
     assert.deepEqual(problems(yaml('featureGates:', '- flowControl=maybe')), [
       'c.yaml:2:3: featureGates[0]: feature gate "flowControl" has value "maybe"; expected true or false',
     ]);
+  });
+
+  test("gate values llm-d takes (Go's ParseBool, any case) are taken", () => {
+    for (const [value, enabled] of [['0', false], ['f', false], ['FALSE', false], ['False', false], ['1', true], ['T', true], ['TRUE', true]] as const) {
+      assert.equal(featureEnabled(load(yaml('featureGates:', `- flowControl=${value}`)).config, 'flowControl'), enabled, value);
+    }
   });
 });
 
