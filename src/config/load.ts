@@ -8,7 +8,7 @@
  * cross-reference checks on the ensured config.
  */
 import { readFileSync } from 'node:fs';
-import { isAlias, isMap, isScalar, isSeq, LineCounter, parseDocument, type Document, type ErrorCode, type YAMLError } from 'yaml';
+import { isAlias, isMap, isScalar, isSeq, LineCounter, parseAllDocuments, parseDocument, type Document, type ErrorCode, type YAMLError } from 'yaml';
 import type { z } from 'zod';
 import type { PluginKind, PluginRegistry } from '../plugins/registry.js';
 import { ensure, featureEnabled } from './defaults.js';
@@ -267,6 +267,13 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
   // merge: YAML merge keys (`<<: *anchor`), which llm-d's Kubernetes YAML decoder expands too.
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true, merge: true });
   const sink = new ProblemSink(file, new Locator(doc, lineCounter));
+  // A trailing `---` with nothing after it (common in generated Kubernetes YAML) is not a second document.
+  if (doc.errors.some((e) => e.code === 'MULTIPLE_DOCS')) {
+    const all = parseAllDocuments(text, { merge: true });
+    if (Array.isArray(all) && all.slice(1).every((d) => d.errors.length === 0 && d.toJS() == null)) {
+      doc.errors = doc.errors.filter((e) => e.code !== 'MULTIPLE_DOCS');
+    }
+  }
 
   if (doc.errors.length > 0) {
     // One mistake often yields several errors at the same place: report the place once, with the
@@ -277,7 +284,13 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
       const { line, col } = lineCounter.linePos(offset);
       const hint = errors.map((err) => YAML_HINTS[err.code]).find((h) => h !== undefined);
       // The parser's own text for this one names a JavaScript function.
-      const what = errors[0]!.code === 'MULTIPLE_DOCS' ? 'a second YAML document (after "---"): the file must hold one' : firstLine(errors[0]!.message);
+      const code = errors[0]!.code;
+      const what =
+        code === 'MULTIPLE_DOCS'
+          ? 'a second YAML document (after "---"): the file must hold one'
+          : code === 'DUPLICATE_KEY'
+            ? `duplicate key ${JSON.stringify(/^[^:\n]*/.exec(text.slice(offset))![0].trim())} (a mapping holds each key once)`
+            : firstLine(errors[0]!.message);
       const message = `YAML syntax error: ${what}${hint === undefined ? '' : ` — ${hint}`}`;
       sink.problems.push({ file, line, col, path: '', message });
     }

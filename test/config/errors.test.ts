@@ -29,7 +29,7 @@ describe('syntax and shape', () => {
 
   test('duplicate YAML keys', () => {
     assert.deepEqual(problems(yaml('server:', '  port: 1', '  port: 2')), [
-      'c.yaml:3:3: YAML syntax error: Map keys must be unique',
+      'c.yaml:3:3: YAML syntax error: duplicate key "port" (a mapping holds each key once)',
     ]);
   });
 
@@ -547,6 +547,9 @@ describe('what a file means, said where it is written', () => {
 
   test('a second YAML document is named as such (not with the parser\'s advice to a JavaScript caller)', () => {
     assert.deepEqual(problems(yaml('server:', '  port: 8080', '---', 'pool: {}')), ['c.yaml:3:1: YAML syntax error: a second YAML document (after "---"): the file must hold one']);
+    // A trailing `---` with nothing (or only a comment) after it, as generated Kubernetes YAML often ends, is no second document.
+    assert.equal(load(yaml('server:', '  port: 8081', '---')).config.server.port, 8081);
+    assert.equal(load(yaml('server:', '  port: 8081', '---', '# end')).config.server.port, 8081);
   });
 
   test('an unknown engine type is an error at load, not an endpoint that is stale forever', () => {
