@@ -21,6 +21,9 @@ const DURATION_EXAMPLES = 'e.g. "200ms", "1.5s", "5m", "1h30m"';
 // Longest unit names first within each prefix family, so "ms" wins over "m".
 const DURATION_TERM = /^(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)/;
 
+/** 2^63 − 1 ns, Go's longest time.Duration (as a double: 2^63). */
+const GO_MAX_DURATION_NS = 9223372036854775807;
+
 function parseDurationNs(s: string): number {
   if (typeof s !== 'string') throw new Error(`invalid duration ${String(s)}: expected a string (${DURATION_EXAMPLES})`);
   let rest = s;
@@ -45,7 +48,9 @@ function parseDurationNs(s: string): number {
     totalNs += intPart * unitNs + fracPart;
     rest = rest.slice(term.length);
   }
-  if (!Number.isSafeInteger(totalNs)) throw new Error(`invalid duration "${s}": too large`);
+  // Go's limit (int64 nanoseconds), so any duration llm-d takes loads; past 2^53 ns (~2501 h) the
+  // value is inexact, which no setting notices: every duration is capped at Node's longest timer.
+  if (!(totalNs <= GO_MAX_DURATION_NS)) throw new Error(`invalid duration "${s}": too large (Go's limit is 2562047h)`);
   return totalNs;
 }
 

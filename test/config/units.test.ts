@@ -30,6 +30,12 @@ describe('parseDuration', () => {
     assert.throws(() => parseDuration(''), /invalid duration "": empty/);
     assert.throws(() => parseDuration('1s2'), /invalid duration "1s2"/);
   });
+
+  test("takes every duration Go takes (llm-d's 8760h TTL), up to Go's int64 limit", () => {
+    assert.equal(parseDuration('8760h'), 8760 * 3_600_000);
+    assert.equal(parseDuration('2562047h'), 2562047 * 3_600_000);
+    assert.throws(() => parseDuration('2562048h'), /invalid duration "2562048h": too large \(Go's limit is 2562047h\)/);
+  });
 });
 
 describe('formatDuration', () => {
