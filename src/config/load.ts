@@ -22,11 +22,12 @@ import {
   parseFeatureGate,
   pluginSpecSchema,
   rawConfigSchema,
+  profilePluginRefSchema,
   schedulingProfileSchema,
   type FlowControlSection,
   type RawConfigKey,
 } from './schema.js';
-import type { LoadedConfig, PluginSpec, SchedulingProfileConfig, SluiceConfig } from './types.js';
+import type { LoadedConfig, PluginSpec, ProfilePluginRef, SchedulingProfileConfig, SluiceConfig } from './types.js';
 import { KNOWN_ROLES, ROLE_LABEL } from '../datalayer/endpoint.js';
 
 export type PathSegment = string | number;
@@ -556,8 +557,15 @@ function parseProfiles(value: unknown, sink: ProblemSink): SchedulingProfileConf
   }
   return value.map((entry: unknown, i): SchedulingProfileConfig => {
     const parsed = sink.parse(schedulingProfileSchema, entry, ['schedulingProfiles', i]);
-    // A placeholder without plugin refs keeps indexes aligned and adds no follow-up errors.
-    return parsed.ok ? parsed.value : { name: stringAt(entry, 'name') ?? '', plugins: [], saturationFilter: false };
+    if (parsed.ok) return parsed.value;
+    // A placeholder keeps indexes aligned. It keeps the refs that parse, so a dangling one among
+    // them is reported now too; a broken ref ('' : skipped) adds no follow-up error.
+    const refs = isPlainObject(entry) && Array.isArray(entry.plugins) ? entry.plugins : [];
+    const plugins = refs.map((ref: unknown): ProfilePluginRef => {
+      const r = profilePluginRefSchema.safeParse(ref);
+      return r.success ? r.data : { pluginRef: '' };
+    });
+    return { name: stringAt(entry, 'name') ?? '', plugins, saturationFilter: false };
   });
 }
 
@@ -641,6 +649,7 @@ function checkReferences(
     }
     let picker: string | undefined;
     profile.plugins.forEach((ref, r) => {
+      if (ref.pluginRef === '') return; // a broken ref of a broken profile, already reported
       const path = ['schedulingProfiles', p, 'plugins', r, 'pluginRef'];
       const spec = resolve(ref.pluginRef, path, ['filter', 'scorer', 'picker'], `a profile plugin`);
       if (!spec || !registry.is(spec.type, 'picker')) return;

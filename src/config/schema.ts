@@ -403,14 +403,19 @@ export function parseFeatureGate(entry: string): FeatureGateEntry | Error {
   return { name, enabled: GATE_VALUES[value]! };
 }
 
+// Element by element, so one entry of the wrong type does not hide an unknown gate next to it.
 export const featureGatesSchema = z
-  .array(z.string())
+  .array(z.unknown())
   .transform((gates, ctx): string[] => {
     gates.forEach((gate, i) => {
+      if (typeof gate !== 'string') {
+        ctx.addIssue({ code: 'custom', message: `expected a string, got ${describeValue(gate)}`, path: [i], input: gate });
+        return;
+      }
       const parsed = parseFeatureGate(gate);
       if (parsed instanceof Error) ctx.addIssue({ code: 'custom', message: parsed.message, path: [i], input: gate });
     });
-    return gates;
+    return gates as string[];
   })
   .default([]);
 

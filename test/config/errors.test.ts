@@ -422,6 +422,25 @@ describe('profiles and references', () => {
 });
 
 describe('collection and reporting', () => {
+  test("one bad entry of a list does not hide the others' problems", () => {
+    const text = yaml(
+      'plugins:',
+      '- type: queue-scorer',
+      'schedulingProfiles:',
+      '- name: default',
+      '  plugins:',
+      '  - { pluginRef: queue-scorer, weight: -2 }',
+      '  - { pluginRef: quee-scorer }',
+      'featureGates: [flowControll, 7]',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:6:40: schedulingProfiles[0].plugins[0].weight: must be >= 0, got number -2',
+      'c.yaml:7:18: schedulingProfiles[0].plugins[1].pluginRef: no plugin named "quee-scorer" is declared (did you mean "queue-scorer"?)',
+      'c.yaml:8:16: featureGates[0]: unknown feature gate "flowControll" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics',
+      'c.yaml:8:30: featureGates[1]: expected a string, got number 7',
+    ]);
+  });
+
   test('every problem is collected, sorted by position', () => {
     const text = yaml(
       'server:',
