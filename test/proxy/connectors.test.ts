@@ -179,13 +179,16 @@ describe('nixlv2 connector outcomes', () => {
     }
   });
 
-  test('a 2xx without kv_transfer_params → decode gets null and a warning', async () => {
-    const { step } = await carry(nixlv2Connector, CHAT, answer(200, prefillAnswer({ kv_transfer_params: undefined })), raw);
-    assert.equal(step.kind, 'decode');
-    if (step.kind !== 'decode') return;
-    assert.equal(JSON.parse(step.leg.body.toString()).kv_transfer_params, null);
-    assert.match(step.warning ?? '', /no kv_transfer_params/);
-  });
+  for (const [what, kv] of [['without kv_transfer_params', undefined], ['with kv_transfer_params: null (a prefill server with no KV connector)', null]] as const) {
+    test(`a 2xx ${what} → decode gets null, a warning, and the decoder counts the prompt`, async () => {
+      const { step } = await carry(nixlv2Connector, CHAT, answer(200, prefillAnswer({ kv_transfer_params: kv })), raw);
+      assert.equal(step.kind, 'decode');
+      if (step.kind !== 'decode') return;
+      assert.equal(JSON.parse(step.leg.body.toString()).kv_transfer_params, null);
+      assert.equal(step.leg.recomputesPrompt, true);
+      assert.match(step.warning ?? '', /no kv_transfer_params/);
+    });
+  }
 
   test('client gone during the prefill leg → aborted, nothing else', async () => {
     const { step } = await carry(nixlv2Connector, CHAT, { kind: 'aborted' }, raw);

@@ -57,7 +57,8 @@ export function readPrefillAnswer(body: Buffer): PrefillOutput | undefined {
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return undefined;
   const obj = parsed as Record<string, unknown>;
-  const has = Object.prototype.hasOwnProperty.call(obj, 'kv_transfer_params') && obj.kv_transfer_params !== undefined;
+  // `null` too: vLLM answers that when the prefill server has no KV connector (a misconfiguration).
+  const has = obj.kv_transfer_params !== undefined && obj.kv_transfer_params !== null;
   const usage = obj.usage as { prompt_tokens_details?: { cached_tokens?: unknown } | null } | null | undefined;
   const cached = usage?.prompt_tokens_details?.cached_tokens;
   return {
