@@ -721,6 +721,9 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
 
 /** A prefill answer the client gets instead of a decode answer (a prefill 4xx). Returns the status. */
 function relayPrefillReply(ctx: ForwardContext, step: Extract<PdStep, { kind: 'reply' }>): number {
+  // The answer the client gets, timed like any model server's answer (as the same 4xx from a decode endpoint is).
+  const ttftMs = (ctx.ttftMs = Math.max(0, ctx.clock.now() - ctx.started));
+  ctx.modelMetrics.ttft(ttftMs / 1000, false);
   const headers = clientResponseHeaders(step.headers);
   headers['x-request-id'] = ctx.requestId;
   headers['content-length'] = String(step.body.length);

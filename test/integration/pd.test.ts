@@ -343,6 +343,9 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.equal(f.decode[0]!.received.length, 0);
       const m = await metricsText(f.gw);
       assert.equal(sample(m, 'llm_d_epp_request_error_total', 'error_code="400"'), 1);
+      // Timed like the same 400 from a decode endpoint: the answer the client got came from a model server.
+      assert.equal(sample(m, 'llm_d_epp_request_ttft_seconds_count', 'streaming="false"'), 1);
+      assert.equal(sample(m, 'llm_d_epp_request_duration_seconds_count', ''), 1);
     } finally {
       await f.close();
     }
