@@ -264,13 +264,14 @@ describe('utilization-detector parameters', () => {
     }
   });
 
-  test('created through its definition: a detector and a filter; warns on headroom > 1', () => {
-    const logger = recordingLogger();
-    const plugin = utilizationDetectorDefinition.create('ud', p.parse({ headroom: 20 }), makeDeps({ logger }));
+  test('created through its definition: a detector and a filter; a config warning at headroom > 1', () => {
+    const plugin = utilizationDetectorDefinition.create('ud', p.parse({ headroom: 20 }), makeDeps({ logger: recordingLogger() }));
     assert.ok(isSaturationDetector(plugin));
     assert.equal(plugin.name, 'ud');
     assert.equal(plugin.type, 'utilization-detector');
-    assert.equal(logger.warnings.length, 1);
+    const warn = (headroom: number) => utilizationDetectorDefinition.configWarnings!(p.parse({ headroom }), { metricsIntervalMs: 50 }).map((w) => w.parameter);
+    assert.deepEqual(warn(20), ['headroom']);
+    assert.deepEqual(warn(0.2), []);
   });
 });
 
