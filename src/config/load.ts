@@ -737,12 +737,14 @@ function rawHas(raw: Record<string, unknown>, path: readonly PathSegment[]): boo
  */
 function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfig, registry: PluginRegistry, sink: ProblemSink): void {
   const rawPlugins = Array.isArray(raw.plugins) ? raw.plugins : [];
+  const declaredNames = new Set(rawPlugins.map((p) => (isPlainObject(p) ? (p.name ?? p.type) : undefined)).filter((n): n is string => typeof n === 'string'));
+  const context = { metricsIntervalMs: config.pool.metrics.interval, declaredNames };
   for (const spec of config.plugins) {
     const def = registry.get(spec.type);
     if (def?.configWarnings === undefined) continue;
     const index = rawPlugins.findIndex((p) => isPlainObject(p) && (p.name ?? p.type) === spec.name);
     // Only called on a config without problems: every plugin's parameters are parsed, defaults filled.
-    for (const w of def.configWarnings(spec.parameters ?? {}, { metricsIntervalMs: config.pool.metrics.interval })) {
+    for (const w of def.configWarnings(spec.parameters ?? {}, context)) {
       const at: readonly PathSegment[] =
         w.setting !== undefined && rawHas(raw, w.setting)
           ? w.setting

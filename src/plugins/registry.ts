@@ -93,6 +93,8 @@ export interface PluginDefinition<P = unknown> {
 export interface PluginConfigContext {
   /** pool.metrics.interval, ms. */
   metricsIntervalMs: number;
+  /** The names of the plugins declared in the file (a parameter naming another plugin is checked against them). */
+  declaredNames?: ReadonlySet<string>;
 }
 
 export interface PluginConfigWarning {

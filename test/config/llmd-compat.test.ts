@@ -66,6 +66,8 @@ describe('llm-d compatibility', () => {
     assert.equal(pluginParams(r, 'other')?.blockSizeTokens, 16, 'a scorer naming another producer keeps its own');
     assert.deepEqual(warnings(r), [
       '2: plugins[0].type: approx-prefix-cache-producer: its parameters apply to "prefix-cache-scorer" (in Sluice the prefix-cache-scorer keeps the index itself)',
+      // A producer name nobody declared (a typo, say): said, since no producer's parameters reach that scorer.
+      '6: plugins[2].parameters.prefixMatchInfoProducerName: no plugin named "someone-else" is declared: no approx-prefix-cache-producer lends its parameters to this scorer',
     ]);
     // A bad parameter is reported once, where it was written.
     const bad = problems(yaml('plugins:', '- type: approx-prefix-cache-producer', '  parameters: { blockSizeTokens: 0 }', '- type: prefix-cache-scorer'));

@@ -136,6 +136,10 @@ describe('active-request-scorer', () => {
     const p = activeRequestScorerDefinition.params;
     assert.deepEqual(p.parse({}), { idleThreshold: 0, maxBusyScore: 1 });
     assert.equal(p.safeParse({ requestTimeout: '2m' }).success, true);
+    // Accepted, and said to be ignored (sluice validate shows it at the key).
+    const warn = (raw: object) => activeRequestScorerDefinition.configWarnings!(p.parse(raw), { metricsIntervalMs: 50 }).map((w) => w.parameter);
+    assert.deepEqual(warn({ requestTimeout: '2m' }), ['requestTimeout']);
+    assert.deepEqual(warn({}), []);
     assert.equal(p.safeParse({ idleThreshold: -1 }).success, false);
     assert.equal(p.safeParse({ maxBusyScore: 1.5 }).success, false);
     assert.equal(p.safeParse({ idle: 1 }).success, false);

@@ -26,6 +26,11 @@ export const activeRequestScorerParams = z.strictObject({
   requestTimeout: z.union([z.string(), z.number()]).optional(),
 });
 
+const ignoredTimeout = (p: ActiveRequestScorerParams) =>
+  p.requestTimeout === undefined
+    ? []
+    : [{ parameter: 'requestTimeout', message: 'requestTimeout is ignored (deprecated in llm-d): a request counts until its answer ends or fails' }];
+
 export type ActiveRequestScorerParams = z.infer<typeof activeRequestScorerParams>;
 
 export class ActiveRequestScorer implements Scorer {
@@ -56,5 +61,6 @@ export const activeRequestScorerDefinition: PluginDefinition<ActiveRequestScorer
   type: ACTIVE_REQUEST_SCORER_TYPE,
   kinds: ['scorer'],
   params: activeRequestScorerParams,
+  configWarnings: ignoredTimeout,
   create: (name, params) => new ActiveRequestScorer(name, params),
 };

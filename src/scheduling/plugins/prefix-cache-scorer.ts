@@ -28,6 +28,7 @@
  *   parameters the loader merges into this scorer (its own values win)
  */
 import { z } from 'zod';
+import { didYouMean } from '../../config/schema.js';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition, PoolView } from '../../plugins/registry.js';
 import type { Clock } from '../../util/clock.js';
@@ -239,6 +240,16 @@ export const prefixCacheScorerDefinition: PluginDefinition<PrefixCacheScorerPara
   type: PREFIX_CACHE_SCORER_TYPE,
   kinds: ['scorer'],
   params: prefixCacheScorerParams,
+  configWarnings: (params, { declaredNames }) => {
+    const producer = params.prefixMatchInfoProducerName;
+    if (producer === undefined || declaredNames === undefined || declaredNames.has(producer)) return [];
+    return [
+      {
+        parameter: 'prefixMatchInfoProducerName',
+        message: `no plugin named "${producer}" is declared${didYouMean(producer, [...declaredNames])}: no approx-prefix-cache-producer lends its parameters to this scorer`,
+      },
+    ];
+  },
   create: (name, params, deps) =>
     new PrefixCacheScorer(name, params, deps.clock, deps.pool, deps.prefixIndexerMatch?.(name, PREFIX_CACHE_SCORER_TYPE)),
 };
