@@ -208,8 +208,10 @@ class ProblemSink {
     this.warnings.push(this.make(path, message, atKey));
   }
 
-  /** Validates `value` (found at `base`) against `schema`, reporting every issue. */
-  /** `written` maps an issue's path to where it was written, when the schema moves keys. */
+  /**
+   * Validates `value` (found at `base`) against `schema`, reporting every issue. `written` maps an
+   * issue's path to where it was written, when the schema moves keys.
+   */
   parse<T>(schema: z.ZodType<T>, value: unknown, base: readonly PathSegment[], prefix = '', written?: (path: PathSegment[]) => PathSegment[]): Outcome<T> {
     const result = schema.safeParse(value, { error: configIssueMessage, reportInput: true });
     if (result.success) return { ok: true, value: result.data };
