@@ -28,6 +28,7 @@ import {
 import { alwaysDisaggPdDeciderDefinition } from '../../src/scheduling/plugins/always-disagg-pd-decider.js';
 import { PrefixCacheScorer, prefixCacheScorerParams } from '../../src/scheduling/plugins/prefix-cache-scorer.js';
 import type { PoolView } from '../../src/plugins/registry.js';
+import type { PrefixMatch } from '../../src/scheduling/prompt-load.js';
 import { makeContext, makeDeps, makeEndpoint, makeRequest, recordingLogger } from './helpers.js';
 
 const profile = (name: string): SchedulingProfile => ({
@@ -218,10 +219,10 @@ describe('prefix-based-pd-decider', () => {
     scorer.preRequest(req, { primaryProfile: 'decode', profileResults: new Map([['decode', { targets: [ep] }]]) });
   }
 
-  test('the rule: disaggregate iff input ≥ nonCached and (nonCached = 0 or input − cached ≥ nonCached)', () => {
+  test('the rule: disaggregate iff nonCached > 0, input ≥ nonCached and input − cached ≥ nonCached', () => {
     const m = (matchedBlocks: number) => ({ matchedBlocks, totalBlocks: 10, blockSizeTokens: 16 });
-    assert.equal(shouldDisaggregate(4000, m(10), 0), true, '0 = always (llm-d), cached or not');
-    assert.equal(shouldDisaggregate(4000, undefined, 0), true, '0 = always, without prefix information too');
+    assert.equal(shouldDisaggregate(4000, m(0), 0), false, '0 = never (llm-d: "Prefix-based PD disabled")');
+    assert.equal(shouldDisaggregate(4000, undefined, 0), false, '0 = never, without prefix information too');
     assert.equal(shouldDisaggregate(4 * 99, m(0), 100), false, 'short prompt');
     assert.equal(shouldDisaggregate(4 * 100, m(0), 100), true, 'exactly at the threshold');
     assert.equal(shouldDisaggregate(4 * 100 + 3, m(0), 100), true, 'chars/4 rounded down');
@@ -244,18 +245,17 @@ describe('prefix-based-pd-decider', () => {
     assert.equal(decider.disaggregate(ctx, makeRequest('short'), cold), false, 'short prompt');
   });
 
-  test('nonCachedTokens 0 (the default) always disaggregates, as llm-d\'s decider does; promptTokens still sets a minimum', () => {
+  test("nonCachedTokens 0 (the default) turns P/D off, as llm-d's decider does; promptTokens sets a minimum", () => {
     assert.equal(prefixBasedPdDeciderParams.parse({}).nonCachedTokens, 0);
     const warn = (p: object) => prefixBasedPdDeciderDefinition.configWarnings!(prefixBasedPdDeciderParams.parse(p), { metricsIntervalMs: 50 });
-    assert.match(warn({})[0]!.message, /nonCachedTokens 0 \(the default\) disaggregates every prompt/, 'said at load: it meant never before');
+    assert.match(warn({})[0]!.message, /nonCachedTokens 0 \(the default\) turns P\/D off, as in llm-d/, 'said at load');
     assert.deepEqual(warn({ nonCachedTokens: 256 }), []);
-    const { decider } = setup(0, false);
-    const ctx = makeContext();
-    assert.equal(decider.disaggregate(ctx, makeRequest('x'), makeEndpoint('e')), true, 'even a tiny prompt, even without a prefix index');
-    const deps = makeDeps();
-    const withMinimum = prefixBasedPdDeciderDefinition.create('pd', prefixBasedPdDeciderParams.parse({ promptTokens: 100 }), deps) as PrefixBasedPdDecider;
-    assert.equal(withMinimum.disaggregate(ctx, makeRequest('x'.repeat(399)), makeEndpoint('e')), false, '99 tokens');
-    assert.equal(withMinimum.disaggregate(ctx, makeRequest('x'.repeat(400)), makeEndpoint('e')), true, '100 tokens');
+    const { decider } = setup(0);
+    assert.equal(decider.disaggregate(makeContext(), makeRequest('x'.repeat(10_000)), makeEndpoint('cold')), false, 'not even a long uncached prompt');
+    const uncached: PrefixMatch = { matchedBlocks: 0, totalBlocks: 7, blockSizeTokens: 16 };
+    assert.equal(shouldDisaggregate(399, uncached, 1, 100), false, '99 tokens: under promptTokens');
+    assert.equal(shouldDisaggregate(400, uncached, 1, 100), true, '100 tokens, all uncached');
+    assert.equal(shouldDisaggregate(400, uncached, 0, 100), false, 'off, whatever the prompt');
   });
 
   test('without a prefix-cache-scorer: decode-only and one warning', () => {

@@ -6,18 +6,18 @@
  *
  *   inputTokens  = floor(len(promptText) / 4)        (chat: the messages JSON as sent; completions: the prompt)
  *   cachedTokens = matchedBlocks(decode) × blockSizeTokens     (from the prefix-cache-scorer's index)
- *   disaggregate ⇔ inputTokens ≥ max(nonCachedTokens, promptTokens)
- *                  ∧ (nonCachedTokens = 0 ∨ inputTokens − cachedTokens ≥ nonCachedTokens)
+ *   disaggregate ⇔ nonCachedTokens > 0 ∧ inputTokens ≥ max(nonCachedTokens, promptTokens)
+ *                  ∧ inputTokens − cachedTokens ≥ nonCachedTokens
  *
- * `nonCachedTokens` 0 disaggregates every prompt (of at least `promptTokens`), as llm-d's current
- * decider does (`NonCachedTokens <= 0` → always; its earlier PrefixDisaggregationDecider, and Sluice
- * before it, read 0 as never). The prefix match comes from the first `prefix-cache-scorer` instance
- * in the configuration (the one whose index the decode profile scored with). Without one the decider
- * answers decode-only and warns once (llm-d logs an error for every request in that case).
+ * `nonCachedTokens` 0 (the default) turns P/D off, as llm-d's decider does ("Prefix-based PD
+ * disabled"; one intermediate llm-d version, and Sluice for a while, read it as always). The prefix
+ * match comes from the first `prefix-cache-scorer` instance in the configuration (the one whose index
+ * the decode profile scored with). Without one the decider answers decode-only and warns once (llm-d
+ * logs an error for every request in that case).
  *
  * Parameters:
- * - `nonCachedTokens` 0 — int ≥ 0; 0 = always disaggregate
- * - `promptTokens` 0 — int ≥ 0; prompts shorter than this are never disaggregated (0 = no minimum)
+ * - `nonCachedTokens` 0 — int ≥ 0; 0 = never disaggregate (P/D off)
+ * - `promptTokens` 0 — int ≥ 0; prompts shorter than this are never disaggregated (0 = no minimum), as llm-d
  * - `prefixMatchInfoProducerName` — llm-d's reference to its prefix producer; accepted, not needed
  */
 import { z } from 'zod';
@@ -45,8 +45,7 @@ function longEnough(promptChars: number, nonCachedTokens: number, promptTokens: 
 
 /** The decision rule alone (exported for tests and the docs' formula). */
 export function shouldDisaggregate(promptChars: number, match: PrefixMatch | undefined, nonCachedTokens: number, promptTokens = 0): boolean {
-  if (!longEnough(promptChars, nonCachedTokens, promptTokens)) return false;
-  if (nonCachedTokens === 0) return true;
+  if (nonCachedTokens === 0 || !longEnough(promptChars, nonCachedTokens, promptTokens)) return false;
   return match !== undefined && uncachedTokensOf(promptChars, match) >= nonCachedTokens;
 }
 
@@ -85,10 +84,10 @@ export const prefixBasedPdDeciderDefinition: PluginDefinition<PrefixBasedPdDecid
   type: PREFIX_BASED_PD_DECIDER_TYPE,
   kinds: ['decider'],
   params: prefixBasedPdDeciderParams,
-  // Sluice before 2026-12 and llm-d's older decider read 0 as never: say what it means now.
+  // A decider declared and left at 0 is most likely meant to do something: say that it does not.
   configWarnings: (params) =>
     params.nonCachedTokens > 0
       ? []
-      : [{ parameter: 'nonCachedTokens', message: 'nonCachedTokens 0 (the default) disaggregates every prompt, as llm-d\'s decider does; set the uncached prompt tokens worth a prefill leg (e.g. 256)' }],
+      : [{ parameter: 'nonCachedTokens', message: 'nonCachedTokens 0 (the default) turns P/D off, as in llm-d: every request is served decode-only; set the uncached prompt tokens worth a prefill leg (e.g. 256)' }],
   create: (name, params, deps) => new PrefixBasedPdDecider(name, params, deps.plugins, deps.logger),
 };
