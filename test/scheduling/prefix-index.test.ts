@@ -345,6 +345,16 @@ describe('prefix-cache-scorer', () => {
     assert.equal(scorer.hashesFor(req), hashes);
   });
 
+  test("a reload that re-cuts the blocks does not reuse a request's hashes from the old instance", () => {
+    const old = setup({ blockSizeTokens: 16 });
+    const { req } = old.score(text(1, 1024));
+    assert.equal(old.scorer.hashesFor(req).length, 16);
+    // The same name after a reload with 64-token blocks: the probed request's state must not leak in.
+    const next = new PrefixCacheScorer('prefix-cache-scorer', prefixCacheScorerParams.parse({ blockSizeTokens: 64 }), new ManualClock(), { endpoints });
+    next.carryOver(old.scorer, new Set());
+    assert.equal(next.hashesFor(req).length, 4);
+  });
+
   test('learns the primary target and the `prefill` profile target', () => {
     const { score, learn } = setup();
     const prompt = text(1, 640);

@@ -124,7 +124,9 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher, Pre
     this.lruCapacity = params.lruCapacityPerServer;
     this.lengthWeight = params.matchLengthWeight;
     this.lengthScaleTokens = params.matchLengthScaleTokens;
-    this.stateKey = `${PREFIX_CACHE_SCORER_TYPE}/${name}/hashes`;
+    // How the blocks are cut is part of the key: a request probed before a reload that re-cuts them
+    // must not bring its old hashes to the new instance of the same name.
+    this.stateKey = `${PREFIX_CACHE_SCORER_TYPE}/${name}/hashes/${blockChars}/${maxBlocks}`;
     this.lastPurgeAt = clock.now();
   }
 
