@@ -4,7 +4,8 @@
  * Saturation, per endpoint: `max(waiting' / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`
  * (the "roofline"). An endpoint whose metrics are missing or older than `metricsStalenessThreshold`
  * (strict >) scores 1.0 — fail closed — unless `stalenessPolicy: ignore`, which leaves it out of the
- * mean (all left out → 1.0). Pool value = unweighted mean; empty list = 1.0; never clamped.
+ * mean (all left out → 0.0, so dispatch goes on, as llm-d #2492). Pool value = unweighted mean;
+ * empty list = 1.0; never clamped.
  * `stale` in the reading counts stale endpoints under either policy (visibility, SPEC §6). While any
  * endpoint is stale, one warning naming them and their last scrape error is logged at most every 30 s.
  *
@@ -124,7 +125,9 @@ export class UtilizationDetector implements SaturationDetector {
       if (this.staleToLog.length === 0) queueMicrotask(this.logStale);
       for (const e of toName) this.staleToLog.push(`${e.name} (${e.lastError ?? 'no recent scrape'})`);
     }
-    return { value: counted === 0 ? 1 : sum / counted, stale };
+    // Nothing to average: an empty list reads saturated; under `ignore`, a list of only stale
+    // endpoints reads 0 and dispatch goes on, as llm-d's policy does (#2492).
+    return { value: counted > 0 ? sum / counted : this.ignoreStale && endpoints.length > 0 ? 0 : 1, stale };
   }
 
   private staleToLog: string[] = [];

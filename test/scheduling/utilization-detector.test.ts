@@ -113,12 +113,14 @@ describe('utilization-detector stale count and warning', () => {
     assert.match(ignoring.warnings[0]!.msg ?? "", /left out of the saturation reading/);
   });
 
-  test('stalenessPolicy ignore: stale endpoints left out of the mean, still counted; all stale → 1.0', () => {
+  test('stalenessPolicy ignore: stale endpoints left out of the mean, still counted; all stale → 0.0 (llm-d #2492), empty → 1.0', () => {
     const d = detector({ stalenessPolicy: 'ignore' });
     const r = d.saturation(NOW, fleet({ waiting: 1, kv: 0 }, { noMetrics: true }, { waiting: 0, age: 10_000 }));
     assert.ok(Math.abs(r.value - 0.2) < 1e-9);
     assert.equal(r.stale, 2);
-    assert.equal(d.saturation(NOW, fleet({ noMetrics: true }, { noMetrics: true })).value, 1);
+    // A fleet-wide scrape outage must not stop dispatch: that is what `ignore` is for. Still visible as stale.
+    assert.deepEqual(d.saturation(NOW, fleet({ noMetrics: true }, { noMetrics: true })), { value: 0, stale: 2 });
+    assert.deepEqual(d.saturation(NOW, []), { value: 1, stale: 0 });
   });
 });
 
