@@ -45,7 +45,7 @@ import { CHARS_PER_TOKEN, type PrefixIndexer, type PrefixMatch, type PrefixMatch
 
 export const PREFIX_CACHE_SCORER_TYPE = 'prefix-cache-scorer';
 
-/** Profile whose target also learns the blocks (hard-coded in llm-d too). */
+/** Profile whose target also learns the blocks when no P/D decision names one (hard-coded in llm-d). */
 const PREFILL_PROFILE_NAME = 'prefill';
 const PURGE_INTERVAL_MS = 120_000;
 
@@ -190,7 +190,13 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher, Pre
       const { blockChars } = this.hashOptions;
       this.recordMatch(this.matchedBefore(req, hashes, primary) * blockChars, hashes.length * blockChars);
     }
-    const prefill = result.primaryProfile !== PREFILL_PROFILE_NAME ? result.profileResults.get(PREFILL_PROFILE_NAME)?.targets[0] : undefined;
+    // The P/D handler's prefill pick, whatever its profile is called; else llm-d's `prefill` profile.
+    const prefill =
+      result.disaggregation !== undefined
+        ? result.disaggregation.prefill
+        : result.primaryProfile !== PREFILL_PROFILE_NAME
+          ? result.profileResults.get(PREFILL_PROFILE_NAME)?.targets[0]
+          : undefined;
     const both = prefill !== undefined && prefill !== primary;
     // Two endpoints learn the same blocks (P/D): as blocks at once, not a lazy tail the second learn
     // would turn into blocks anyway.
