@@ -59,14 +59,18 @@ const AFFINITY_MARGIN = 0.2;
 const MAX_HANDLER_ROUNDS = 64;
 
 /**
- * Scratch buffer the scorers write into. Scheduling is synchronous and runs one profile at a time,
- * so one buffer serves every run; it is re-allocated only when the candidate count changes.
+ * Scratch buffers the scorers write into, one per candidate count (a scorer gets exactly one slot
+ * per candidate). Scheduling is synchronous and runs one profile at a time, so a buffer per count
+ * serves every run: P/D profiles, the saturation filter and the look-ahead probe change the count
+ * from run to run, and one buffer resized to each would be re-allocated on nearly every decision.
+ * Counts above MAX_CACHED_SCRATCH get a buffer each time (bounded memory for huge pools).
  */
-let scoreScratch = new Float64Array(0);
+const scoreScratch: (Float64Array | undefined)[] = [];
+const MAX_CACHED_SCRATCH = 256;
 
 function scoreBuffer(length: number): Float64Array {
-  if (scoreScratch.length !== length) scoreScratch = new Float64Array(length);
-  return scoreScratch;
+  if (length > MAX_CACHED_SCRATCH) return new Float64Array(length);
+  return (scoreScratch[length] ??= new Float64Array(length));
 }
 
 /** Runs one profile over the candidates: filters (but `skip`) → weighted scorers → picker. */
