@@ -1,10 +1,15 @@
 /** Time and chance are injected so TTLs, staleness and tie-breaks are testable without sleeping. */
 export interface Clock {
-  /** Milliseconds, monotonic enough for ages and deadlines (Date.now() by default). */
+  /** Milliseconds on an epoch scale, for ages and deadlines: never steps back (see systemClock). */
   now(): number;
 }
 
-export const systemClock: Clock = { now: () => Date.now() };
+/**
+ * The process start's wall-clock time plus the monotonic time since: it reads like Date.now() but
+ * does not jump when the system clock is stepped, so a queue TTL or a latency cannot be stretched,
+ * cut short or made negative by an NTP correction.
+ */
+export const systemClock: Clock = { now: () => performance.timeOrigin + performance.now() };
 
 /** Longest delay Node's timers honour (2^31 − 1 ms, ~596 h); a longer one fires at once. */
 export const MAX_TIMER_DELAY_MS = 2_147_483_647;
