@@ -957,13 +957,15 @@ export class FlowController {
   }
 
   private armSaturationTimer(): void {
-    if (this.totalRequests === 0 || this.nextSaturationChangeAt === undefined) {
+    if (this.totalRequests === 0) {
       this.clearSaturationTimer();
       return;
     }
     let at: number | undefined;
     try {
-      at = this.nextSaturationChangeAt();
+      at = this.nextSaturationChangeAt?.();
+      // A usage-limit policy whose ceilings change by themselves (alternation) gets its next cycle.
+      if (this.usageLimit.changesNextCycle?.() === true) at = Math.min(at ?? Infinity, this.clock.now() + 1);
     } catch {
       this.policyErrors++;
       at = undefined;

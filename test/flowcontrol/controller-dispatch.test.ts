@@ -15,6 +15,7 @@ import {
   staticCeiling,
 } from './harness.js';
 import { ManualClock } from '../../src/util/clock.js';
+import { SoftReflectiveCeilingPolicy } from '../../src/flowcontrol/policies/soft-reflective-ceiling-policy.js';
 
 describe('dispatch gating (reference §2.6, §6.4)', () => {
   test('an unsaturated gateway dispatches synchronously inside enqueue, with zero queue time', () => {
@@ -683,5 +684,23 @@ describe('an arrival at an empty controller (the idle fast path)', () => {
     assert.deepEqual(h.labels(), ['high']);
     assert.equal(h.fc.queued, 1);
     assert.equal(h.timers.dueTimes().length, 1); // its TTL timer is armed
+  });
+});
+
+describe('soft-reflective alternation runs on time, as llm-d’s 1 ms dispatch loop', () => {
+  test('a request in an alternating band is dispatched within a few ms with no event at all; none waits once s ≥ 1', () => {
+    const h = new Harness({ usageLimit: new SoftReflectiveCeilingPolicy('sr'), objectivePriorities: [-1], saturation: 0.7, config: { defaultRequestTTL: 0, noEndpointRequestTTL: 0 } });
+    // s = 0.7: the lower band alternates with period round(0.7 / 0.3) = 2, so a cycle 1 ms later opens it.
+    h.submit('a', { priority: -1 });
+    h.submit('b', { priority: -1 });
+    assert.ok(h.labels().length < 2, 'one closed cycle at enqueue');
+    h.timers.advance(10);
+    assert.deepEqual(h.labels().sort(), ['a', 'b']);
+    assert.equal(h.timers.pendingTimers, 0, 'no cycle is asked for with nothing waiting');
+
+    // Saturated (s ≥ 1): every lower band is closed, nothing alternates, so no 1 ms cycle spins.
+    const full = new Harness({ usageLimit: new SoftReflectiveCeilingPolicy('sr'), objectivePriorities: [-1], saturation: 1, config: { defaultRequestTTL: 0, noEndpointRequestTTL: 0 } });
+    full.submit('c', { priority: -1 });
+    assert.equal(full.timers.pendingTimers, 0);
   });
 });

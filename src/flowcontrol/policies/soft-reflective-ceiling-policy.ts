@@ -14,6 +14,9 @@
  *   first alternating call sees tick 1. It is never reset. All alternating bands share the same
  *   open/closed decision on a call, which keeps ceilings non-increasing down the list.
  *   (Reference §2.7; later llm-d code keeps one counter per band instead.)
+ * - llm-d runs a cycle every 1 ms; Sluice's cycles follow events, so while the policy alternates
+ *   and requests wait it asks for a cycle 1 ms later (`changesNextCycle`): a band alternating with
+ *   period p opens about every p ms, as in llm-d, not every p-th scrape.
  */
 import { z } from 'zod';
 import type { PluginDefinition } from '../../plugins/registry.js';
@@ -28,6 +31,8 @@ export class SoftReflectiveCeilingPolicy implements UsageLimitPolicy {
   readonly type = SOFT_REFLECTIVE_CEILING_POLICY;
   /** Dispatch-spreading state only (no smoothing): the alternation counter. */
   tick = 0;
+  /** Whether the last call alternated: the next call may open what this one closed. */
+  private alternated = false;
 
   constructor(readonly name: string) {}
 
@@ -41,6 +46,7 @@ export class SoftReflectiveCeilingPolicy implements UsageLimitPolicy {
     // band has the lowest reflective ceiling, so checking it decides "any band".
     const lastReflective = 1 - ((n - 1) * s) / (n - 1);
     const alternating = !(s < lastReflective) && s < 1;
+    this.alternated = alternating;
     let open = false;
     if (alternating) {
       this.tick++;
@@ -53,6 +59,10 @@ export class SoftReflectiveCeilingPolicy implements UsageLimitPolicy {
       else if (s >= 1) out[i] = 0.0;
       else out[i] = open ? 1.0 : 0.0;
     }
+  }
+
+  changesNextCycle(): boolean {
+    return this.alternated;
   }
 }
 

@@ -54,4 +54,10 @@ export interface UsageLimitPolicy extends Plugin {
    * increase towards lower priorities. May keep small state between calls (soft-reflective tick).
    */
   computeCeilings(saturation: number, priorities: readonly number[], out: Float64Array): void;
+  /**
+   * Optional: true when the ceilings of the last call would change at the next call by themselves
+   * (soft-reflective's alternation). While requests wait, the controller then runs another cycle
+   * 1 ms later, as llm-d's dispatch loop runs every 1 ms; its cycles otherwise follow events only.
+   */
+  changesNextCycle?(): boolean;
 }
