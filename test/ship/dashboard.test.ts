@@ -157,6 +157,7 @@ describe('dashboards/sluice-grafana.json', () => {
       'sluice_endpoint_upstream_errors_total',
       'sluice_endpoint_kv_cache_usage_ratio',
       'sluice_request_cancelled_total',
+      'sluice_request_rejected_total',
     ])
       assert.ok(used.has(name), `no panel uses ${name}`);
 
@@ -173,6 +174,7 @@ describe('dashboards/sluice-grafana.json', () => {
     assert.ok(grouped('sluice_endpoint_first_byte_seconds_bucket', 'endpoint_name'), 'first-byte latency per endpoint');
     assert.ok(grouped('sluice_endpoint_upstream_errors_total', 'error'), 'upstream errors by kind');
     assert.ok(grouped('sluice_request_cancelled_total', 'stage'), 'client cancels by stage');
+    assert.ok(grouped('sluice_request_rejected_total', 'reason'), 'gateway refusals by reason');
     for (const h of ['llm_d_epp_request_ttft_seconds_bucket', 'llm_d_epp_flow_control_request_queue_duration_seconds_bucket'])
       for (const q of ['0.5', '0.9', '0.99'])
         assert.ok(exprs.some((e) => e.includes(`histogram_quantile(${q},`) && e.includes(h)), `${h} p${Number(q) * 100}`);
