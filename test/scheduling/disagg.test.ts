@@ -282,7 +282,7 @@ describe('prefix-based-pd-decider', () => {
 });
 
 describe('P/D through the config loader and the scheduler', () => {
-  const config = (decider: string, extra = '') => `
+  const config = (decider: string, extra = '', prefillProfile = 'prefill') => `
 pool:
   endpoints:
   - { name: prefill-0, address: 10.0.0.1, labels: { llm-d.ai/role: prefill } }
@@ -295,10 +295,11 @@ plugins:
 - type: ${decider}
 ${extra}- type: disagg-profile-handler
   parameters:
+    profiles: { decode: decode, prefill: ${prefillProfile} }
     deciders: { prefill: ${decider} }
     connector: nixlv2
 schedulingProfiles:
-- name: prefill
+- name: ${prefillProfile}
   plugins: [ { pluginRef: prefill-filter }, { pluginRef: prefix-cache-scorer } ]
 - name: decode
   plugins: [ { pluginRef: decode-filter }, { pluginRef: prefix-cache-scorer } ]
@@ -310,6 +311,17 @@ schedulingProfiles:
     const endpoints = loaded.config.pool.endpoints.map((e) => makeEndpoint(e.name, { labels: e.labels }));
     const deps = makeDeps({ endpoints });
     return { ...buildScheduling(loaded.config, registry, deps), endpoints };
+  }
+
+  for (const name of ['prefill', 'pf']) {
+    test(`the prefix index learns the prefill pick whatever the prefill profile is called ("${name}")`, () => {
+      const { scheduler, endpoints } = built(config('always-disagg-pd-decider', '', name));
+      const text = 'q'.repeat(256); // 4 blocks
+      const r = scheduler.schedule(makeRequest(text), endpoints);
+      assert.ok(r.ok && r.result.disaggregation?.decision === 'prefill-decode');
+      const prefix = scheduler.preRequest.find((p) => p.type === 'prefix-cache-scorer') as PrefixCacheScorer;
+      assert.deepEqual(endpoints.map((e) => prefix.prefixMatch(makeRequest(text), e).matchedBlocks), [4, 4], 'both legs learned the prompt');
+    });
   }
 
   test('a long new prompt goes prefill-decode; the prefix index then learns both endpoints, so it repeats decode-only', () => {
@@ -357,43 +369,6 @@ schedulingProfiles:
     const text = config('always-disagg-pd-decider').replace('deciders: { prefill: always-disagg-pd-decider }', 'deciders: { prefill: nope }');
     assert.throws(() => built(text), /parameters\.deciders\.prefill: no plugin named "nope" is declared/);
   });
-});
-
-describe('the prefix index learns the prefill pick whatever the prefill profile is called', () => {
-  const config = (prefillName: string) => `
-pool:
-  endpoints:
-  - { name: prefill-0, address: 10.0.0.1, labels: { llm-d.ai/role: prefill } }
-  - { name: decode-0, address: 10.0.0.2, labels: { llm-d.ai/role: decode } }
-plugins:
-- type: prefill-filter
-- type: decode-filter
-- type: prefix-cache-scorer
-  parameters: { autoTune: false }
-- type: always-disagg-pd-decider
-- type: disagg-profile-handler
-  parameters:
-    profiles: { decode: decode, prefill: ${prefillName} }
-    deciders: { prefill: always-disagg-pd-decider }
-schedulingProfiles:
-- name: ${prefillName}
-  plugins: [ { pluginRef: prefill-filter }, { pluginRef: prefix-cache-scorer } ]
-- name: decode
-  plugins: [ { pluginRef: decode-filter }, { pluginRef: prefix-cache-scorer } ]
-`;
-  for (const name of ['prefill', 'pf']) {
-    test(`prefill profile "${name}"`, () => {
-      const registry = builtinRegistry();
-      const loaded = loadConfigText(config(name), 'pd.yaml', registry);
-      const endpoints = loaded.config.pool.endpoints.map((e) => makeEndpoint(e.name, { labels: e.labels }));
-      const built = buildScheduling(loaded.config, registry, makeDeps({ endpoints }));
-      const text = 'q'.repeat(256); // 4 blocks
-      const r = built.scheduler.schedule(makeRequest(text), endpoints);
-      assert.ok(r.ok && r.result.disaggregation?.decision === 'prefill-decode');
-      const prefix = built.scheduler.preRequest.find((p) => p.type === 'prefix-cache-scorer') as PrefixCacheScorer;
-      assert.deepEqual(endpoints.map((e) => prefix.prefixMatch(makeRequest(text), e).matchedBlocks), [4, 4], 'both legs learned the prompt');
-    });
-  }
 });
 
 describe('disagg-profile-handler references are checked by the loader', () => {
