@@ -32,6 +32,9 @@ export interface AdminDeps {
 export function buildAdminServer(deps: AdminDeps): FastifyInstance {
   const app = Fastify({
     logger: false,
+    // At the end of a shutdown every connection goes, not only idle ones: a client that connected
+    // and sent nothing (or half its headers) would otherwise hold the process past its grace period.
+    forceCloseConnections: true,
     // Fastify's own answers to a bad URL or malformed HTTP are not §5-shaped: these are.
     frameworkErrors: (err, _req, reply) => {
       void sendJsonError(reply as FastifyReply, 400, err.message);

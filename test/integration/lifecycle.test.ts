@@ -608,6 +608,27 @@ describe('graceful drain of the real process', () => {
 });
 
 describe('graceful drain', () => {
+  test('a connection to the metrics port that never sends a request does not hold the shutdown', async () => {
+    const a = await startFakeBackend();
+    const registry = builtinRegistry();
+    const file = join(dir, 'drain-metrics.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]));
+    const gw = await startGateway(loadConfigFile(file, registry), { registry, host: '127.0.0.1' });
+    const silent = net.connect(gw.metricsPort, '127.0.0.1');
+    const half = net.connect(gw.metricsPort, '127.0.0.1', () => half.write('GET /metrics HTTP/1.1\r\nHost: x\r\n'));
+    try {
+      for (const s of [silent, half]) s.on('error', () => undefined);
+      await Promise.all([silent, half].map((s) => new Promise((r) => s.once('connect', r))));
+      // Nothing in flight: the shutdown is done at once, not when these clients give up.
+      const closed = await Promise.race([gw.close().then(() => 'closed'), new Promise((r) => setTimeout(() => r('still waiting after 5 s'), 5000))]);
+      assert.equal(closed, 'closed');
+    } finally {
+      silent.destroy();
+      half.destroy();
+      await a.close();
+    }
+  });
+
   test('readiness turns 503, queued requests get 503 rejected-shutting-down, in-flight ones finish; answers close their connections', async () => {
     const a = await startFakeBackend(slowJson(400));
     const registry = builtinRegistry();
