@@ -80,8 +80,11 @@ export function parseSimArgs(argv: string[]): SimOptions {
   return opts;
 }
 
+/** Plain decimal only, as serve's flags: Number() would also take '0x10', '1e3' and ' 8000'. */
+const DECIMAL = /^-?(\d+(\.\d*)?|\.\d+)$/;
+
 function parseNumber(flag: string, raw: string, spec: NumericFlag): number {
-  const n = raw.trim() === '' ? NaN : Number(raw);
+  const n = DECIMAL.test(raw) ? Number(raw) : NaN;
   const kind = spec.integer ? 'an integer' : 'a number';
   const range = spec.max === undefined ? `≥ ${spec.min}` : `in [${spec.min}, ${spec.max}]`;
   if (!Number.isFinite(n) || (spec.integer && !Number.isInteger(n)) || n < spec.min || (spec.max !== undefined && n > spec.max)) {

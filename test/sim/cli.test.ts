@@ -25,6 +25,9 @@ describe('parseSimArgs', () => {
   test('unknown flags, bad numbers and missing values throw errors naming the flag', () => {
     assert.throws(() => parseSimArgs(['--bogus', '1']), /--bogus/);
     assert.throws(() => parseSimArgs(['--port', 'abc']), /--port/);
+    // Plain decimal only, as serve's --port: not hex, exponents or padding that Number() would take.
+    for (const v of ['0x10', '1e3', ' 8000', '']) assert.throws(() => parseSimArgs(['--port', v]), /--port must be an integer/, JSON.stringify(v));
+    assert.deepEqual(parseSimArgs(['--port', '8001', '--itl-ms', '2.5']), { port: 8001, itlMs: 2.5 });
     assert.throws(() => parseSimArgs(['--max-num-seqs', '2.5']), /--max-num-seqs/);
     assert.throws(() => parseSimArgs(['--max-num-seqs', '0']), /--max-num-seqs/);
     assert.throws(() => parseSimArgs(['--failure-rate', '5']), /--failure-rate/);
