@@ -21,7 +21,13 @@ const USAGE = `usage:
   sluice validate --config FILE
   sluice sim [--port N] [--name NAME] [--model M] [...]
   sluice demo [--port N] [--metrics-port N] [--log-level L]
-  sluice version | --version`;
+  sluice version | --version
+
+  --config FILE   or SLUICE_CONFIG=FILE
+  --log-level L   trace|debug|info|warn|error|fatal|silent, optionally ",pretty" (or LOG_LEVEL=L); JSON lines
+                  on stdout, pretty on a terminal
+  exit codes      0 clean stop, 1 bad configuration or arguments, 2 runtime failure (e.g. port in use)
+  sluice sim --help lists the simulator's flags`;
 
 function intFlag(v: string | undefined, name: string): number | undefined {
   if (v === undefined) return undefined;

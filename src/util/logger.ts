@@ -5,7 +5,8 @@ export function createLogger(opts: { level?: string; pretty?: boolean } = {}): L
   const level = opts.level ?? process.env.LOG_LEVEL ?? 'info';
   const pretty = opts.pretty ?? process.stdout.isTTY === true;
   if (pretty) {
-    return pino({ level, transport: { target: 'pino-pretty', options: { colorize: true, translateTime: 'SYS:HH:MM:ss.l' } } });
+    // Colours only on a terminal: `,pretty` into a file or a pipe stays readable there.
+    return pino({ level, transport: { target: 'pino-pretty', options: { colorize: process.stdout.isTTY === true, translateTime: 'SYS:HH:MM:ss.l' } } });
   }
   return pino({ level });
 }

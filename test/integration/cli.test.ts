@@ -57,6 +57,8 @@ describe('sluice CLI', () => {
     const help = await run(['--help']);
     assert.equal(help.code, 0);
     assert.match(help.stdout, /sluice version \| --version/);
+    // The environment and the exit codes are in the help too, not only in the docs.
+    for (const said of [/SLUICE_CONFIG=FILE/, /LOG_LEVEL=L/, /exit codes +0 clean stop, 1 bad configuration or arguments, 2 runtime failure/]) assert.match(help.stdout, said);
     // Each command's --help prints the usage and starts nothing (the demo would take ports 8080 and up).
     for (const command of ['serve', 'validate', 'demo', 'sim']) {
       const r = await run([command, '--help']);
