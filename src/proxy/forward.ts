@@ -508,12 +508,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const { ctx } = this;
     if (this.first) {
       this.first = false;
-      const now = ctx.clock.now();
-      // The clock is the wall clock: a step back must not record a negative latency.
-      const ttftMs = (ctx.ttftMs = Math.max(0, now - ctx.started));
-      // streaming = what the answer is (an SSE stream), as llm-d labels it: a JSON error to a stream request is not one.
-      ctx.modelMetrics.ttft(ttftMs / 1000, this.sse);
-      ctx.metrics.endpointFirstByte(this.ep.name, Math.max(0, now - this.sentAt) / 1000);
+      const now = firstAnswerByte(ctx, this.sse);
+      ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
       this.promptDone();
     }
     if (this.mode === Mode.Buffer) {
@@ -719,11 +715,22 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
   };
 }
 
+/**
+ * The request's answer begins (its TTFT, also what marks it as answered by a model server for the
+ * duration histogram). `streaming` is what the answer is, an SSE stream or not, as llm-d labels it:
+ * a JSON error to a stream request is not one. Returns the clock reading.
+ */
+function firstAnswerByte(ctx: ForwardContext, streaming: boolean): number {
+  const now = ctx.clock.now();
+  ctx.ttftMs = now - ctx.started;
+  ctx.modelMetrics.ttft(ctx.ttftMs / 1000, streaming);
+  return now;
+}
+
 /** A prefill answer the client gets instead of a decode answer (a prefill 4xx). Returns the status. */
 function relayPrefillReply(ctx: ForwardContext, step: Extract<PdStep, { kind: 'reply' }>): number {
   // The answer the client gets, timed like any model server's answer (as the same 4xx from a decode endpoint is).
-  const ttftMs = (ctx.ttftMs = Math.max(0, ctx.clock.now() - ctx.started));
-  ctx.modelMetrics.ttft(ttftMs / 1000, false);
+  firstAnswerByte(ctx, false);
   const headers = clientResponseHeaders(step.headers);
   headers['x-request-id'] = ctx.requestId;
   headers['content-length'] = String(step.body.length);

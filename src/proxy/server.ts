@@ -225,7 +225,7 @@ export class ApiServer {
         modelMetrics.ended();
         // Latency of answers from a model server, as llm-d records it: Sluice's own refusals (counted
         // as errors) would pull the percentiles down exactly when the fleet is in trouble.
-        if (ctx.ttftMs !== undefined) modelMetrics.duration(Math.max(0, deps.clock.now() - started) / 1000);
+        if (ctx.ttftMs !== undefined) modelMetrics.duration((deps.clock.now() - started) / 1000);
         if (status >= 400) modelMetrics.error(status);
         else if (status === 0) modelMetrics.cancelled(requestStage(ctx));
         this.logDone(res, requestId, status, ctx);
