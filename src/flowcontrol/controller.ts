@@ -974,7 +974,10 @@ export class FlowController {
       this.clearSaturationTimer();
       return;
     }
-    if (this.saturationTimer !== undefined && this.saturationTimerAt === at) return;
+    // A timer already due at or before `at` stays (as the expiry timer): an early one re-arms when it
+    // fires. While a policy alternates `at` moves with every call, so re-arming on each would cost a
+    // timer per enqueue.
+    if (this.saturationTimer !== undefined && this.saturationTimerAt <= at) return;
     this.clearSaturationTimer();
     this.saturationTimerAt = at;
     // At least 1 ms: a time already past must not spin (llm-d's own ticker runs every 1 ms).

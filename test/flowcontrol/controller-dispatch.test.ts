@@ -698,6 +698,17 @@ describe('soft-reflective alternation runs on time, as llm-d’s 1 ms dispatch l
     assert.deepEqual(h.labels().sort(), ['a', 'b']);
     assert.equal(h.timers.pendingTimers, 0, 'no cycle is asked for with nothing waiting');
 
+    // Arrivals between two cycles keep the one timer already due (no new timer per enqueue).
+    const busy = new Harness({ usageLimit: new SoftReflectiveCeilingPolicy('sr'), objectivePriorities: [-1], saturation: 0.9, config: { defaultRequestTTL: 0, noEndpointRequestTTL: 0 } });
+    busy.submit('first', { priority: -1 });
+    const timersSet = busy.timers.setTimeoutCalls;
+    for (let i = 0; i < 5; i++) {
+      busy.clock.advance(0.1);
+      busy.submit(`next${i}`, { priority: -1 });
+    }
+    assert.equal(busy.timers.setTimeoutCalls, timersSet);
+    assert.equal(busy.timers.pendingTimers, 1);
+
     // Saturated (s ≥ 1): every lower band is closed, nothing alternates, so no 1 ms cycle spins.
     const full = new Harness({ usageLimit: new SoftReflectiveCeilingPolicy('sr'), objectivePriorities: [-1], saturation: 1, config: { defaultRequestTTL: 0, noEndpointRequestTTL: 0 } });
     full.submit('c', { priority: -1 });
