@@ -509,6 +509,9 @@ describe('collection and reporting', () => {
     const utf16 = join(dir, 'utf16.yaml');
     writeFileSync(utf16, Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from('pool:\n  name: café\n', 'utf16le')]));
     assert.equal(loadConfigFile(utf16, registry).config.pool.name, 'café');
+    const be = Buffer.from('pool:\n  name: café\n', 'utf16le').swap16();
+    writeFileSync(utf16, Buffer.concat([Buffer.from([0xfe, 0xff]), be]));
+    assert.equal(loadConfigFile(utf16, registry).config.pool.name, 'café', 'big-endian too');
   });
 
   test('loadConfigFile reports positions with the file path', () => {
