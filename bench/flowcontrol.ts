@@ -7,7 +7,10 @@
  *   steady       — ns per (enqueue + dispatch) pair with the queue held at that depth;
  *   memory       — heap bytes per queued request (controller state + a minimal FlowRequest),
  *                  measured after global.gc when available;
- * plus the unsaturated path (enqueue dispatches at once, nothing queued).
+ * plus the unsaturated path (enqueue dispatches at once, nothing queued), and
+ *   many flows   — one band whose 100k (quick: 10k) queued requests each have a fairness id of their
+ *                  own (clients choose it), with the shipped global-strict and round-robin policies:
+ *                  the fairness policy's cost per dispatch as the flow count grows.
  *
  *   node --expose-gc --import tsx bench/flowcontrol.ts [--quick]
  *   npx tsx bench/flowcontrol.ts                     (memory then reads "n/a")
@@ -20,7 +23,10 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { FlowControlConfig } from '../src/config/types.js';
 import { FlowController, type Timers } from '../src/flowcontrol/controller.js';
-import type { FairnessPolicy, OrderingPolicy, QueuedItemView, UsageLimitPolicy } from '../src/flowcontrol/policies/types.js';
+import type { FairnessPolicy, OrderingPolicy, UsageLimitPolicy } from '../src/flowcontrol/policies/types.js';
+import { createFcfsOrderingPolicy } from '../src/flowcontrol/policies/fcfs-ordering-policy.js';
+import { createGlobalStrictFairnessPolicy } from '../src/flowcontrol/policies/global-strict-fairness-policy.js';
+import { createRoundRobinFairnessPolicy } from '../src/flowcontrol/policies/round-robin-fairness-policy.js';
 import type { FlowRequest } from '../src/flowcontrol/types.js';
 import { ManualClock } from '../src/util/clock.js';
 
@@ -34,24 +40,8 @@ const MIN_OPS = QUICK ? 50_000 : 400_000;
 
 // Policies equivalent to the llm-d defaults, local so the bench measures the controller alone.
 const fcfs: OrderingPolicy = { type: 'fcfs', name: 'fcfs', compare: (a, b) => a.enqueuedAt - b.enqueuedAt };
-const bestHead: FairnessPolicy = {
-  type: 'global-strict',
-  name: 'global-strict',
-  newBandSelector: () => ({
-    select(flows, ordering) {
-      let best = -1;
-      let bestHeadItem: QueuedItemView | undefined;
-      for (let i = 0; i < flows.length; i++) {
-        const head = flows[i]!.head();
-        if (head !== undefined && (bestHeadItem === undefined || ordering.compare(head, bestHeadItem) < 0)) {
-          best = i;
-          bestHeadItem = head;
-        }
-      }
-      return best;
-    },
-  }),
-};
+// Global strict's work (the best head of a band) is the controller's index, so the shipped policy.
+const bestHead: FairnessPolicy = createGlobalStrictFairnessPolicy('global-strict');
 const staticLimit: UsageLimitPolicy = {
   type: 'static',
   name: 'static',
@@ -95,12 +85,12 @@ function setGate(saturation: number, allowed = Infinity): void {
   allowance = allowed;
 }
 
-function makeController(clock: ManualClock): FlowController {
+function makeController(clock: ManualClock, fairness: FairnessPolicy = bestHead, ordering: OrderingPolicy = fcfs): FlowController {
   return new FlowController({
     config,
     objectivePriorities: [],
-    fairness: () => bestHead,
-    ordering: () => fcfs,
+    fairness: () => fairness,
+    ordering: () => ordering,
     usageLimit: staticLimit,
     clock,
     timers: inertTimers,
@@ -237,6 +227,58 @@ function benchUnsaturated(): number {
   return ns;
 }
 
+/** Per dispatch with every queued request in a flow of its own: the shipped policies, one band. */
+export interface ManyFlowsResult {
+  fairness: string;
+  flows: number;
+  enqueueNs: number;
+  drainNs: number;
+  steadyPairNs: number;
+}
+
+const MANY_FLOWS = QUICK ? 10_000 : 100_000;
+
+function benchManyFlows(fairness: FairnessPolicy): ManyFlowsResult {
+  const clock = new ManualClock(0);
+  const fc = makeController(clock, fairness, createFcfsOrderingPolicy('fcfs'));
+  const request = (k: number): FlowRequest => ({
+    fairnessId: `client-${k}`,
+    priority: 0,
+    byteSize: 512,
+    receivedAt: clock.now(),
+    onOutcome: sharedOnOutcome,
+  });
+  const fill = (offset: number): void => {
+    for (let i = 0; i < MANY_FLOWS; i++) {
+      if ((i & 63) === 0) clock.advance(1);
+      fc.enqueue(request(offset + i));
+    }
+  };
+  setGate(1);
+  let t = process.hrtime.bigint();
+  fill(0);
+  const enqueueNs = nsPer(MANY_FLOWS, t);
+  // Steady state: one new flow arrives and one leaves per step.
+  const steps = QUICK ? 2_000 : 10_000;
+  setGate(0, 0);
+  t = process.hrtime.bigint();
+  for (let i = 0; i < steps; i++) {
+    if ((i & 63) === 0) clock.advance(1);
+    fc.enqueue(request(MANY_FLOWS + i));
+    allowance = 1;
+    fc.runDispatch();
+  }
+  const steadyPairNs = nsPer(steps, t);
+  const steadyQueued = fc.queued;
+  if (steadyQueued !== MANY_FLOWS) throw new Error(`many flows: steady state drifted to ${steadyQueued}`);
+  setGate(0);
+  t = process.hrtime.bigint();
+  const n = fc.runDispatch();
+  const drainNs = nsPer(n, t);
+  if (fc.queued !== 0) throw new Error(`many flows: drained ${n} of ${MANY_FLOWS}`);
+  return { fairness: fairness.type, flows: MANY_FLOWS, enqueueNs, drainNs, steadyPairNs };
+}
+
 function fmt(ns: number): string {
   return ns >= 1000 ? `${(ns / 1000).toFixed(2)} µs` : `${ns.toFixed(0)} ns`;
 }
@@ -248,6 +290,7 @@ function main(): void {
 
   const results = DEPTHS.map(benchDepth);
   const unsaturatedNs = benchUnsaturated();
+  const manyFlows = [createGlobalStrictFairnessPolicy('global-strict'), createRoundRobinFairnessPolicy('round-robin')].map(benchManyFlows);
 
   const rows = results.map((r) => ({
     depth: r.depth.toLocaleString('en-US'),
@@ -263,6 +306,10 @@ function main(): void {
   console.log(`flow controller, ${BAND_PRIORITIES.length + 1} bands × ${FLOWS.length} flows, FCFS + global-strict, TTL on`);
   console.table(rows);
   console.log(`unsaturated enqueue → immediate dispatch: ${fmt(unsaturatedNs)} per request (${Math.round(1e9 / unsaturatedNs).toLocaleString('en-US')}/s)`);
+  console.log(`one band, ${MANY_FLOWS.toLocaleString('en-US')} flows of one request each (FCFS):`);
+  console.table(
+    manyFlows.map((r) => ({ fairness: r.fairness, enqueue: fmt(r.enqueueNs), dispatch: fmt(r.drainNs), 'steady enq+disp': fmt(r.steadyPairNs) })),
+  );
 
   const out = {
     date: new Date().toISOString(),
@@ -274,6 +321,7 @@ function main(): void {
     setup: { bands: BAND_PRIORITIES.length + 1, flows: FLOWS.length, ordering: 'fcfs', fairness: 'global-strict', ttlMs: 60_000 },
     depths: results,
     unsaturatedEnqueueDispatchNs: unsaturatedNs,
+    manyFlows,
   };
   const file = join(dirname(fileURLToPath(import.meta.url)), 'results', 'flowcontrol.json');
   mkdirSync(dirname(file), { recursive: true });

@@ -646,7 +646,21 @@ export function writeReport(res: BenchResults, dir: string): string[] {
           1,
         ),
       );
-      L.push('');
+      L.push('');      const many = sc.flowcontrol.manyFlows;
+      if (many !== undefined && many.length > 0) {
+        L.push(
+          `**Many flows** (clients choose their fairness id): one band holding ${fmtInt(many[0]!.flows)} queued requests, each in a flow of its own, FCFS. The band answers the fairness policy from an index, O(log flows) per dispatch:`,
+        );
+        L.push('');
+        L.push(
+          mdTable(
+            ['fairness policy', 'enqueue', 'dispatch', 'steady enq+disp'],
+            many.map((m) => [`\`${m.fairness}\``, `${fmt(m.enqueueNs, 0)} ns`, `${fmt(m.drainNs, 0)} ns`, `${fmt(m.steadyPairNs, 0)} ns`]),
+            1,
+          ),
+        );
+        L.push('');
+      }
     }
     const qu = sc.queue;
     if (qu) {

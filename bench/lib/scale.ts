@@ -20,6 +20,7 @@ import { BENCH_DIR, HOST, MEM_PROBE, REPO_ROOT, cpuSeconds, freePort, memSnapsho
 import { fmt, fmtInt, mb } from './stats.js';
 import { backendServed, startFakeBackends, startSluice, type Started } from './targets.js';
 import type { SweepPoint } from './sched-sweep.js';
+import type { ManyFlowsResult } from '../flowcontrol.js';
 
 export type ScalePart = 'sched' | 'flowcontrol' | 'queue' | 'soak';
 
@@ -89,7 +90,7 @@ export interface SoakResult {
 
 export interface ScaleResult {
   sched?: SweepPoint[];
-  flowcontrol?: { depths: FlowControlDepth[]; unsaturatedEnqueueDispatchNs: number; gcExposed: boolean };
+  flowcontrol?: { depths: FlowControlDepth[]; unsaturatedEnqueueDispatchNs: number; gcExposed: boolean; manyFlows?: ManyFlowsResult[] };
   queue?: GatewayQueueResult;
   soak?: SoakResult;
   errors: Record<string, string>;
@@ -132,8 +133,9 @@ async function flowControl(quick: boolean): Promise<NonNullable<ScaleResult['flo
     depths: FlowControlDepth[];
     unsaturatedEnqueueDispatchNs: number;
     gcExposed: boolean;
+    manyFlows: ManyFlowsResult[];
   };
-  return { depths: json.depths, unsaturatedEnqueueDispatchNs: json.unsaturatedEnqueueDispatchNs, gcExposed: json.gcExposed };
+  return { depths: json.depths, unsaturatedEnqueueDispatchNs: json.unsaturatedEnqueueDispatchNs, gcExposed: json.gcExposed, manyFlows: json.manyFlows };
 }
 
 export const QUEUE_CONFIG = `flowControl:

@@ -21,10 +21,12 @@
  *   looping cycles until one dispatches nothing and re-sampling saturation every cycle.
  * - Band limits ≤ 0 are treated as unlimited (the config loader never produces them).
  */
+import sortedBtree from 'sorted-btree';
 import type { FlowControlConfig, PriorityBandConfig } from '../config/types.js';
 import { MAX_TIMER_DELAY_MS, type Clock } from '../util/clock.js';
 import { IndexedHeap, NOT_IN_HEAP } from './heap.js';
 import type {
+  BandView,
   FairnessPolicy,
   FlowSelector,
   FlowView,
@@ -196,6 +198,8 @@ class QueuedRequest implements QueuedItemView, FlowTicket {
 class Flow implements FlowView {
   readonly heap: IndexedHeap<QueuedRequest>;
   bytes = 0;
+  /** Position in the band's heap of flows by head (Band.bestHead); NOT_IN_HEAP while not in it. */
+  headIndex = NOT_IN_HEAP;
 
   constructor(
     readonly id: string,
@@ -221,7 +225,7 @@ class Flow implements FlowView {
  * What the fairness policy sees of a request that arrives at an empty controller: a band with one
  * flow holding it alone. One reusable instance, filled per use (the idle fast path allocates nothing).
  */
-class SoloFlow implements FlowView, QueuedItemView {
+class SoloFlow implements BandView, FlowView, QueuedItemView {
   id = '';
   priority = 0;
   readonly length = 1;
@@ -230,24 +234,45 @@ class SoloFlow implements FlowView, QueuedItemView {
   ttlDeadline = Infinity;
   sloDeadline = Infinity;
   byteSize = 0;
-  readonly asList: readonly FlowView[] = [this];
 
   head(): QueuedItemView {
     return this;
   }
+
+  flowAfter(id: string | undefined): FlowView | undefined {
+    return id === undefined || this.id > id ? this : undefined;
+  }
+
+  bestHead(): FlowView {
+    return this;
+  }
 }
 
-class Band {
+const { default: BTree } = sortedBtree;
+type FlowsById = InstanceType<typeof BTree<string, Flow>>;
+
+/**
+ * A priority band: its flows (each non-empty; a flow leaves the band when it empties) and what its
+ * fairness policy asks of them (BandView). The index behind each question is built at the first
+ * such question, so a band pays only for what its policy asks; each costs O(log F) per change, for
+ * clients choose fairness ids and a band may hold 100 000 flows.
+ */
+class Band implements BandView {
   readonly priority: number;
   /** Limits; Infinity when unlimited. */
   readonly maxRequests: number;
   readonly maxBytes: number;
   readonly flows = new Map<string, Flow>();
-  /** The same flows sorted by id ascending, as selectors expect. */
-  readonly sortedFlows: Flow[] = [];
   requests = 0;
   bytes = 0;
   readonly compareItems: (a: QueuedRequest, b: QueuedRequest) => number;
+  /** The flows by head, ties by id (bestHead). */
+  private byHead: IndexedHeap<Flow> | undefined;
+  private readonly compareHeads: (a: Flow, b: Flow) => number;
+  /** The flows by id (flowAfter). */
+  private byId: FlowsById | undefined;
+  /** nextHigherPair's answer, reused. */
+  private readonly pair = [] as unknown as [string, Flow];
 
   constructor(
     /** Position among the bands, highest priority first. */
@@ -260,7 +285,61 @@ class Band {
     this.maxRequests = config.maxRequests > 0 ? config.maxRequests : Infinity;
     this.maxBytes = config.maxBytes > 0 ? config.maxBytes : Infinity;
     this.compareItems = (a, b) => ordering.compare(a, b) || a.seq - b.seq;
+    this.compareHeads = (a, b) => ordering.compare(a.heap.peek()!, b.heap.peek()!) || compareIds(a.id, b.id);
   }
+
+  bestHead(): Flow | undefined {
+    let byHead = this.byHead;
+    if (byHead === undefined) {
+      byHead = this.byHead = new IndexedHeap<Flow>(this.compareHeads, 'headIndex');
+      byHead.reset([...this.flows.values()]);
+    }
+    return byHead.peek();
+  }
+
+  flowAfter(id: string | undefined): Flow | undefined {
+    let byId = this.byId;
+    if (byId === undefined) byId = this.byId = new BTree<string, Flow>([...this.flows], compareIds);
+    return byId.nextHigherPair(id, this.pair)?.[1];
+  }
+
+  /** A new flow, still empty: headChanged follows when its first request is in. */
+  addFlow(flow: Flow): void {
+    this.flows.set(flow.id, flow);
+    this.byId?.set(flow.id, flow);
+  }
+
+  /** `flow`'s head may have changed: it is new, it lost its head, or it has a better one. */
+  headChanged(flow: Flow): void {
+    const byHead = this.byHead;
+    if (byHead !== undefined && !byHead.update(flow)) byHead.push(flow);
+  }
+
+  /** `flow` is empty: it leaves the band. */
+  removeFlow(flow: Flow): void {
+    this.flows.delete(flow.id);
+    this.byId?.delete(flow.id);
+    this.byHead?.remove(flow);
+  }
+
+  /** The flows in id order (debug output). */
+  flowsById(): Flow[] {
+    return [...this.flows.values()].sort((a, b) => compareIds(a.id, b.id));
+  }
+
+  /** Forgets every flow (the controller emptied the band). */
+  clearFlows(): void {
+    this.byHead?.clear();
+    this.byId?.clear();
+    this.flows.clear();
+    this.requests = 0;
+    this.bytes = 0;
+  }
+}
+
+/** Ids by UTF-16 code unit, the order of `Array.prototype.sort()`. */
+function compareIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 function compareExpiry(a: QueuedRequest, b: QueuedRequest): number {
@@ -271,18 +350,6 @@ function compareExpiry(a: QueuedRequest, b: QueuedRequest): number {
 function sloDeadline(req: FlowRequest): number {
   const slo = req.sloTtftMs;
   return slo !== undefined && slo >= 0 ? req.receivedAt + slo : Infinity;
-}
-
-/** Index of the first flow whose id is ≥ `id` (binary search). */
-function lowerBound(flows: readonly Flow[], id: string): number {
-  let lo = 0;
-  let hi = flows.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (flows[mid]!.id < id) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 export class FlowController {
@@ -462,7 +529,7 @@ export class FlowController {
     solo.sloDeadline = sloDeadline(req);
     solo.byteSize = req.byteSize;
     try {
-      return band.selector.select(solo.asList, band.ordering) === 0;
+      return band.selector.select(solo, band.ordering) === solo;
     } catch {
       this.policyErrors++;
       return false;
@@ -491,6 +558,7 @@ export class FlowController {
       size,
     );
     flow.heap.push(item);
+    if (flow.heap.peek() === item) band.headChanged(flow);
     flow.bytes += size;
     band.requests++;
     band.bytes += size;
@@ -559,7 +627,7 @@ export class FlowController {
    */
   queuedPriorities(): number[] {
     const priorities = new Set<number>();
-    for (const band of this.bands) for (const flow of band.sortedFlows) for (const item of flow.heap.values()) priorities.add(item.request.priority);
+    for (const band of this.bands) for (const flow of band.flows.values()) for (const item of flow.heap.values()) priorities.add(item.request.priority);
     return [...priorities];
   }
 
@@ -567,15 +635,12 @@ export class FlowController {
   private drainAll(): QueuedRequest[] {
     const items: QueuedRequest[] = [];
     for (const band of this.bands) {
-      for (const flow of band.sortedFlows) {
+      for (const flow of band.flows.values()) {
         for (const item of flow.heap.values()) items.push(item);
         flow.heap.clear();
         flow.bytes = 0;
       }
-      band.flows.clear();
-      band.sortedFlows.length = 0;
-      band.requests = 0;
-      band.bytes = 0;
+      band.clearFlows();
     }
     this.expiry.clear();
     this.totalRequests = 0;
@@ -658,7 +723,7 @@ export class FlowController {
         orderingPolicy: band.config.orderingPolicyRef,
         requests: band.requests,
         bytes: band.bytes,
-        flows: band.sortedFlows.map((flow) => {
+        flows: band.flowsById().map((flow) => {
           // The head is the best by ordering, not necessarily the oldest (EDF/SLO): scan.
           let oldest = Infinity;
           for (const item of flow.heap.values()) if (item.enqueuedAt < oldest) oldest = item.enqueuedAt;
@@ -687,7 +752,7 @@ export class FlowController {
     const flows: FlowControlMetricsSnapshot['flows'] = [];
     const bands: FlowControlMetricsSnapshot['bands'] = [];
     for (const band of this.bands) {
-      for (const flow of band.sortedFlows) {
+      for (const flow of band.flows.values()) {
         flows.push({ fairnessId: flow.id, priority: band.priority, requests: flow.length, bytes: flow.bytes });
       }
       bands.push({
@@ -714,15 +779,16 @@ export class FlowController {
       if (saturation >= ceilings[i]!) return false;
       const band = bands[i]!;
       if (band.requests === 0) continue;
-      let chosen: number;
+      let chosen: FlowView | undefined;
       try {
-        chosen = band.selector.select(band.sortedFlows, band.ordering);
+        chosen = band.selector.select(band, band.ordering);
       } catch {
         this.policyErrors++;
         continue;
       }
-      const flow = band.sortedFlows[chosen];
-      if (flow === undefined || flow.length === 0) continue; // work-conserving: try the next band
+      // Only a flow of this band that holds a request (a policy could return any FlowView).
+      const flow = chosen === undefined ? undefined : band.flows.get(chosen.id);
+      if (flow === undefined || flow !== chosen || flow.length === 0) continue; // work-conserving: try the next band
       const item = this.lookahead > 0 && flow.length > 1 ? this.takeWithAffinity(flow) : flow.heap.pop()!;
       this.detach(item);
       this.finish(item, 'Dispatched', now - item.enqueuedAt);
@@ -823,8 +889,7 @@ export class FlowController {
 
   private addFlow(band: Band, id: string): Flow {
     const flow = new Flow(id, band);
-    band.flows.set(id, flow);
-    band.sortedFlows.splice(lowerBound(band.sortedFlows, id), 0, flow);
+    band.addFlow(flow);
     return flow;
   }
 
@@ -840,10 +905,8 @@ export class FlowController {
     band.bytes -= size;
     this.totalRequests--;
     this.totalBytes -= size;
-    if (flow.length === 0) {
-      band.flows.delete(flow.id);
-      band.sortedFlows.splice(lowerBound(band.sortedFlows, flow.id), 1);
-    }
+    if (flow.length === 0) band.removeFlow(flow);
+    else band.headChanged(flow);
   }
 
   private finish(item: QueuedRequest, outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
@@ -892,7 +955,7 @@ export class FlowController {
     const budget = this.currentBudget();
     const expiring: QueuedRequest[] = [];
     for (const band of this.bands) {
-      for (const flow of band.sortedFlows) {
+      for (const flow of band.flows.values()) {
         for (const item of flow.heap.values()) {
           if (budget > 0) {
             item.expiryAt = this.expiryFor(item.enqueuedAt, budget);

@@ -1,7 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { FlowController, provisionBands } from '../../src/flowcontrol/controller.js';
-import type { UsageLimitPolicy } from '../../src/flowcontrol/policies/types.js';
+import type { BandView, FlowView, UsageLimitPolicy } from '../../src/flowcontrol/policies/types.js';
 import {
   Harness,
   band,
@@ -251,7 +251,7 @@ describe('dispatch gating (reference §2.6, §6.4)', () => {
       type: 'broken',
       name: 'broken',
       newBandSelector: () => ({
-        select(): number {
+        select(): never {
           throw new Error('boom');
         },
       }),
@@ -556,7 +556,10 @@ describe('snapshots', () => {
         ],
       },
     ]);
-    assert.deepEqual(h.fc.metricsSnapshot(), {
+    // The metrics snapshot lists flows band by band in no set order (gauges need none).
+    const metricsSnapshot = h.fc.metricsSnapshot();
+    metricsSnapshot.flows.sort((a, b) => b.priority - a.priority || (a.fairnessId < b.fairnessId ? -1 : 1));
+    assert.deepEqual(metricsSnapshot, {
       flows: [
         { fairnessId: 'hi', priority: 10, requests: 1, bytes: 250 },
         { fairnessId: 'alpha', priority: 0, requests: 1, bytes: 50 },
@@ -614,10 +617,11 @@ describe('an arrival at an empty controller (the idle fast path)', () => {
         type: 'spy',
         name: 'spy',
         newBandSelector: () => ({
-          select(flows) {
-            const head = flows[0]!.head()!;
-            seen.push({ n: flows.length, id: flows[0]!.id, len: flows[0]!.length, priority: flows[0]!.priority, head: { ...head } });
-            return 0;
+          select(band) {
+            const flow = band.flowAfter(undefined)!;
+            const alone = band.flowAfter(flow.id) === undefined && band.bestHead() === flow;
+            seen.push({ alone, id: flow.id, len: flow.length, priority: flow.priority, head: { ...flow.head()! } });
+            return flow;
           },
         }),
       },
@@ -627,8 +631,8 @@ describe('an arrival at an empty controller (the idle fast path)', () => {
     h.submit('a', { fairnessId: 'tenant-x', byteSize: 42, receivedAt: 90, sloTtftMs: 500 });
     assert.deepEqual(h.labels(), ['a']);
     assert.equal(seen.length, 1);
-    const s = seen[0] as { n: number; id: string; len: number; priority: number; head: Record<string, number> };
-    assert.deepEqual([s.n, s.id, s.len, s.priority], [1, 'tenant-x', 1, 0]);
+    const s = seen[0] as { alone: boolean; id: string; len: number; priority: number; head: Record<string, number> };
+    assert.deepEqual([s.alone, s.id, s.len, s.priority], [true, 'tenant-x', 1, 0]);
     assert.equal(s.head.enqueuedAt, 100);
     assert.equal(s.head.receivedAt, 90);
     assert.equal(s.head.ttlDeadline, 1100);
@@ -636,14 +640,21 @@ describe('an arrival at an empty controller (the idle fast path)', () => {
     assert.equal(s.head.byteSize, 42);
   });
 
-  test('a selector that declines or throws leaves the request queued, as a queued cycle would', () => {
-    let answer: () => number = () => -1;
+  test('a selector that declines, throws or names a flow not of its band leaves the request queued, as a queued cycle would', () => {
+    let answer: (band: BandView) => FlowView | undefined = () => undefined;
     const h = new Harness({
       saturation: 0,
-      fairness: { type: 'odd', name: 'odd', newBandSelector: () => ({ select: () => answer() }) },
+      fairness: { type: 'odd', name: 'odd', newBandSelector: () => ({ select: (band) => answer(band) }) },
     });
     h.submit('declined');
     assert.deepEqual(h.labels(), []);
+    assert.equal(h.fc.queued, 1);
+    // A look-alike of the queued flow (same id and head) is not the flow.
+    answer = (band) => {
+      const real = band.bestHead()!;
+      return { id: real.id, priority: real.priority, length: real.length, head: () => real.head() };
+    };
+    h.unblock(0);
     assert.equal(h.fc.queued, 1);
     answer = () => {
       throw new Error('policy bug');
@@ -651,7 +662,7 @@ describe('an arrival at an empty controller (the idle fast path)', () => {
     const errorsBefore = h.fc.policyErrors;
     h.unblock(0);
     assert.equal(h.fc.policyErrors, errorsBefore + 1);
-    answer = () => 0;
+    answer = (band) => band.bestHead();
     h.unblock(0);
     assert.deepEqual(h.labels(), ['declined']);
     assert.equal(h.fc.queued, 0);

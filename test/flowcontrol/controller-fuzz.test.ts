@@ -2,7 +2,9 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { FlowOutcome, FlowTicket } from '../../src/flowcontrol/types.js';
 import { seededRandom } from '../../src/util/clock.js';
-import { Harness, band } from './harness.js';
+import { createGlobalStrictFairnessPolicy } from '../../src/flowcontrol/policies/global-strict-fairness-policy.js';
+import { createRoundRobinFairnessPolicy } from '../../src/flowcontrol/policies/round-robin-fairness-policy.js';
+import { Harness, band, sloOrdering } from './harness.js';
 
 const S = 200;
 const N = 500;
@@ -166,4 +168,89 @@ describe('exactly-once outcomes under a random mix of operations', () => {
   test('10k ops, seed 7, shut down at the end', () => fuzz(7, 10_000, 'shutdown'));
   test('10k ops, seed 3, affinity look-ahead 3: no request overtaken more than 3 times', () => fuzz(3, 10_000, 'drain', 3));
   test('10k ops, seed 5, affinity look-ahead 8, shut down at the end', () => fuzz(5, 10_000, 'shutdown', 8));
+});
+
+/**
+ * The controller answers the fairness policies' questions from indexes kept as flows come and go
+ * (BandView). Checked against a scan of a model of the band, after random arrivals (some with a
+ * better head than their flow had), cancels, expiries and single dispatches over 60 flows.
+ */
+describe('fairness policies over the controller\'s band indexes agree with a scan of every flow', () => {
+  interface Queued {
+    label: string;
+    flow: string;
+    seq: number;
+    sloDeadline: number;
+    receivedAt: number;
+    ticket: FlowTicket;
+  }
+  const byId = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+  function run(seed: number, policy: 'global-strict' | 'round-robin'): void {
+    const random = seededRandom(seed);
+    let allowance = 0;
+    const h = new Harness({
+      fairness: policy === 'global-strict' ? createGlobalStrictFairnessPolicy('g') : createRoundRobinFairnessPolicy('r'),
+      ordering: sloOrdering,
+      config: { defaultRequestTTL: 400 },
+      saturation: () => (allowance > 0 ? 0 : 1),
+    });
+    const queued = new Map<string, Queued>();
+    let cursor: string | undefined;
+    let dispatches = 0;
+    /** What a scan of the band's flows would dispatch next. */
+    const expected = (): Queued | undefined => {
+      const live = [...queued.values()];
+      if (policy === 'global-strict') {
+        // Best head by ordering, ties to the least flow id; within a flow, arrival order.
+        return live.sort((a, b) => sloOrdering.compare(a as never, b as never) || byId(a.flow, b.flow) || a.seq - b.seq)[0];
+      }
+      const flows = [...new Set(live.map((q) => q.flow))].sort(byId);
+      const flow = flows.find((f) => cursor === undefined || f > cursor) ?? flows[0];
+      return live.filter((q) => q.flow === flow).sort((a, b) => sloOrdering.compare(a as never, b as never) || a.seq - b.seq)[0];
+    };
+    for (let op = 0; op < 3000; op++) {
+      const r = random();
+      if (r < 0.55) {
+        const label = `r${op}`;
+        const flow = `tenant-${Math.floor(random() * 60)}`;
+        const receivedAt = h.clock.now() - Math.floor(random() * 50);
+        const sloTtftMs = Math.floor(random() * 300);
+        const entry = { label, flow, seq: op, sloDeadline: receivedAt + sloTtftMs, receivedAt } as Queued;
+        queued.set(label, entry);
+        entry.ticket = h.submit(label, {
+          fairnessId: flow,
+          receivedAt,
+          sloTtftMs,
+          then: (outcome) => {
+            queued.delete(label);
+            if (outcome === 'Dispatched') allowance--;
+          },
+        });
+      } else if (r < 0.65 && queued.size > 0) {
+        const victims = [...queued.values()];
+        victims[Math.floor(random() * victims.length)]!.ticket.cancel();
+      } else if (r < 0.7) {
+        h.timers.advance(Math.floor(random() * 40)); // some expire
+      } else if (queued.size > 0) {
+        const want = expected()!;
+        const before = h.labels().length;
+        allowance = 1;
+        h.fc.kick();
+        h.timers.runImmediates();
+        assert.equal(h.labels().length, before + 1);
+        const got = h.labels().at(-1);
+        assert.equal(got, want.label, `dispatch ${dispatches} (op ${op})`);
+        cursor = want.flow;
+        dispatches++;
+      }
+      if (queued.size === 0) cursor = undefined;
+    }
+    assert.ok(dispatches > 500, `${dispatches} dispatches checked`);
+    assert.ok(h.labels('EvictedTTL').length > 50, 'expiries took flows and heads away too');
+  }
+
+  test('global-strict, SLO-deadline ordering, seed 11', () => run(11, 'global-strict'));
+  test('global-strict, SLO-deadline ordering, seed 12', () => run(12, 'global-strict'));
+  test('round-robin, seed 13', () => run(13, 'round-robin'));
 });

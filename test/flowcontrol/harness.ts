@@ -5,6 +5,7 @@
 import type { FlowControlConfig, PriorityBandConfig } from '../../src/config/types.js';
 import { FlowController, type FlowControllerOptions, type Timers } from '../../src/flowcontrol/controller.js';
 import type {
+  BandView,
   FairnessPolicy,
   FlowSelector,
   FlowView,
@@ -112,25 +113,11 @@ export const sloOrdering: OrderingPolicy = {
   },
 };
 
-/** The band as one global queue: the flow with the best head wins; ties go to the first flow. */
+/** The band as one global queue: the flow with the best head wins (the controller's index); ties go to the least id. */
 export const oldestHeadFairness: FairnessPolicy = {
   type: 'global-strict-fairness-policy',
   name: 'global-strict-fairness-policy',
-  newBandSelector: () => ({
-    select(flows: readonly FlowView[], ordering: OrderingPolicy): number {
-      let best = -1;
-      let bestHead: QueuedItemView | undefined;
-      for (let i = 0; i < flows.length; i++) {
-        const head = flows[i]!.head();
-        if (head === undefined) continue;
-        if (bestHead === undefined || ordering.compare(head, bestHead) < 0) {
-          best = i;
-          bestHead = head;
-        }
-      }
-      return best;
-    },
-  }),
+  newBandSelector: (): FlowSelector => ({ select: (band) => band.bestHead() }),
 };
 
 /** Round robin by id cursor (survives the flow's removal). */
@@ -140,27 +127,30 @@ export const roundRobinFairness: FairnessPolicy = {
   newBandSelector: (): FlowSelector => {
     let cursor: string | undefined;
     return {
-      select(flows) {
-        const n = flows.length;
-        let start = 0;
-        if (cursor !== undefined) {
-          const c = cursor;
-          start = flows.findIndex((f) => f.id > c);
-          if (start < 0) start = 0;
-        }
-        for (let k = 0; k < n; k++) {
-          const i = (start + k) % n;
-          if (flows[i]!.length > 0) {
-            cursor = flows[i]!.id;
-            return i;
-          }
-        }
-        cursor = undefined;
-        return -1;
+      select(band) {
+        const next = band.flowAfter(cursor) ?? band.flowAfter(undefined);
+        cursor = next?.id;
+        return next;
       },
     };
   },
 };
+
+/**
+ * A BandView over a plain list of flows, answering by scanning them (what the controller's indexes
+ * must agree with). Empty flows are skipped, as the controller holds none.
+ */
+export function listBand(flows: readonly FlowView[], ordering: OrderingPolicy): BandView {
+  const live = flows.filter((f) => f.length > 0 && f.head() !== undefined).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return {
+    flowAfter: (id) => live.find((f) => id === undefined || f.id > id),
+    bestHead: () => {
+      let best: FlowView | undefined;
+      for (const f of live) if (best === undefined || ordering.compare(f.head()!, best.head()!) < 0) best = f;
+      return best;
+    },
+  };
+}
 
 /** Every band gets `threshold`. */
 export function staticCeiling(threshold = 1): UsageLimitPolicy {

@@ -20,6 +20,7 @@ import {
 } from '../../src/flowcontrol/policies/index.js';
 import type { PluginDefinition, PluginDeps } from '../../src/plugins/registry.js';
 import { ManualClock, seededRandom } from '../../src/util/clock.js';
+import { listBand } from './harness.js';
 
 const deps: PluginDeps = {
   clock: new ManualClock(),
@@ -234,61 +235,55 @@ describe('parseSloTtftHeader (x-llm-d-slo-ttft-ms)', () => {
 
 describe('global-strict-fairness-policy', () => {
   const policy = create<FairnessPolicy>(globalStrictFairnessPolicyDefinition);
+  const pick = (flows: FlowView[], ordering: OrderingPolicy) => policy.newBandSelector().select(listBand(flows, ordering), ordering)?.id ?? null;
 
-  test('no flows or only empty flows → -1', () => {
-    const selector = policy.newBandSelector();
-    assert.equal(selector.select([], fcfs), -1);
-    assert.equal(selector.select([flow('a', 0), flow('b', 0)], fcfs), -1);
+  test('no flows or only empty flows → none', () => {
+    assert.equal(pick([], fcfs), null);
+    assert.equal(pick([flow('a', 0), flow('b', 0)], fcfs), null);
   });
 
   test('with FCFS: the flow whose head was enqueued first; empty flows skipped', () => {
-    const selector = policy.newBandSelector();
     const flows = [
       flow('a', 0),
       flow('b', 2, item('b', { enqueuedAt: 30 })),
       flow('c', 1, item('c', { enqueuedAt: 20 })),
       flow('d', 4, item('d', { enqueuedAt: 25 })),
     ];
-    assert.equal(selector.select(flows, fcfs), 2);
+    assert.equal(pick(flows, fcfs), 'c');
   });
 
-  test('ties go to the first flow listed', () => {
-    const selector = policy.newBandSelector();
+  test('ties go to the least id', () => {
     const head = { enqueuedAt: 20, receivedAt: 20, ttlDeadline: Infinity, sloDeadline: Infinity, byteSize: 1 };
-    const flows = [flow('a', 1, item('a', { enqueuedAt: 40 })), flow('b', 1, head), flow('c', 1, { ...head })];
-    assert.equal(selector.select(flows, fcfs), 1);
+    const flows = [flow('c', 1, { ...head }), flow('a', 1, item('a', { enqueuedAt: 40 })), flow('b', 1, head)];
+    assert.equal(pick(flows, fcfs), 'b');
   });
 
   test('with EDF: the flow whose head has the earliest TTL deadline, not the oldest', () => {
-    const selector = policy.newBandSelector();
     const flows = [
       flow('a', 1, item('a', { enqueuedAt: 1 })), // oldest, no TTL
       flow('b', 1, item('b', { enqueuedAt: 5, ttlDeadline: 800 })),
       flow('c', 3, item('c', { enqueuedAt: 9, ttlDeadline: 300 })),
     ];
-    assert.equal(selector.select(flows, edf), 2);
-    assert.equal(selector.select(flows, fcfs), 0);
+    assert.equal(pick(flows, edf), 'c');
+    assert.equal(pick(flows, fcfs), 'a');
   });
 
   test('stateless: repeated selection gives the same answer', () => {
     const selector = policy.newBandSelector();
-    const flows = [flow('a', 1, item('a', { enqueuedAt: 5 })), flow('b', 1, item('b', { enqueuedAt: 1 }))];
-    assert.equal(selector.select(flows, fcfs), 1);
-    assert.equal(selector.select(flows, fcfs), 1);
+    const band = listBand([flow('a', 1, item('a', { enqueuedAt: 5 })), flow('b', 1, item('b', { enqueuedAt: 1 }))], fcfs);
+    assert.equal(selector.select(band, fcfs)?.id, 'b');
+    assert.equal(selector.select(band, fcfs)?.id, 'b');
   });
 });
 
 describe('round-robin-fairness-policy', () => {
   const policy = create<FairnessPolicy>(roundRobinFairnessPolicyDefinition);
   const busy = (...ids: string[]) => ids.map((id) => flow(id, 1, item(id, { enqueuedAt: 0 })));
-  const pick = (flows: FlowView[], selector = policy.newBandSelector()) => {
-    const i = selector.select(flows, fcfs);
-    return i === -1 ? null : flows[i]!.id;
-  };
+  const pick = (flows: FlowView[], selector = policy.newBandSelector()) => selector.select(listBand(flows, fcfs), fcfs)?.id ?? null;
 
   test('rotates through non-empty flows in id order, wrapping around', () => {
     const selector = policy.newBandSelector();
-    const flows = busy('a', 'b', 'c');
+    const flows = busy('c', 'a', 'b');
     const picks = Array.from({ length: 7 }, () => pick(flows, selector));
     assert.deepEqual(picks, ['a', 'b', 'c', 'a', 'b', 'c', 'a']);
   });
@@ -322,7 +317,14 @@ describe('round-robin-fairness-policy', () => {
     assert.equal(pick(busy('a', 'b', 'c'), selector), 'b');
   });
 
-  test('all empty → -1 and the cursor resets (next pass starts at the first flow)', () => {
+  test('ids in UTF-16 code-unit order, as Array.prototype.sort', () => {
+    const selector = policy.newBandSelector();
+    const ids = ['b', 'B', 'a', '\u{1F600}', '\uFF5E', 'a0', ''];
+    const picks = Array.from({ length: ids.length }, () => pick(busy(...ids), selector));
+    assert.deepEqual(picks, [...ids].sort());
+  });
+
+  test('empty band → none, and the cursor resets (next pass starts at the first flow)', () => {
     const selector = policy.newBandSelector();
     assert.equal(pick(busy('a', 'b', 'c'), selector), 'a');
     assert.equal(pick(busy('a', 'b', 'c'), selector), 'b');
@@ -350,10 +352,11 @@ describe('round-robin-fairness-policy', () => {
     ]);
     const dispatched: string[] = [];
     for (;;) {
-      const flows = [...queues].map(([id, n]) => flow(id, n, item(id, { enqueuedAt: 0 })));
-      const i = selector.select(flows, fcfs);
-      if (i === -1) break;
-      const id = flows[i]!.id;
+      const id = pick(
+        [...queues].map(([id, n]) => flow(id, n, item(id, { enqueuedAt: 0 }))),
+        selector,
+      );
+      if (id === null) break;
       queues.set(id, queues.get(id)! - 1);
       dispatched.push(id);
     }

@@ -2,37 +2,20 @@
  * `global-strict-fairness-policy` — fairness policy (the llm-d default). No parameters. Stateless.
  *
  * The band behaves as one global queue: among the band's non-empty flows, pick the flow whose head
- * is best by the band's ordering policy (`ordering.compare(headA, headB) < 0`). Ties go to the first
- * flow listed (flows arrive sorted by id, so ties are deterministic).
+ * is best by the band's ordering policy (`ordering.compare(headA, headB) < 0`); ties go to the flow
+ * with the least id, so they are deterministic. The controller keeps the flows in a heap by head
+ * (`BandView.bestHead`), so a pick costs O(log F) where llm-d scans every flow.
  */
 import { z } from 'zod';
 import type { PluginDefinition } from '../../plugins/registry.js';
-import type { FairnessPolicy, FlowSelector, FlowView, OrderingPolicy, QueuedItemView } from './types.js';
+import type { FairnessPolicy, FlowSelector } from './types.js';
 
 export const GLOBAL_STRICT_FAIRNESS_POLICY = 'global-strict-fairness-policy';
 
 const globalStrictParams = z.strictObject({});
 
-/** Index of the flow with the best head by `ordering`, or -1 when every flow is empty. */
-export function selectBestHead(flows: readonly FlowView[], ordering: OrderingPolicy): number {
-  let best = -1;
-  let bestHead: QueuedItemView | undefined;
-  for (let i = 0; i < flows.length; i++) {
-    const flow = flows[i]!;
-    if (flow.length <= 0) continue;
-    const head = flow.head();
-    if (head === undefined) continue;
-    // Strict < keeps the earlier flow on ties.
-    if (bestHead === undefined || ordering.compare(head, bestHead) < 0) {
-      best = i;
-      bestHead = head;
-    }
-  }
-  return best;
-}
-
 // No per-band state, so every band can share one selector.
-const globalStrictSelector: FlowSelector = { select: selectBestHead };
+const globalStrictSelector: FlowSelector = { select: (band) => band.bestHead() };
 
 export function createGlobalStrictFairnessPolicy(name: string): FairnessPolicy {
   return { type: GLOBAL_STRICT_FAIRNESS_POLICY, name, newBandSelector: () => globalStrictSelector };

@@ -27,7 +27,6 @@ export {
 export {
   GLOBAL_STRICT_FAIRNESS_POLICY,
   globalStrictFairnessPolicyDefinition,
-  selectBestHead,
 } from './global-strict-fairness-policy.js';
 export {
   ROUND_ROBIN_FAIRNESS_POLICY,

@@ -32,13 +32,23 @@ export interface FlowView {
   head(): QueuedItemView | undefined;
 }
 
+/**
+ * The non-empty flows of one band, as a fairness policy asks about them. Clients choose fairness
+ * ids, so a band may hold 100 000 flows: the controller answers each question in O(log F), where a
+ * scan of the flows would cost O(F) per dispatch. Ids are ordered by UTF-16 code unit (`<`), the
+ * order of `Array.prototype.sort()`.
+ */
+export interface BandView {
+  /** The flow with the least id greater than `id` (`undefined`: the least id of all); undefined when there is none. */
+  flowAfter(id: string | undefined): FlowView | undefined;
+  /** The flow whose head is best by the band's ordering policy, ties to the least id; undefined when the band is empty. */
+  bestHead(): FlowView | undefined;
+}
+
 /** Chooses which flow of ONE band dispatches next; may keep per-band state (e.g. a round-robin cursor). */
 export interface FlowSelector {
-  /**
-   * `flows` are the band's flows sorted by id ascending (empty ones included); returns the index of
-   * the chosen non-empty flow, or -1 when all are empty.
-   */
-  select(flows: readonly FlowView[], ordering: OrderingPolicy): number;
+  /** The flow that dispatches next (one of `band`'s), or undefined when the band holds no request. */
+  select(band: BandView, ordering: OrderingPolicy): FlowView | undefined;
 }
 
 export interface FairnessPolicy extends Plugin {
