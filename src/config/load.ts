@@ -8,7 +8,7 @@
  * cross-reference checks on the ensured config.
  */
 import { readFileSync } from 'node:fs';
-import { isAlias, isMap, isScalar, isSeq, LineCounter, parseAllDocuments, parseDocument, type Document, type ErrorCode, type YAMLError } from 'yaml';
+import { isAlias, isMap, isScalar, isSeq, LineCounter, parseAllDocuments, parseDocument, visit, type Document, type ErrorCode, type YAMLError } from 'yaml';
 import type { z } from 'zod';
 import type { PluginKind, PluginRegistry } from '../plugins/registry.js';
 import { ensure, featureEnabled } from './defaults.js';
@@ -308,7 +308,13 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
   try {
     raw = dropNullValues(doc.toJS({ maxAliasCount: 1000 }));
   } catch (err) {
-    sink.error([], `cannot read YAML: ${(err as Error).message}`);
+    // toJS knows no positions: find the node it stumbled on where we can.
+    const offset = badMergeOffset(doc);
+    if (offset === undefined) sink.error([], `cannot read YAML: ${(err as Error).message}`);
+    else {
+      const { line, col } = lineCounter.linePos(offset);
+      sink.problems.push({ file, line, col, path: '', message: `cannot read YAML: ${firstLine((err as Error).message)}` });
+    }
     throw new ConfigError(sink.problems);
   }
   if (raw === undefined || raw === null) raw = {};
@@ -812,4 +818,23 @@ function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sin
       );
     }
   }
+}
+
+/** Where a merge key (`<<`) has a value other than a mapping, an alias of one, or a list of those. */
+function badMergeOffset(doc: Document): number | undefined {
+  let found: number | undefined;
+  const mergeable = (node: unknown): boolean => isMap(node) || (isAlias(node) && isMap(node.resolve(doc)));
+  visit(doc, {
+    Pair(_key, pair) {
+      // The parser gives a merge key (a plain `<<`, not a quoted one) a symbol as its value.
+      const key = pair.key;
+      if (!isScalar(key) || typeof key.value !== 'symbol' || key.value.description !== '<<') return undefined;
+      const value = pair.value;
+      const bad = isSeq(value) ? value.items.find((item) => !mergeable(item)) : mergeable(value) ? undefined : value;
+      if (bad === undefined) return undefined;
+      found = (isScalar(bad) || isMap(bad) || isSeq(bad) || isAlias(bad) ? bad.range?.[0] : undefined) ?? key.range?.[0];
+      return visit.BREAK;
+    },
+  });
+  return found;
 }

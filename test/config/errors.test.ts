@@ -567,6 +567,14 @@ describe('what a file means, said where it is written', () => {
     assert.deepEqual(r.config.pool.endpoints.map((e) => `${e.name} ${e.address}:${e.port}`), ['a 127.0.0.1:8001', 'b 127.0.0.1:8002']);
   });
 
+  test('a merge key whose value is no mapping is an error where it is written', () => {
+    assert.deepEqual(problems(yaml('server:', '  <<: 5')), ['c.yaml:2:7: cannot read YAML: Merge sources must be maps or map aliases']);
+    // In a list of sources, at the one that is no mapping.
+    assert.deepEqual(problems(yaml('a: &x 3', 'b: &y { port: 1 }', 'server:', '  <<: [*y, *x]')), [
+      'c.yaml:4:12: cannot read YAML: Merge sources must be maps or map aliases',
+    ]);
+  });
+
   test('a second YAML document is named as such (not with the parser\'s advice to a JavaScript caller)', () => {
     assert.deepEqual(problems(yaml('server:', '  port: 8080', '---', 'pool: {}')), ['c.yaml:3:1: YAML syntax error: a second YAML document (after "---"): the file must hold one']);
     // A trailing `---` with nothing (or only a comment) after it, as generated Kubernetes YAML often ends, is no second document.
