@@ -1,7 +1,19 @@
-/** `sluice sim [flags]`: argument parsing and the foreground run loop of the simulator. */
-import { startSimulator, type SimOptions } from './server.js';
+/**
+ * `sluice sim [flags]`: argument parsing and the foreground run loop of the simulator.
+ *
+ * Flags are Sluice's own (`--itl-ms 5`) or llm-d-inference-sim's names for the same settings
+ * (`--inter-token-latency 5ms`), so a launch line written for llm-d's simulator runs here too.
+ * Each setting may be given once, under either name.
+ */
+import { parseDuration } from '../config/units.js';
+import { ENGINE_DEFAULTS } from './engine.js';
+import { SERVER_DEFAULTS, startSimulator, type SimOptions } from './server.js';
 import { UsageError } from '../util/usage.js';
 
+/** The port `sluice sim` listens on without --port (the library's default is an ephemeral port). */
+const CLI_PORT = 8000;
+
+type StringKey = 'host' | 'name' | 'model';
 type NumericKey =
   | 'port'
   | 'maxNumSeqs'
@@ -19,64 +31,125 @@ type NumericKey =
   | 'failureRate'
   | 'failureStatus';
 
+/**
+ * How a flag's value reads: `duration` = a Go duration ("100ms", "1.5s") or integer milliseconds,
+ * as llm-d-inference-sim takes them; `percent` = 0–100, stored as a fraction.
+ */
+type ValueKind = 'integer' | 'number' | 'duration' | 'percent';
+
 interface NumericFlag {
   key: NumericKey;
-  integer: boolean;
+  kind: ValueKind;
   min: number;
   max?: number;
 }
 
-const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
-  '--port': { key: 'port', integer: true, min: 0, max: 65535 },
-  '--max-num-seqs': { key: 'maxNumSeqs', integer: true, min: 1 },
-  '--max-waiting': { key: 'maxWaiting', integer: true, min: 0 },
-  '--ttft-overhead-ms': { key: 'ttftOverheadMs', integer: false, min: 0 },
-  '--prefill-ms-per-token': { key: 'prefillMsPerToken', integer: false, min: 0 },
-  '--itl-ms': { key: 'itlMs', integer: false, min: 0 },
-  '--kv-transfer-ms': { key: 'kvTransferMs', integer: false, min: 0 },
-  '--kv-transfer-ms-per-token': { key: 'kvTransferMsPerToken', integer: false, min: 0 },
-  '--block-size': { key: 'blockSizeTokens', integer: true, min: 1 },
-  '--num-gpu-blocks': { key: 'numGpuBlocks', integer: true, min: 1 },
-  '--default-output-tokens': { key: 'defaultOutputTokens', integer: true, min: 1 },
-  '--max-output-tokens': { key: 'maxOutputTokens', integer: true, min: 1 },
-  '--max-model-len': { key: 'maxModelLen', integer: true, min: 0 },
-  '--failure-rate': { key: 'failureRate', integer: false, min: 0, max: 1 },
-  '--failure-status': { key: 'failureStatus', integer: true, min: 400, max: 599 },
+interface OwnFlag {
+  spec: NumericFlag | { key: StringKey };
+  /** What the value is called in --help. */
+  value: string;
+  help: string;
+  default: string | number;
+}
+
+const n = (key: NumericKey, kind: ValueKind, min: number, max?: number): NumericFlag => (max === undefined ? { key, kind, min } : { key, kind, min, max });
+const E = ENGINE_DEFAULTS;
+const S = SERVER_DEFAULTS;
+
+const OWN_FLAGS: Readonly<Record<string, OwnFlag>> = {
+  '--host': { spec: { key: 'host' }, value: 'HOST', help: 'address to listen on', default: S.host },
+  '--port': { spec: n('port', 'integer', 0, 65535), value: 'N', help: 'port to listen on (0: any free port)', default: CLI_PORT },
+  '--name': { spec: { key: 'name' }, value: 'NAME', help: 'pod name, sent as x-inference-pod', default: 'sim-<port>' },
+  '--model': { spec: { key: 'model' }, value: 'MODEL', help: 'the one model served', default: S.model },
+  '--max-num-seqs': { spec: n('maxNumSeqs', 'integer', 1), value: 'N', help: 'requests running at once (vLLM --max-num-seqs)', default: E.maxNumSeqs },
+  '--max-waiting': { spec: n('maxWaiting', 'integer', 0), value: 'N', help: 'waiting queue; a request beyond it gets 429', default: E.maxWaiting },
+  '--ttft-overhead-ms': { spec: n('ttftOverheadMs', 'number', 0), value: 'MS', help: 'time to first token: fixed part', default: E.ttftOverheadMs },
+  '--prefill-ms-per-token': { spec: n('prefillMsPerToken', 'number', 0), value: 'MS', help: 'time to first token: per uncached prompt token', default: E.prefillMsPerToken },
+  '--itl-ms': { spec: n('itlMs', 'number', 0), value: 'MS', help: 'inter-token latency', default: E.itlMs },
+  '--kv-transfer-ms': { spec: n('kvTransferMs', 'number', 0), value: 'MS', help: 'P/D decode leg: KV transfer, fixed part (replaces prefill)', default: E.kvTransferMs },
+  '--kv-transfer-ms-per-token': { spec: n('kvTransferMsPerToken', 'number', 0), value: 'MS', help: 'P/D decode leg: KV transfer per uncached prompt token', default: E.kvTransferMsPerToken },
+  '--block-size': { spec: n('blockSizeTokens', 'integer', 1), value: 'N', help: 'tokens per KV block (vLLM --block-size)', default: E.blockSizeTokens },
+  '--num-gpu-blocks': { spec: n('numGpuBlocks', 'integer', 1), value: 'N', help: 'KV blocks in the prefix cache (LRU; kv_cache_usage_perc)', default: E.numGpuBlocks },
+  '--default-output-tokens': { spec: n('defaultOutputTokens', 'integer', 1), value: 'N', help: 'output length when a request sets no max_tokens', default: E.defaultOutputTokens },
+  '--max-output-tokens': { spec: n('maxOutputTokens', 'integer', 1), value: 'N', help: 'output length at most', default: E.maxOutputTokens },
+  '--max-model-len': { spec: n('maxModelLen', 'integer', 0), value: 'N', help: 'context window in tokens (characters / 4); 0 = no limit', default: S.maxModelLen },
+  '--failure-rate': { spec: n('failureRate', 'number', 0, 1), value: 'P', help: 'share of requests that fail at random (0–1)', default: S.failureRate },
+  '--failure-status': { spec: n('failureStatus', 'integer', 400, 599), value: 'CODE', help: 'HTTP status of those failures', default: S.failureStatus },
 };
 
-const STRING_FLAGS: Readonly<Record<string, 'host' | 'name' | 'model'>> = {
-  '--host': 'host',
-  '--name': 'name',
-  '--model': 'model',
+interface AliasFlag {
+  /** Sluice's flag for the same setting. */
+  same: string;
+  /** How the value reads, when not as `same`'s. */
+  spec?: NumericFlag;
+  value: string;
+  note?: string;
+}
+
+/** llm-d-inference-sim's names (its pkg/common/config.go) for settings Sluice's simulator has. */
+const LLMD_FLAGS: Readonly<Record<string, AliasFlag>> = {
+  '--served-model-name': { same: '--model', value: 'MODEL' },
+  '--max-waiting-queue-length': { same: '--max-waiting', value: 'N' },
+  '--time-to-first-token': {
+    same: '--ttft-overhead-ms',
+    spec: n('ttftOverheadMs', 'duration', 0),
+    value: 'DURATION',
+    note: 'a constant time to first token: --prefill-ms-per-token is 0 unless given',
+  },
+  '--prefill-overhead': { same: '--ttft-overhead-ms', spec: n('ttftOverheadMs', 'duration', 0), value: 'DURATION' },
+  '--prefill-time-per-token': { same: '--prefill-ms-per-token', spec: n('prefillMsPerToken', 'duration', 0), value: 'DURATION' },
+  '--inter-token-latency': { same: '--itl-ms', spec: n('itlMs', 'duration', 0), value: 'DURATION' },
+  '--kv-cache-transfer-latency': { same: '--kv-transfer-ms', spec: n('kvTransferMs', 'duration', 0), value: 'DURATION' },
+  '--kv-cache-transfer-time-per-token': { same: '--kv-transfer-ms-per-token', spec: n('kvTransferMsPerToken', 'duration', 0), value: 'DURATION' },
+  '--kv-cache-size': { same: '--num-gpu-blocks', value: 'N' },
+  '--failure-injection-rate': { same: '--failure-rate', spec: n('failureRate', 'percent', 0, 100), value: 'PERCENT', note: '0–100' },
 };
+
+/** llm-d-inference-sim's `--enable-kvcache`: the prefix cache is always modelled here, so only "on" is accepted. */
+const ENABLE_KVCACHE = '--enable-kvcache';
 
 /** Parses `--flag value` and `--flag=value`; throws a UsageError naming the offending flag. */
 export function parseSimArgs(argv: string[]): SimOptions {
   const opts: SimOptions = {};
+  /** Which flag set each option, so a second name for it is an error, not a silent override. */
+  const setBy = new Map<string, string>();
+  let constantTtft = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const eq = arg.indexOf('=');
     const flag = arg.startsWith('--') && eq > 0 ? arg.slice(0, eq) : arg;
-    const numeric = NUMERIC_FLAGS[flag];
-    const stringKey = STRING_FLAGS[flag];
-    if (numeric === undefined && stringKey === undefined) {
-      throw new UsageError(arg.startsWith('-') ? `unknown flag ${flag}` : `unexpected argument ${arg}`);
+    const inline = flag !== arg ? arg.slice(eq + 1) : undefined;
+    if (flag === ENABLE_KVCACHE) {
+      if (inline !== undefined && inline !== 'true') throw new UsageError(`${flag}: sluice sim always models the prefix cache (only "true" is accepted)`);
+      continue;
+    }
+    const own = OWN_FLAGS[flag];
+    const alias = LLMD_FLAGS[flag];
+    if (own === undefined && alias === undefined) {
+      throw new UsageError(arg.startsWith('-') ? `unknown flag ${flag} (sluice sim --help lists them)` : `unexpected argument ${arg}`);
     }
     let value: string;
-    if (flag !== arg) value = arg.slice(eq + 1);
+    if (inline !== undefined) value = inline;
     else {
       const next = argv[i + 1];
       if (next === undefined || next.startsWith('--')) throw new UsageError(`${flag} needs a value`);
       value = next;
       i++;
     }
-    if (stringKey !== undefined) {
+    const spec = alias?.spec ?? (own ?? OWN_FLAGS[alias!.same]!).spec;
+    const earlier = setBy.get(spec.key);
+    if (earlier !== undefined) {
+      throw new UsageError(earlier === flag ? `${flag} is given twice` : `${flag} sets what ${earlier} already set (give one of them)`);
+    }
+    setBy.set(spec.key, flag);
+    if (flag === '--time-to-first-token') constantTtft = true;
+    if ('kind' in spec) opts[spec.key] = parseNumber(flag, value, spec);
+    else {
       if (value === '') throw new UsageError(`${flag} must not be empty`);
-      opts[stringKey] = value;
-    } else if (numeric !== undefined) {
-      opts[numeric.key] = parseNumber(flag, value, numeric);
+      opts[spec.key] = value;
     }
   }
+  if (constantTtft && opts.prefillMsPerToken === undefined) opts.prefillMsPerToken = 0;
   return opts;
 }
 
@@ -84,23 +157,32 @@ export function parseSimArgs(argv: string[]): SimOptions {
 const DECIMAL = /^-?(\d+(\.\d*)?|\.\d+)$/;
 
 function parseNumber(flag: string, raw: string, spec: NumericFlag): number {
-  const n = DECIMAL.test(raw) ? Number(raw) : NaN;
-  const kind = spec.integer ? 'an integer' : 'a number';
   const range = spec.max === undefined ? `≥ ${spec.min}` : `in [${spec.min}, ${spec.max}]`;
-  if (!Number.isFinite(n) || (spec.integer && !Number.isInteger(n)) || n < spec.min || (spec.max !== undefined && n > spec.max)) {
+  if (spec.kind === 'duration') {
+    // llm-d-inference-sim's durations: Go strings, or (deprecated there) integer milliseconds.
+    if (/^\d+$/.test(raw)) return Number(raw);
+    try {
+      return parseDuration(raw);
+    } catch (err) {
+      throw new UsageError(`${flag}: ${(err as Error).message}, or integer milliseconds`);
+    }
+  }
+  const n = DECIMAL.test(raw) ? Number(raw) : NaN;
+  const kind = spec.kind === 'integer' ? 'an integer' : 'a number';
+  if (!Number.isFinite(n) || (spec.kind === 'integer' && !Number.isInteger(n)) || n < spec.min || (spec.max !== undefined && n > spec.max)) {
     throw new UsageError(`${flag} must be ${kind} ${range} (got "${raw}")`);
   }
-  return n;
+  return spec.kind === 'percent' ? n / 100 : n;
 }
 
-/** `sluice sim --help`: every flag with what it accepts, from the tables the parser uses. */
+/** `sluice sim --help`: every flag with what it sets and its default, from the tables the parser uses. */
 export function simUsage(): string {
-  const lines = ['usage: sluice sim [flags]   (each as --flag value or --flag=value)'];
-  for (const [flag, key] of Object.entries(STRING_FLAGS)) lines.push(`  ${flag.padEnd(28)} ${key}`);
-  for (const [flag, spec] of Object.entries(NUMERIC_FLAGS)) {
-    const range = spec.max === undefined ? `≥ ${spec.min}` : `${spec.min}–${spec.max}`;
-    lines.push(`  ${flag.padEnd(28)} ${spec.integer ? 'integer' : 'number'} ${range}`);
-  }
+  const column = (flag: string, value: string): string => `  ${`${flag} ${value}`.padEnd(44)}`;
+  const lines = ['usage: sluice sim [flags]   (each as --flag value or --flag=value; each setting once)', ''];
+  for (const [flag, f] of Object.entries(OWN_FLAGS)) lines.push(`${column(flag, f.value)}${f.help} [${f.default}]`);
+  lines.push('', "llm-d-inference-sim's flags for the same settings (DURATION: \"100ms\", \"1.5s\", or integer milliseconds):");
+  for (const [flag, f] of Object.entries(LLMD_FLAGS)) lines.push(`${column(flag, f.value)}= ${f.same}${f.note === undefined ? '' : `; ${f.note}`}`);
+  lines.push(`${column(ENABLE_KVCACHE, '')}accepted; the prefix cache is always modelled`);
   return lines.join('\n');
 }
 
@@ -115,7 +197,7 @@ export async function runSimCli(argv: string[]): Promise<void> {
     return;
   }
   const opts = parseSimArgs(argv);
-  const sim = await startSimulator({ port: 8000, ...opts });
+  const sim = await startSimulator({ port: CLI_PORT, ...opts });
   // Signal handlers first: a signal sent as soon as the line below is read must not meet the default action.
   const stopped = new Promise<void>((resolve) => {
     const stop = (): void => {
@@ -131,7 +213,7 @@ export async function runSimCli(argv: string[]): Promise<void> {
     msg: 'simulator listening',
     url: sim.url,
     name: sim.name,
-    model: opts.model ?? 'sim-model',
+    model: opts.model ?? S.model,
   }));
   await stopped;
 }

@@ -52,6 +52,21 @@ export interface SimLatencySettings {
   kvTransferMsPerToken: number;
 }
 
+/** What SimEngineOptions default to (also shown by `sluice sim --help`). */
+export const ENGINE_DEFAULTS = {
+  maxNumSeqs: 8,
+  maxWaiting: 1000,
+  ttftOverheadMs: 20,
+  prefillMsPerToken: 0.1,
+  itlMs: 5,
+  kvTransferMs: 1,
+  kvTransferMsPerToken: 0.01,
+  blockSizeTokens: 16,
+  numGpuBlocks: 4096,
+  defaultOutputTokens: 16,
+  maxOutputTokens: 256,
+} as const;
+
 export interface SimEngineOptions {
   /** Concurrent running requests (vLLM --max-num-seqs). Default 8. */
   maxNumSeqs?: number;
@@ -323,19 +338,20 @@ export class SimEngine {
   private ttftCount = 0;
 
   constructor(opts: SimEngineOptions = {}) {
+    const d = ENGINE_DEFAULTS;
     this.current = {
-      ttftOverheadMs: opts.ttftOverheadMs ?? 20,
-      prefillMsPerToken: opts.prefillMsPerToken ?? 0.1,
-      itlMs: opts.itlMs ?? 5,
-      maxNumSeqs: opts.maxNumSeqs ?? 8,
-      maxWaiting: opts.maxWaiting ?? 1000,
-      kvTransferMs: opts.kvTransferMs ?? 1,
-      kvTransferMsPerToken: opts.kvTransferMsPerToken ?? 0.01,
+      ttftOverheadMs: opts.ttftOverheadMs ?? d.ttftOverheadMs,
+      prefillMsPerToken: opts.prefillMsPerToken ?? d.prefillMsPerToken,
+      itlMs: opts.itlMs ?? d.itlMs,
+      maxNumSeqs: opts.maxNumSeqs ?? d.maxNumSeqs,
+      maxWaiting: opts.maxWaiting ?? d.maxWaiting,
+      kvTransferMs: opts.kvTransferMs ?? d.kvTransferMs,
+      kvTransferMsPerToken: opts.kvTransferMsPerToken ?? d.kvTransferMsPerToken,
     };
-    this.blockSizeTokens = opts.blockSizeTokens ?? 16;
-    this.numGpuBlocks = opts.numGpuBlocks ?? 4096;
-    this.defaultOutputTokens = opts.defaultOutputTokens ?? 16;
-    this.maxOutputTokens = opts.maxOutputTokens ?? 256;
+    this.blockSizeTokens = opts.blockSizeTokens ?? d.blockSizeTokens;
+    this.numGpuBlocks = opts.numGpuBlocks ?? d.numGpuBlocks;
+    this.defaultOutputTokens = opts.defaultOutputTokens ?? d.defaultOutputTokens;
+    this.maxOutputTokens = opts.maxOutputTokens ?? d.maxOutputTokens;
     this.clock = opts.clock ?? systemClock;
     this.timers = opts.timers ?? realTimers;
     this.lru = new BlockLru(this.numGpuBlocks);

@@ -24,6 +24,15 @@ import {
   type SimPins,
 } from './engine.js';
 
+/** What SimOptions' own settings default to (also shown by `sluice sim --help`). */
+export const SERVER_DEFAULTS = {
+  host: '127.0.0.1',
+  model: 'sim-model',
+  failureRate: 0,
+  failureStatus: 500,
+  maxModelLen: 131_072,
+} as const;
+
 export interface SimOptions extends SimEngineOptions {
   /** 0 (default) picks an ephemeral port. */
   port?: number;
@@ -111,13 +120,13 @@ const UNIMPLEMENTED_OPENAI_ROUTES = new Set<string>(['/v1/embeddings', '/v1/resp
 export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimulator> {
   const engine = new SimEngine(opts);
   const clock = opts.clock ?? { now: () => Date.now() };
-  const model = opts.model ?? 'sim-model';
+  const model = opts.model ?? SERVER_DEFAULTS.model;
   const modelJson = JSON.stringify(model);
   const random = opts.random ?? Math.random;
   const maxBodyBytes = opts.maxBodyBytes ?? 32 * 1024 * 1024;
-  let failureRate = opts.failureRate ?? 0;
-  const failureStatus = opts.failureStatus ?? 500;
-  let maxModelLen = opts.maxModelLen ?? 131_072;
+  let failureRate = opts.failureRate ?? SERVER_DEFAULTS.failureRate;
+  const failureStatus = opts.failureStatus ?? SERVER_DEFAULTS.failureStatus;
+  let maxModelLen = opts.maxModelLen ?? SERVER_DEFAULTS.maxModelLen;
   if (!(failureRate >= 0 && failureRate <= 1)) throw new Error('failureRate must be within [0, 1]');
   if (!(Number.isInteger(maxModelLen) && maxModelLen >= 0)) throw new Error('maxModelLen must be an integer ≥ 0 (0 = no limit)');
   if (!(Number.isInteger(failureStatus) && failureStatus >= 400 && failureStatus <= 599)) {
@@ -355,7 +364,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
+    server.listen(opts.port ?? 0, opts.host ?? SERVER_DEFAULTS.host, () => {
       server.off('error', reject);
       resolve();
     });

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { parseSimArgs } from '../../src/sim/cli.js';
+import { parseSimArgs, simUsage } from '../../src/sim/cli.js';
 
 describe('parseSimArgs', () => {
   test('reads every flag, in both --flag value and --flag=value forms', () => {
@@ -36,6 +36,57 @@ describe('parseSimArgs', () => {
     assert.throws(() => parseSimArgs(['--itl-ms']), /--itl-ms needs a value/);
     assert.throws(() => parseSimArgs(['--name', '--port', '1']), /--name needs a value/);
     assert.throws(() => parseSimArgs(['stray']), /stray/);
+  });
+});
+
+describe("parseSimArgs: llm-d-inference-sim's flag names", () => {
+  test('each sets the same option as its Sluice flag; durations as Go strings or integer milliseconds', () => {
+    assert.deepEqual(
+      parseSimArgs([
+        '--served-model-name', 'meta/llama', '--max-waiting-queue-length=20', '--prefill-overhead', '15ms',
+        '--prefill-time-per-token', '100us', '--inter-token-latency', '7', '--kv-cache-transfer-latency', '1.5s',
+        '--kv-cache-transfer-time-per-token', '20us', '--kv-cache-size', '512', '--failure-injection-rate', '25',
+        '--enable-kvcache', '--max-num-seqs', '5',
+      ]),
+      {
+        model: 'meta/llama', maxWaiting: 20, ttftOverheadMs: 15, prefillMsPerToken: 0.1, itlMs: 7, kvTransferMs: 1500,
+        kvTransferMsPerToken: 0.02, numGpuBlocks: 512, failureRate: 0.25, maxNumSeqs: 5,
+      },
+    );
+  });
+
+  test('--time-to-first-token is a constant time to first token unless a per-token cost is given', () => {
+    assert.deepEqual(parseSimArgs(['--time-to-first-token', '200ms']), { ttftOverheadMs: 200, prefillMsPerToken: 0 });
+    assert.deepEqual(parseSimArgs(['--time-to-first-token=50ms', '--prefill-ms-per-token', '0.2']), { ttftOverheadMs: 50, prefillMsPerToken: 0.2 });
+  });
+
+  test('a setting given twice, under one name or two, is an error naming both', () => {
+    assert.throws(() => parseSimArgs(['--itl-ms', '3', '--inter-token-latency', '5ms']), /--inter-token-latency sets what --itl-ms already set/);
+    assert.throws(() => parseSimArgs(['--time-to-first-token', '1s', '--ttft-overhead-ms', '3']), /--ttft-overhead-ms sets what --time-to-first-token already set/);
+    assert.throws(() => parseSimArgs(['--port', '1', '--port', '2']), /--port is given twice/);
+  });
+
+  test('bad values name the flag', () => {
+    assert.throws(() => parseSimArgs(['--inter-token-latency', '1.5']), /--inter-token-latency: invalid duration "1.5": missing unit/);
+    assert.throws(() => parseSimArgs(['--inter-token-latency', '-5ms']), /--inter-token-latency: invalid duration "-5ms": must not be negative/);
+    assert.throws(() => parseSimArgs(['--failure-injection-rate', '150']), /--failure-injection-rate must be a number in \[0, 100\]/);
+    assert.throws(() => parseSimArgs(['--enable-kvcache=false']), /--enable-kvcache: sluice sim always models the prefix cache/);
+    assert.throws(() => parseSimArgs(['--mode', 'echo']), /unknown flag --mode/);
+  });
+
+  test('--help shows every flag with its default, and the llm-d names with the flag they stand for', () => {
+    const help = simUsage();
+    assert.match(help, /--itl-ms MS +inter-token latency \[5\]/);
+    assert.match(help, /--max-model-len N +.*\[131072\]/);
+    assert.match(help, /--port N +.*\[8000\]/);
+    assert.match(help, /--inter-token-latency DURATION += --itl-ms/);
+    for (const line of help.split('\n').filter((l) => l.startsWith('  --'))) {
+      const flag = line.trim().split(' ')[0]!;
+      if (flag === '--enable-kvcache') continue;
+      // Every flag listed parses (value placeholders replaced by something valid for it).
+      const value = /DURATION/.test(line) ? '1ms' : /(HOST|NAME|MODEL)/.test(line) ? 'x' : /CODE/.test(line) ? '500' : '1';
+      assert.doesNotThrow(() => parseSimArgs([flag, value]), line);
+    }
   });
 });
 
