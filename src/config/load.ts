@@ -28,7 +28,7 @@ import {
   type RawConfigKey,
 } from './schema.js';
 import type { LoadedConfig, PluginSpec, ProfilePluginRef, SchedulingProfileConfig, SluiceConfig } from './types.js';
-import { KNOWN_ROLES, ROLE_LABEL } from '../datalayer/endpoint.js';
+import { ENGINE_LABEL, KNOWN_ROLES, LEGACY_ENGINE_LABEL, ROLE_LABEL, engineLabelOf } from '../datalayer/endpoint.js';
 
 export type PathSegment = string | number;
 
@@ -766,6 +766,9 @@ function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfi
 
 function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sink: ProblemSink): void {
   config.pool.endpoints.forEach((ep, i) => {
+    if (engineLabelOf(ep.labels) === LEGACY_ENGINE_LABEL) {
+      sink.warn(['pool', 'endpoints', i, 'labels', LEGACY_ENGINE_LABEL], `a legacy label name, read as ${ENGINE_LABEL} (as llm-d does); rename it`);
+    }
     const role = ep.labels[ROLE_LABEL];
     if (role !== undefined && !KNOWN_ROLES.includes(role)) {
       sink.warn(

@@ -17,7 +17,7 @@ import type {
   ServerConfig,
 } from './types.js';
 import { parseDuration, parseQuantity } from './units.js';
-import { ENGINE_LABEL } from '../datalayer/endpoint.js';
+import { engineLabelOf } from '../datalayer/endpoint.js';
 import { KNOWN_ENGINE_TYPES } from '../datalayer/vllm-metrics.js';
 import { MAX_TIMER_DELAY_MS } from '../util/clock.js';
 
@@ -233,7 +233,11 @@ const addressField = z.string().superRefine((v, ctx) => {
     return;
   }
   const unbracketed = v.startsWith('[') && v.endsWith(']') ? v.slice(1, -1) : v;
-  if (isIP(unbracketed) === 6) return;
+  if (isIP(unbracketed) === 6) {
+    // A zone (`fe80::1%eth0`) has no place in an http:// URL that Node's URL parser takes.
+    if (unbracketed.includes('%')) ctx.addIssue({ code: 'custom', message: `an IPv6 zone ("%${unbracketed.split('%')[1]}") is not supported; use an address without one (got "${v}")` });
+    return;
+  }
   if (/^[^:]+:\d+$/.test(v)) {
     ctx.addIssue({ code: 'custom', message: `must not include a port (got "${v}"); set "port" instead` });
     return;
@@ -346,12 +350,13 @@ export const poolSchema = z
       } else byHostPort.set(hostPort, i);
       // Caught here, not at the first scrape: an engine type Sluice cannot read leaves the endpoint
       // stale forever (every scrape fails), so it would never get a request.
-      const engine = e.labels[ENGINE_LABEL];
+      const engineLabel = engineLabelOf(e.labels);
+      const engine = engineLabel === undefined ? undefined : e.labels[engineLabel]!;
       if (engine !== undefined && !KNOWN_ENGINE_TYPES.includes(engine)) {
         ctx.addIssue({
           code: 'custom',
           message: `unknown engine type ${JSON.stringify(engine)}${didYouMean(engine, KNOWN_ENGINE_TYPES)}; known: ${KNOWN_ENGINE_TYPES.join(', ')}`,
-          path: ['endpoints', i, 'labels', ENGINE_LABEL],
+          path: ['endpoints', i, 'labels', engineLabel!],
           input: engine,
         });
       }

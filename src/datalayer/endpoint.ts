@@ -8,6 +8,13 @@
 
 export const ROLE_LABEL = 'llm-d.ai/role';
 export const ENGINE_LABEL = 'llm-d.ai/engine-type';
+/** GIE's older name for ENGINE_LABEL, still read by llm-d when the new one is absent. */
+export const LEGACY_ENGINE_LABEL = 'inference.networking.k8s.io/engine-type';
+
+/** The engine-type label an endpoint's labels carry: the current one, else the legacy one. */
+export function engineLabelOf(labels: Readonly<Record<string, string>>): typeof ENGINE_LABEL | typeof LEGACY_ENGINE_LABEL | undefined {
+  return labels[ENGINE_LABEL] !== undefined ? ENGINE_LABEL : labels[LEGACY_ENGINE_LABEL] !== undefined ? LEGACY_ENGINE_LABEL : undefined;
+}
 
 export type Stage = 'prefill' | 'decode' | 'interleaved';
 
@@ -137,7 +144,8 @@ export class Endpoint {
     this.labels = Object.freeze({ ...labels });
     this.role = roleOf(this.labels);
     this.stage = stageOf(this.role);
-    this.engineType = this.labels[ENGINE_LABEL] ?? 'vllm';
+    const engineLabel = engineLabelOf(this.labels);
+    this.engineType = engineLabel === undefined ? 'vllm' : this.labels[engineLabel]!;
   }
 
   /** Age of the last good metrics in ms (Infinity when never scraped). */

@@ -149,14 +149,15 @@ export class Pool implements PoolView {
 
   /** `ep` was given a prompt to compute: `promptTokens` uncached tokens (scheduling/prompt-load.ts). */
   promptSent(ep: Endpoint, promptTokens: number): void {
-    if (promptTokens <= 0) return;
+    // Not a count (NaN, Infinity) would stay in the sum for good: ignored, as promptDone ignores it.
+    if (!isTokenCount(promptTokens)) return;
     ep.inFlightTokens += promptTokens;
     this.notify('inflight', ep);
   }
 
   /** `ep` is done with that prompt (the answer began, or the request ended first): once per promptSent. */
   promptDone(ep: Endpoint, promptTokens: number): void {
-    if (promptTokens <= 0) return;
+    if (!isTokenCount(promptTokens)) return;
     if (ep.inFlightTokens < promptTokens) {
       this.releaseUnderflows++;
       this.onInvariantViolation?.(`prompt tokens released without being sent on endpoint '${ep.name}'`, ep);
@@ -197,4 +198,9 @@ export class Pool implements PoolView {
     }
     this.notify('metrics', ep);
   }
+}
+
+/** A positive, finite number of tokens. */
+function isTokenCount(tokens: number): boolean {
+  return tokens > 0 && tokens !== Infinity;
 }

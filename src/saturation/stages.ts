@@ -41,6 +41,11 @@ function partition(endpoints: readonly Endpoint[]): StagePartition {
   return parts;
 }
 
+/** A stage whose reading is NaN (a detector bug) saturates the gate rather than vanishing from the max. */
+function failClosed(value: number): number {
+  return Number.isNaN(value) ? Infinity : value;
+}
+
 export function stageSaturation(
   detector: SaturationDetector,
   now: number,
@@ -56,7 +61,8 @@ export function stageSaturation(
     const r = detector.saturation(now, members);
     out[stage] = r.value;
     out.stale += r.stale;
-    if (r.value > out.global) out.global = r.value;
+    const value = failClosed(r.value);
+    if (value > out.global) out.global = value;
   }
   return out;
 }
@@ -67,7 +73,7 @@ export function globalSaturation(detector: SaturationDetector, now: number, endp
   if (parts.length === 0) return detector.saturation(now, endpoints).value;
   let global = -Infinity;
   for (let i = 0; i < parts.length; i++) {
-    const value = detector.saturation(now, parts[i]![1]).value;
+    const value = failClosed(detector.saturation(now, parts[i]![1]).value);
     if (value > global) global = value;
   }
   return global;

@@ -588,6 +588,22 @@ describe('what a file means, said where it is written', () => {
     ]);
   });
 
+  test("GIE's legacy engine-type label is read, checked and warned about where it is written", () => {
+    const legacy = (engine: string) => yaml('pool:', '  endpoints:', `  - { name: a, address: 10.0.0.1, labels: { inference.networking.k8s.io/engine-type: ${engine} } }`);
+    assert.deepEqual(warningLines(legacy('sglang')), [
+      '3:86: pool.endpoints[0].labels["inference.networking.k8s.io/engine-type"]: a legacy label name, read as llm-d.ai/engine-type (as llm-d does); rename it',
+    ]);
+    assert.deepEqual(problems(legacy('SGLang')), [
+      'c.yaml:3:86: pool.endpoints[0].labels["inference.networking.k8s.io/engine-type"]: unknown engine type "SGLang" (did you mean "sglang"?); known: vllm, sglang, trtllm-serve',
+    ]);
+  });
+
+  test('an IPv6 address with a zone is refused (no http:// URL can carry it)', () => {
+    assert.deepEqual(problems(yaml('pool:', '  endpoints:', '  - { name: a, address: "fe80::1%eth0" }')), [
+      'c.yaml:3:25: pool.endpoints[0].address: an IPv6 zone ("%eth0") is not supported; use an address without one (got "fe80::1%eth0")',
+    ]);
+  });
+
   test('an unknown role is a warning saying what it means', () => {
     assert.deepEqual(warningLines(yaml('pool:', '  endpoints:', '  - { name: a, address: 10.0.0.1, labels: { llm-d.ai/role: Prefill } }')), [
       '3:60: pool.endpoints[0].labels["llm-d.ai/role"]: unknown role "Prefill" (did you mean "prefill"?): read as the decode stage, and decode-filter and prefill-filter drop it',

@@ -189,6 +189,8 @@ describe('Pool: in-flight accounting', () => {
     const events = recordEvents(pool);
     pool.promptSent(ep, 100);
     pool.promptSent(ep, 0); // nothing to count: no event
+    pool.promptSent(ep, NaN); // not a count: it would stay in the sum for good
+    pool.promptSent(ep, Infinity);
     pool.promptSent(ep, 20);
     pool.promptDone(ep, 100);
     assert.deepEqual([ep.inFlightTokens, pool.releaseUnderflows], [20, 0]);
@@ -273,4 +275,13 @@ test('a reload that changes only labels moves the endpoint to its new role and s
   assert.deepEqual(stageSaturation(detector, 0, pool.endpoints), { global: 0.5, stale: 0, decode: 0.5 }, 'saturation reads it in its new stage');
   assert.ok(Object.isFrozen(a.labels));
   assert.deepEqual(events, ['endpoints']);
+});
+
+test("the engine type comes from llm-d.ai/engine-type, else from GIE's legacy label, else vllm", () => {
+  const pool = new Pool([
+    spec('legacy', 1, { 'inference.networking.k8s.io/engine-type': 'trtllm-serve' }),
+    spec('both', 2, { 'inference.networking.k8s.io/engine-type': 'trtllm-serve', 'llm-d.ai/engine-type': 'sglang' }),
+    spec('none', 3),
+  ]);
+  assert.deepEqual(pool.endpoints.map((e) => e.engineType), ['trtllm-serve', 'sglang', 'vllm']);
 });

@@ -61,6 +61,16 @@ describe('stageSaturation', () => {
     assert.equal(calm.global, 0.3);
   });
 
+  test('a stage reading NaN (a detector bug) closes the gate: global is Infinity, not the other stages\' max', () => {
+    const d = fakeDetector();
+    const endpoints = [ep('p', 'prefill', NaN), ep('d', 'decode', 0.5)];
+    const r = stageSaturation(d, NOW, endpoints);
+    assert.equal(r.global, Infinity);
+    assert.ok(Number.isNaN(r.prefill), 'the stage itself shows what its detector said');
+    assert.equal(globalSaturation(d, NOW, endpoints), Infinity);
+    assert.equal(globalSaturation(d, NOW, [ep('only', 'decode', NaN)]), Infinity, 'one stage alone: not -Infinity');
+  });
+
   test('empty stages are skipped, not read as saturated', () => {
     const d = fakeDetector();
     const s = stageSaturation(d, NOW, [ep('d1', 'decode', 0.2), ep('d2', undefined, 0.4)]);
