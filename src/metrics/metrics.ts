@@ -47,10 +47,13 @@ export type UpstreamErrorKind = 'connect' | 'reset' | 'headers_timeout' | 'body_
 /** The status of each answer the gateway gives a request before it counts as an inference request. */
 const REJECTION_CODES = {
   invalid_request: '400',
+  malformed_http: '400',
   unknown_route: '404',
+  request_timeout: '408',
   body_too_large: '413',
   compressed_body: '415',
   expectation_failed: '417',
+  headers_too_large: '431',
   shutting_down: '503',
 } as const;
 /** Why the gateway answered a request itself before knowing its model (sluice_request_rejected_total). */

@@ -58,20 +58,25 @@ export function rawErrorResponse(status: number, reason: string, message: string
 /**
  * Node's `clientError` (malformed or oversized HTTP, a request not received in time), on either
  * port: a §5 answer while the socket can take one — never when an answer on this connection has
- * begun, since a status line inside it would corrupt it — else the connection is closed.
+ * begun, since a status line inside it would corrupt it — else the connection is closed. Returns
+ * why it answered (for `sluice_request_rejected_total`), or undefined when it only closed.
  */
-export function answerClientError(err: NodeJS.ErrnoException, socket: Duplex & { _httpMessage?: ServerResponse | null }): void {
+export function answerClientError(
+  err: NodeJS.ErrnoException,
+  socket: Duplex & { _httpMessage?: ServerResponse | null },
+): 'headers_too_large' | 'request_timeout' | 'malformed_http' | undefined {
   if (!socket.writable || err.code === 'ECONNRESET' || socket._httpMessage?.headersSent === true) {
     socket.destroy();
-    return;
+    return undefined;
   }
-  const [status, reason, message] =
+  const [status, reason, message, why] =
     err.code === 'HPE_HEADER_OVERFLOW'
-      ? [431, 'Request Header Fields Too Large', 'request headers too large']
+      ? ([431, 'Request Header Fields Too Large', 'request headers too large', 'headers_too_large'] as const)
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'Request Timeout', 'request not received in time']
-        : [400, 'Bad Request', 'malformed HTTP request'];
+        ? ([408, 'Request Timeout', 'request not received in time', 'request_timeout'] as const)
+        : ([400, 'Bad Request', 'malformed HTTP request', 'malformed_http'] as const);
   socket.end(rawErrorResponse(status, reason, message));
+  return why;
 }
 
 const kSentError = Symbol('sluice.sentError');

@@ -87,9 +87,13 @@ export class ApiServer {
     });
     this.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
       socket.on('error', () => socket.destroy());
+      this.deps.metrics.requestRejected('unknown_route');
       socket.end(rawErrorResponse(404, 'Not Found', `no route for CONNECT ${String(req.url).slice(0, 256)}`));
     });
-    this.server.on('clientError', answerClientError);
+    this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+      const why = answerClientError(err, socket);
+      if (why !== undefined) this.deps.metrics.requestRejected(why);
+    });
   }
 
   /** Resolves when no request is being handled. */

@@ -112,7 +112,7 @@ describe('requests Node would answer on its own', () => {
 
 test("the gateway's own refusals before a request counts (no model known yet) are in sluice_request_rejected_total, by reason and status", async () => {
   const backend = await startFakeBackend();
-  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 4Ki'), async (gw) => {
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 4Ki\n  requestHeadersTimeout: 200ms'), async (gw) => {
     const rejected = async () =>
       Object.fromEntries(
         (await metricsText(gw))
@@ -120,7 +120,17 @@ test("the gateway's own refusals before a request counts (no model known yet) ar
           .filter((l) => l.startsWith('sluice_request_rejected_total{'))
           .map((l) => [/reason="(\w+)",code="(\d+)"/.exec(l)!.slice(1).join(' '), Number(l.slice(l.lastIndexOf(' ') + 1))]),
       );
-    const zero = { 'invalid_request 400': 0, 'unknown_route 404': 0, 'body_too_large 413': 0, 'compressed_body 415': 0, 'expectation_failed 417': 0, 'shutting_down 503': 0 };
+    const zero = {
+      'invalid_request 400': 0,
+      'malformed_http 400': 0,
+      'unknown_route 404': 0,
+      'request_timeout 408': 0,
+      'body_too_large 413': 0,
+      'compressed_body 415': 0,
+      'expectation_failed 417': 0,
+      'headers_too_large 431': 0,
+      'shutting_down 503': 0,
+    };
     assert.deepEqual(await rejected(), zero, 'every series from the start');
     const send = (body: string, headers = '', path = '/v1/chat/completions') =>
       raw(gw.apiPort, `POST ${path} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n${headers}\r\n${body}`);
@@ -130,7 +140,22 @@ test("the gateway's own refusals before a request counts (no model known yet) ar
     assertSpecError(await send(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] })), 413);
     assertSpecError(await send(CHAT, 'content-encoding: gzip\r\n'), 415);
     assertSpecError(await send(CHAT, 'expect: 200-ok\r\n'), 417);
-    assert.deepEqual(await rejected(), { ...zero, 'invalid_request 400': 2, 'unknown_route 404': 1, 'body_too_large 413': 1, 'compressed_body 415': 1, 'expectation_failed 417': 1 });
+    // Refusals Node reports at the HTTP level: malformed, headers too large, headers too slow; and CONNECT.
+    assertSpecError(await raw(gw.apiPort, 'GARBAGE /\x00 HTTP/9\r\n\r\n'), 400);
+    assertSpecError(await raw(gw.apiPort, `GET /health HTTP/1.1\r\nHost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`), 431);
+    assertSpecError(await raw(gw.apiPort, 'GET /health HTTP/1.1\r\nHost: x\r\n'), 408);
+    assertSpecError(await raw(gw.apiPort, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n'), 404);
+    assert.deepEqual(await rejected(), {
+      ...zero,
+      'invalid_request 400': 2,
+      'malformed_http 400': 1,
+      'unknown_route 404': 2,
+      'request_timeout 408': 1,
+      'body_too_large 413': 1,
+      'compressed_body 415': 1,
+      'expectation_failed 417': 1,
+      'headers_too_large 431': 1,
+    });
     assert.doesNotMatch(await metricsText(gw), /^llm_d_epp_request_(total|error_total)\{/m, 'not inference requests');
   });
 });
