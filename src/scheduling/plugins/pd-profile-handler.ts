@@ -5,7 +5,8 @@
  * Parameters: those of `disagg-profile-handler`, in llm-d's older flat form or the nested one —
  * - `decodeProfile` "decode", `prefillProfile` "prefill" — profile names
  * - `deciderPluginName` "prefix-based-pd-decider" — the prefill decider (unlike
- *   `disagg-profile-handler`, P/D is on by default: that plugin name must be declared)
+ *   `disagg-profile-handler`, one is wired in by default: that plugin name must be declared; it
+ *   disaggregates only once its `nonCachedTokens` is set)
  * - `prefixPluginType`, `prefixPluginName`, `prefixMatchInfoProducerName` — accepted and ignored
  *   (the decider finds the prefix scorer)
  * - `primaryPort` 0 — llm-d's data-parallel rewrite of the target port; only 0 (off) is accepted

@@ -7,7 +7,8 @@
  * + (1 − w) × matched / total`, with w = `matchLengthWeight` (default 0: the plain ratio of leading
  * blocks the endpoint is believed to cache); 0 when the prompt is shorter than one block.
  * After scheduling, preRequest() teaches the index the request's blocks on the primary target and on
- * the target of a profile literally named `prefill` (as llm-d), last block first, so that under
+ * the P/D prefill pick whatever its profile is called (without a P/D decision: the target of a
+ * profile literally named `prefill`, as llm-d), last block first, so that under
  * pressure a prompt's tail is forgotten before its head (as vLLM evicts). Endpoints that left the
  * pool are purged at most every 2 minutes. Before learning, the primary target's expected hit goes
  * to `llm_d_epp_prefix_indexer_hit_ratio` / `_hit_bytes`; the index's entries are
