@@ -325,6 +325,7 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
   }
 
   const { config, pluginState, flowControlValid, detectorRefPath } = parseSections(raw, registry, sink);
+  applyPluginSettings(raw, config, registry, sink, pluginState.invalidNames);
   const ensured = ensure(config, registry);
   checkReferences(raw, ensured.config, registry, sink, pluginState, flowControlValid, detectorRefPath);
   collectWarnings(raw, ensured.config, sink);
@@ -729,6 +730,50 @@ function checkReferences(
 // Warnings
 
 /** `true` when the user's document sets the value at `path`. */
+/**
+ * Applies the settings plugin parameters stand for (PluginDefinition.standsFor) to `config`. A
+ * setting the user also wrote, or that two plugins set, must get one value: else an error at the
+ * plugin's parameter.
+ */
+function applyPluginSettings(
+  raw: Record<string, unknown>,
+  config: SluiceConfig,
+  registry: PluginRegistry,
+  sink: ProblemSink,
+  invalidNames: ReadonlySet<string>,
+): void {
+  const setBy = new Map<string, { value: unknown; written: string; where: string }>();
+  config.plugins.forEach((spec, i) => {
+    const def = registry.get(spec.type);
+    // A plugin whose parameters did not parse has none to apply (its error is reported).
+    if (def?.standsFor === undefined || invalidNames.has(spec.name)) return;
+    for (const { parameter, setting, value, written } of def.standsFor(spec.parameters ?? {})) {
+      const key = setting.join('.');
+      const here = ['plugins', i, 'parameters', parameter];
+      const earlier =
+        setBy.get(key) ?? (rawHas(raw, setting) ? { value: valueAt(config, setting), written: String(valueAt(raw, setting)), where: key } : undefined);
+      if (earlier !== undefined && earlier.value !== value) {
+        sink.error(here, `sets ${key} to ${written}, but ${earlier.where} sets ${earlier.written}: give it once`);
+        continue;
+      }
+      setBy.set(key, { value, written, where: `plugin "${spec.name}"` });
+      setValueAt(config, setting, value);
+    }
+  });
+}
+
+function valueAt(root: object, path: readonly string[]): unknown {
+  let node: unknown = root;
+  for (const seg of path) node = isPlainObject(node) ? node[seg] : undefined;
+  return node;
+}
+
+function setValueAt(root: object, path: readonly string[], value: unknown): void {
+  let node: unknown = root;
+  for (const seg of path.slice(0, -1)) node = isPlainObject(node) ? node[seg] : undefined;
+  if (isPlainObject(node)) node[path.at(-1)!] = value;
+}
+
 function rawHas(raw: Record<string, unknown>, path: readonly PathSegment[]): boolean {
   let node: unknown = raw;
   for (const seg of path) {
@@ -801,7 +846,7 @@ function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sin
     );
   }
   if (raw.dataLayer !== undefined) {
-    sink.warn(['dataLayer'], 'ignored: Sluice scrapes each endpoint\'s metrics as configured in pool.metrics', true);
+    sink.warn(['dataLayer'], 'ignored: Sluice scrapes each endpoint\'s metrics as configured in pool.metrics (a metrics-data-source\'s path and interval go there)', true);
   }
   if (raw.requestHandler !== undefined) {
     sink.warn(['requestHandler'], 'ignored: Sluice parses OpenAI requests itself', true);

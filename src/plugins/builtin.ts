@@ -2,6 +2,7 @@
  * The registry of every built-in plugin type. Adding a plugin is one definition file plus one line
  * here.
  */
+import { coreMetricsExtractorDefinition, metricsDataSourceDefinition } from '../datalayer/llm-d-data-plugins.js';
 import { flowControlPolicyDefinitions } from '../flowcontrol/policies/index.js';
 import { concurrencyDetectorDefinition } from '../saturation/concurrency-detector.js';
 import { utilizationDetectorDefinition } from '../saturation/utilization-detector.js';
@@ -66,6 +67,8 @@ export function builtinRegistry(): PluginRegistry {
     .register(utilizationDetectorDefinition);
   registry.register(concurrencyDetectorDefinition);
   for (const def of llmdNoOpDefinitions) registry.register(def);
+  // llm-d's data layer: settings of pool.metrics here
+  registry.register(metricsDataSourceDefinition).register(coreMetricsExtractorDefinition);
   // flow-control policies
   for (const def of flowControlPolicyDefinitions) registry.register(def);
   return registry;

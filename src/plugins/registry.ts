@@ -86,7 +86,23 @@ export interface PluginDefinition<P = unknown> {
    * is declared, the plugin itself runs as a plugin of type `to` (under its own name).
    */
   readonly lendsParameters?: { readonly to: string; readonly referencedBy: string };
+  /**
+   * Settings outside `plugins` that the parsed parameters stand for (llm-d configures in a plugin
+   * what Sluice configures in a section): the loader applies each one, unless the user wrote that
+   * setting too, in which case the two must agree.
+   */
+  standsFor?(params: P): PluginSettingValue[];
   create(name: string, params: P, deps: PluginDeps): Plugin;
+}
+
+/** A setting of the configuration (a path such as pool.metrics.path) and the value a plugin parameter gives it. */
+export interface PluginSettingValue {
+  readonly parameter: string;
+  readonly setting: readonly string[];
+  /** The value as the setting holds it (parsed: a duration in ms). */
+  readonly value: unknown;
+  /** The value as the user wrote it, for messages. */
+  readonly written: string;
 }
 
 /** What a plugin may check its parameters against (see PluginDefinition.configWarnings). */

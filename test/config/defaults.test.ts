@@ -367,7 +367,7 @@ describe('llm-d compatibility', () => {
       loaded.warnings.map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`),
       [
         '1:13: apiVersion: apiVersion inference.networking.x-k8s.io/v1alpha1 is deprecated; use llm-d.ai/v1alpha1',
-        "3:1: dataLayer: ignored: Sluice scrapes each endpoint's metrics as configured in pool.metrics",
+        "3:1: dataLayer: ignored: Sluice scrapes each endpoint's metrics as configured in pool.metrics (a metrics-data-source's path and interval go there)",
         '6:19: flowControl.enableEviction: in-flight eviction is not supported by Sluice; ignored',
       ],
     );

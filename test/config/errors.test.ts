@@ -588,6 +588,53 @@ describe('what a file means, said where it is written', () => {
     ]);
   });
 
+  test("llm-d's data-layer plugins load: metrics-data-source's path and interval are pool.metrics'", () => {
+    const r = load(
+      yaml(
+        'plugins:',
+        '- type: metrics-data-source',
+        '  parameters: { path: /prometheus/metrics, interval: 100ms, insecureSkipVerify: true, families: [vllm:num_requests_waiting] }',
+        '- type: core-metrics-extractor',
+        '  parameters: { engineLabelKey: llm-d.ai/engine-type, defaultEngine: vllm }',
+      ),
+      'c.yaml',
+      builtin,
+    );
+    assert.deepEqual([r.config.pool.metrics.path, r.config.pool.metrics.interval], ['/prometheus/metrics', 100]);
+    // Written in both places with one value: fine.
+    const same = load(yaml('pool: { metrics: { interval: 1s } }', 'plugins:', '- type: metrics-data-source', '  parameters: { interval: 1s }'), 'c.yaml', builtin);
+    assert.equal(same.config.pool.metrics.interval, 1000);
+  });
+
+  test("what Sluice cannot do of llm-d's data-layer plugins is an error at the parameter", () => {
+    assert.deepEqual(
+      problems(
+        yaml(
+          'pool: { metrics: { path: /metrics } }',
+          'plugins:',
+          '- type: metrics-data-source',
+          '  parameters: { path: /stats }',
+          '- type: metrics-data-source',
+          '  name: second',
+          '  parameters: { scheme: https }',
+          '- type: core-metrics-extractor',
+          '  parameters: { engineConfigs: [{ name: custom }] }',
+        ),
+        'c.yaml',
+        builtin,
+      ),
+      [
+        'c.yaml:4:23: plugins[0].parameters.path: sets pool.metrics.path to /stats, but pool.metrics.path sets /metrics: give it once',
+        'c.yaml:7:25: plugins[1].parameters.scheme: plugin "second" (metrics-data-source): only "http" is supported: Sluice scrapes and proxies over plain HTTP',
+        'c.yaml:9:32: plugins[2].parameters.engineConfigs: plugin "core-metrics-extractor" (core-metrics-extractor): custom metric names are not supported: Sluice reads the built-in names of vllm, sglang and trtllm-serve (label llm-d.ai/engine-type)',
+      ],
+    );
+    assert.deepEqual(
+      problems(yaml('plugins:', '- type: metrics-data-source', '  parameters: { interval: 1s }', '- type: metrics-data-source', '  name: b', '  parameters: { interval: 2s }'), 'c.yaml', builtin),
+      ['c.yaml:6:27: plugins[1].parameters.interval: sets pool.metrics.interval to 2s, but plugin "metrics-data-source" sets 1s: give it once'],
+    );
+  });
+
   test("GIE's legacy engine-type label is read, checked and warned about where it is written", () => {
     const legacy = (engine: string) => yaml('pool:', '  endpoints:', `  - { name: a, address: 10.0.0.1, labels: { inference.networking.k8s.io/engine-type: ${engine} } }`);
     assert.deepEqual(warningLines(legacy('sglang')), [
