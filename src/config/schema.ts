@@ -254,7 +254,7 @@ export const upstreamSchema = z
     headersTimeout: durationField({ positive: true }).prefault('5m'),
     bodyTimeout: durationField({ positive: true }).prefault('5m'),
     retries: z.number().int().min(0).default(2),
-    connections: z.number().int().min(1).default(128),
+    connections: z.number().int().min(0).default(0),
   })
   .prefault({});
 

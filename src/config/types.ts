@@ -11,7 +11,7 @@ export interface UpstreamConfig {
   /** Max idle gap between upstream body chunks (ms); default 5m. */
   bodyTimeout: number;
   retries: number; // default 2
-  /** Keep-alive connections per endpoint. Default 128. */
+  /** Connections per endpoint at most; 0 (the default) = no limit. A limit queues requests past it inside the HTTP client. */
   connections: number;
 }
 

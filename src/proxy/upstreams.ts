@@ -49,12 +49,17 @@ export class Upstreams {
 
   private newPool(origin: string): Pool {
     return new Pool(origin, {
-      connections: this.opts.connections,
+      // No limit by default: requests past a limit would wait inside undici, in arrival order, with
+      // no time-out, unseen by the saturation signal (the model server reports them nowhere), so
+      // flow control would never hold anything and a server's batch would be capped at the limit.
+      connections: this.opts.connections > 0 ? this.opts.connections : null,
       pipelining: 1,
       connect: { timeout: this.opts.connectTimeout },
       headersTimeout: this.opts.headersTimeout,
       bodyTimeout: this.opts.bodyTimeout,
-      keepAliveTimeout: 30_000,
+      // Below the idle time-out of vLLM's server (uvicorn, 5 s) and Node's (5 s): a socket the server
+      // is closing is not picked for a request (a reset there fails the request over to another endpoint).
+      keepAliveTimeout: 4_000,
     });
   }
 

@@ -239,3 +239,20 @@ schedulingProfiles:
     }
   });
 }
+
+test('no connection cap by default: 200 requests at once all reach the one model server (a cap would queue them unseen, in undici)', async () => {
+  const held: (() => void)[] = [];
+  const backend = await startFakeBackend((_r, res) => held.push(() => okJson(_r, res)));
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], 'featureGates: ["flowControl=false"]\n'), async (gw) => {
+    const answers = Array.from({ length: 200 }, () =>
+      request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: CHAT }).then(async (r) => {
+        await r.body.text();
+        return r.statusCode;
+      }),
+    );
+    await until(() => backend.active === 200, 10_000, "all 200 at the server at once");
+    for (const release of held.splice(0)) release();
+    assert.deepEqual([...new Set(await Promise.all(answers))], [200]);
+    await nothingInFlight(gw);
+  });
+});
