@@ -12,7 +12,9 @@
  * the decision shapes the decode request (sidecar header) or first runs a prefill leg through
  * `sendPrefill` (nixlv2, shared-storage) — the prefill endpoint is in flight only for its leg, the
  * decode endpoint for the whole request; a client disconnect aborts whichever leg runs and no next
- * leg starts. A decode leg prepared by a prefill leg is reused when the decode endpoint is retried.
+ * leg starts. A decode leg prepared by a prefill leg is reused when the decode endpoint is retried
+ * after it refused the connection (it never had the leg); after a lost connection the retry decides
+ * and prefills anew.
  * The decision is counted once per request.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -189,7 +191,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       }
       const r = await attemptOn(ctx, ep, prepared ?? pd, outcome.result);
       if (r.kind === 'done') return r.status;
-      if (r.prepared !== undefined) prepared = r.prepared;
+      prepared = r.prepared;
       lastError = `${ep.name}: ${r.error}`;
       lastTimedOut = r.timedOut;
       failedOn = ep;
@@ -232,7 +234,7 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
   try {
     let leg: DecodeLeg | undefined;
     let prepared: DecodeLeg | undefined;
-    if (isDecodeLeg(plan)) leg = plan;
+    if (isDecodeLeg(plan)) leg = prepared = plan;
     else if (plan?.prefill !== undefined) {
       ctx.prefillEndpoint = plan.prefill.name;
       const connector = connectorFor(plan.connector);
@@ -643,8 +645,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       // No answer yet.
       if (isConnectError(err)) {
         ctx.metrics.endpointUpstreamError(ep.name, connectErrorKind(err));
-        const timedOut = (err as { code?: string }).code === 'UND_ERR_CONNECT_TIMEOUT';
-        return this.done({ kind: 'retry', error: err.message, timedOut, prepared: this.prepared });
+        const code = (err as { code?: string }).code ?? '';
+        const timedOut = code === 'UND_ERR_CONNECT_TIMEOUT';
+        // A prepared decode leg names KV blocks one decoder may pull: reused only when this server
+        // never had it. After a lost connection it may have pulled (and freed) them: a retry
+        // decides and prefills anew.
+        return this.done({ kind: 'retry', error: err.message, timedOut, prepared: NO_CONNECTION_CODES.has(code) ? this.prepared : undefined });
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
         ctx.metrics.endpointUpstreamError(ep.name, 'headers_timeout');
