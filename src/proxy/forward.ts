@@ -388,8 +388,9 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const headers = upstreamRequestHeaders(ctx.req.headers, ctx.requestId);
     if (leg?.headers !== undefined) Object.assign(headers, leg.headers);
     this.cachedTokens = leg?.cachedTokens;
-    // The answer is rewritten, so it must come back uncompressed.
-    if (this.cachedTokens !== undefined) headers['accept-encoding'] = 'identity';
+    // Sluice reads every answer (SSE events, usage, a rewritten cached-token count): uncompressed.
+    // A client's gzip would hold an SSE stream back until a compressed chunk happened to hold "\n\n".
+    headers['accept-encoding'] = 'identity';
     return new Promise<AttemptResult>((resolve) => {
       this.resolve = resolve;
       this.settled = false;
@@ -476,7 +477,9 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     // The answer has started: no retry will schedule it again, so a long stream keeps only the bytes.
     dropParsedForm(ctx.sreq);
     this.headers = headers;
-    const sse = (this.sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream'));
+    // A stream compressed anyway cannot be cut at event ends: relayed as it comes, as any other answer.
+    const sse = (this.sse =
+      typeof contentType === 'string' && contentType.startsWith('text/event-stream') && (encoding === undefined || encoding === 'identity'));
     const rewrite = cachedTokens !== undefined && status >= 200 && status <= 299 && (encoding === undefined || encoding === 'identity');
     if (rewrite) delete headers['content-length'];
     if (sse) {
@@ -495,8 +498,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       }
       if (status === 200) this.captured = [];
     }
-    if (sse) ctx.res.writeHead(status, headers);
-    else this.headPending = true;
+    if (sse) {
+      // At once, as the model server sent them: its first event may come after a long wait in its queue.
+      ctx.res.writeHead(status, headers);
+      ctx.res.flushHeaders();
+    } else this.headPending = true;
     ctx.sseAnswer = sse;
   }
 

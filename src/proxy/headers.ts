@@ -33,10 +33,8 @@ const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...S
  */
 export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId: string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
-  const conn = incoming.connection;
   // `Connection` may name more hop-by-hop headers; the common bare values need no parsing.
-  const extraHop =
-    conn && conn !== 'keep-alive' && conn !== 'close' ? new Set(conn.toLowerCase().split(',').map((s) => s.trim())) : undefined;
+  const extraHop = namedByConnection(incoming.connection);
   for (const name in incoming) {
     if (HOP_BY_HOP.has(name) || ROUTING.has(name) || name === 'host' || name === 'content-length' || name === 'expect') continue;
     if (extraHop?.has(name)) continue;
@@ -47,11 +45,18 @@ export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId:
   return out;
 }
 
-/** Response headers relayed to the client: minus hop-by-hop. */
+/** The headers a `Connection` value names (hop-by-hop too); undefined for the common bare values. */
+function namedByConnection(conn: string | undefined): Set<string> | undefined {
+  return conn && conn !== 'keep-alive' && conn !== 'close' ? new Set(conn.toLowerCase().split(',').map((s) => s.trim())) : undefined;
+}
+
+/** Response headers relayed to the client: minus hop-by-hop (incl. those named in `Connection`). */
 export function clientResponseHeaders(upstream: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
+  const conn = upstream.connection;
+  const extraHop = namedByConnection(typeof conn === 'string' ? conn : conn?.join(','));
   for (const name in upstream) {
-    if (HOP_BY_HOP.has(name)) continue;
+    if (HOP_BY_HOP.has(name) || extraHop?.has(name)) continue;
     const v = upstream[name];
     if (v !== undefined) out[name] = v;
   }
@@ -64,9 +69,16 @@ export function clientResponseHeaders(upstream: Record<string, string | string[]
  */
 export function rawClientResponseHeaders(raw: readonly Buffer[]): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
+  let extraHop: Set<string> | undefined;
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    // Rare: a `Connection` naming headers. Its values are gathered first, so order does not matter.
+    if (raw[i]!.length === 10 && raw[i]!.toString('latin1').toLowerCase() === 'connection') {
+      for (const name of namedByConnection(raw[i + 1]!.toString('latin1')) ?? []) (extraHop ??= new Set()).add(name);
+    }
+  }
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const name = raw[i]!.toString('latin1').toLowerCase();
-    if (HOP_BY_HOP.has(name) || name === '__proto__') continue;
+    if (HOP_BY_HOP.has(name) || name === '__proto__' || extraHop?.has(name)) continue;
     const value = raw[i + 1]!.toString('latin1');
     // Not `=== undefined`: a name like `constructor` finds Object.prototype's.
     const seen = out[name];

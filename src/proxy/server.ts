@@ -81,7 +81,7 @@ export class ApiServer {
     });
     // Node's own answers to these carry no §5 body (417), or there is none at all (CONNECT).
     this.server.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => {
-      this.begin(res);
+      this.begin(req, res);
       this.deps.metrics.requestRejected('expectation_failed');
       sendError(res, 417, `unsupported expectation: ${String(req.headers.expect).slice(0, 64)}`, { requestId: requestIdOf(req), close: true });
     });
@@ -111,18 +111,22 @@ export class ApiServer {
     }
   };
 
-  /** A request is being handled until its response closes (graceful drain waits for it). */
-  private begin(res: ServerResponse): void {
+  /**
+   * A request is being handled until its response closes (graceful drain waits for it). A response
+   * waiting behind an earlier one on its connection has no socket yet: if the client leaves first,
+   * it would never close, so the connection is watched for it.
+   */
+  private begin(req: IncomingMessage, res: ServerResponse): void {
     this.active++;
     trackResponse(res, this.requestEnded);
+    if (res.socket === null) watchPipelined(req.socket, res);
   }
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
-    this.begin(res);
+    this.begin(req, res);
     // Node keeps connections alive while its server closes: a client would send its next request
     // on one the end of the drain then cuts. Each answer during the drain says `Connection: close`.
     if (this.draining) res.shouldKeepAlive = false;
-    if (res.socket === null) watchPipelined(req.socket, res);
     let url = req.url ?? '/';
     // Absolute form (`POST http://host/v1/…`), which HTTP/1.1 servers must accept: routed and forwarded as origin form.
     if (url.charCodeAt(0) !== 0x2f) url = req.url = originForm(url);

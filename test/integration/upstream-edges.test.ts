@@ -6,6 +6,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import net, { type AddressInfo, type Socket } from 'node:net';
+import zlib from 'node:zlib';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
@@ -255,4 +256,97 @@ test('no connection cap by default: 200 requests at once all reach the one model
     assert.deepEqual([...new Set(await Promise.all(answers))], [200]);
     await nothingInFlight(gw);
   });
+});
+
+/** Rejects when `p` has not settled within `ms` (a hang would otherwise last until the test's own time-out). */
+function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  return Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms).unref())]);
+}
+
+const STREAM = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+
+test("an SSE answer's headers reach the client when the model server sends them, before its first event; model servers are asked for uncompressed answers", async () => {
+  let release: (() => void) | undefined;
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.flushHeaders();
+    release = () => res.end(`${EVENT}data: [DONE]\n\n`);
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const ac = new AbortController();
+    const answer = request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', 'accept-encoding': 'gzip' }, body: STREAM, signal: ac.signal });
+    try {
+      // The first event is still held by the model server: only its headers can have come.
+      const r = await within(answer, 3000, 'the headers');
+      assert.equal(r.statusCode, 200);
+      assert.equal(r.headers['content-type'], 'text/event-stream');
+      assert.equal(backend.received[0]!.headers['accept-encoding'], 'identity');
+      release!();
+      assert.match(await r.body.text(), /data: \[DONE\]/);
+    } finally {
+      release?.();
+      ac.abort();
+    }
+  });
+});
+
+test('a compressed SSE answer (the model server ignored accept-encoding) is relayed as it comes, not held back to cut it at event ends', async () => {
+  let release: (() => void) | undefined;
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream', 'content-encoding': 'gzip' });
+    const gz = zlib.createGzip();
+    gz.pipe(res);
+    gz.write(EVENT);
+    gz.flush();
+    release = () => gz.end('data: [DONE]\n\n');
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const ac = new AbortController();
+    const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: STREAM, signal: ac.signal });
+    try {
+      const parts: Buffer[] = [];
+      const first = new Promise<void>((resolve) => r.body.once('data', () => resolve()));
+      r.body.on('data', (c: Buffer) => parts.push(c));
+      await within(first, 3000, 'the first compressed event');
+      release!();
+      await new Promise((resolve) => r.body.once('end', resolve));
+      assert.equal(zlib.gunzipSync(Buffer.concat(parts)).toString(), `${EVENT}data: [DONE]\n\n`);
+    } finally {
+      release?.();
+      ac.abort();
+    }
+  });
+});
+
+test('response headers the model server names in Connection are hop-by-hop: not relayed', async () => {
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', connection: 'keep-alive, x-hop', 'x-hop': 'secret', 'x-kept': 'yes' }).end(ANSWER);
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: CHAT });
+    assert.equal(await r.body.text(), ANSWER);
+    assert.equal(r.headers['x-hop'], undefined);
+    assert.equal(r.headers['x-kept'], 'yes');
+  });
+});
+
+test('a request refused with 417 while waiting behind another on its connection, whose client left: the drain does not wait for it', async () => {
+  let answerFirst: (() => void) | undefined;
+  const backend = await startFakeBackend((r, res) => (answerFirst = () => okJson(r, res)));
+  const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 10s'));
+  try {
+    await waitForMetrics(gw);
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    s.on('error', () => undefined);
+    await new Promise((resolve) => s.once('connect', resolve));
+    s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${CHAT.length}\r\n\r\n${CHAT}`);
+    s.write('GET /health HTTP/1.1\r\nHost: x\r\nexpect: something\r\n\r\n');
+    await until(() => answerFirst !== undefined, 3000, 'the first request at the model server');
+    s.destroy();
+    await nothingInFlight(gw);
+  } finally {
+    // The 417 never reached a socket; a drain waiting for it would last the whole 10 s grace period.
+    await within(gw.close(), 5000, 'the drain');
+    await backend.close();
+  }
 });
