@@ -69,6 +69,20 @@ export interface Gateway {
   close(): Promise<void>;
 }
 
+/**
+ * Age of the freshest endpoint metrics past which `/ready` answers 503: a window of its own, not the
+ * detector's threshold (200 ms by default). A model server busy enough to take 250 ms over `/metrics`
+ * is stale to the detector for part of every scrape; a readiness probe reading that would take every
+ * gateway replica out of its Service at once, and clients would get connection errors instead of a
+ * queued request or a 429/503 with a reason. Not ready means no model server answered a scrape
+ * for several seconds.
+ */
+function readinessWindowMs(config: SluiceConfig, staleMs: number): number {
+  const { interval, timeout } = config.pool.metrics;
+  return Math.max(READY_MIN_WINDOW_MS, staleMs, 4 * (interval + timeout));
+}
+const READY_MIN_WINDOW_MS = 5_000;
+
 /** Age past which an endpoint's metrics count as stale: the detector's own threshold when it has one. */
 function stalenessMs(config: SluiceConfig): number {
   const ref = config.flowControl.saturationDetector.pluginRef;
@@ -147,6 +161,8 @@ interface Live {
   /** Its plugins by name: a reload's new plugins take over what these learned. */
   plugins: ReadonlyMap<string, Plugin>;
   staleMs: number;
+  /** `/ready` needs an endpoint whose metrics are at most this old (readinessWindowMs). */
+  readyMs: number;
 }
 
 /** The prefix indexes of the plugins in force, for `llm_d_epp_prefix_indexer_size`. */
@@ -194,7 +210,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const build = (config: SluiceConfig, previous?: Live): Live => {
     const before = previous && { plugins: previous.plugins, queue: previous.runtime.flowControl, replacedEndpoints: movedEndpoints(previous.config, config) };
     const { runtime, detector, plugins } = buildRuntime(config, registry, pool, clock, random, logger, metrics, before);
-    return { config, runtime, detector, plugins, staleMs: stalenessMs(config) };
+    const staleMs = stalenessMs(config);
+    return { config, runtime, detector, plugins, staleMs, readyMs: readinessWindowMs(config, staleMs) };
   };
   let live = build(loaded.config);
 
@@ -253,7 +270,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
 
   const isReady = () => {
     const now = clock.now();
-    return pool.endpoints.some((ep) => ep.metricsAge(now) <= live.staleMs);
+    return pool.endpoints.some((ep) => ep.metricsAge(now) <= live.readyMs);
   };
   const upstreams = new Upstreams(live.config.server.upstream);
   const models = new ModelsCache(() => pool.endpoints, upstreams, clock);

@@ -32,6 +32,8 @@ export interface FakeBackend {
   behave: Behaviour;
   /** The /metrics page served; a number is answered as that HTTP status (a broken scrape). */
   metrics: string | number;
+  /** Delay before each /metrics answer, ms (a model server busy enough to answer slowly). */
+  metricsDelayMs?: number;
   /** Requests being answered right now, and the most seen at once. */
   active: number;
   maxActive: number;
@@ -62,13 +64,13 @@ export async function startFakeBackend(behave: Behaviour = okJson): Promise<Fake
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       if (req.url === '/metrics') {
-        if (typeof fb.metrics === 'number') {
-          res.writeHead(fb.metrics);
-          res.end('metrics unavailable');
-          return;
-        }
-        res.writeHead(200, { 'content-type': 'text/plain' });
-        res.end(fb.metrics);
+        const page = fb.metrics;
+        const answer = (): void => {
+          if (typeof page === 'number') res.writeHead(page).end('metrics unavailable');
+          else res.writeHead(200, { 'content-type': 'text/plain' }).end(page);
+        };
+        if (fb.metricsDelayMs) setTimeout(answer, fb.metricsDelayMs);
+        else answer();
         return;
       }
       const r: Received = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, body: Buffer.concat(chunks).toString() };

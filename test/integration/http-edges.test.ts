@@ -372,6 +372,18 @@ describe('rules that hold, kept by a test', () => {
     }, { waitMetrics: false });
   });
 
+  test('/ready stays 200 while a model server answers /metrics slower than the detector\'s staleness threshold (its own window, seconds)', async () => {
+    const backend = await startFakeBackend();
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+      backend.metricsDelayMs = 300; // the detector's threshold is 200 ms: stale for part of every scrape
+      await until(() => gw.pool.endpoints[0]!.metricsAge(performance.timeOrigin + performance.now()) > 200, 3000, 'stale to the detector');
+      for (let i = 0; i < 12; i++) {
+        assert.equal((await request(`${gw.apiUrl}/ready`)).statusCode, 200, `probe ${i}`);
+        await new Promise((r) => setTimeout(r, 40));
+      }
+    });
+  });
+
   test('an unknown objective is priority 0 (not sheddable); the fairness-id alias and SLO headers are stripped', async () => {
     const backend = await startFakeBackend();
     await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], 'featureGates: ["flowControl=false"]\nobjectives:\n- { name: batch, priority: -1 }\n'), async (gw) => {
