@@ -8,6 +8,7 @@
 import { parseDuration } from '../config/units.js';
 import { ENGINE_DEFAULTS } from './engine.js';
 import { SERVER_DEFAULTS, startSimulator, type SimOptions } from './server.js';
+import { releaseEarlySignals } from '../util/early-signals.js';
 import { UsageError } from '../util/usage.js';
 
 /** The port `sluice sim` listens on without --port (the library's default is an ephemeral port). */
@@ -207,6 +208,7 @@ export async function runSimCli(argv: string[]): Promise<void> {
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
+    releaseEarlySignals();
   });
   console.log(JSON.stringify({
     level: 'info',

@@ -6,6 +6,8 @@
  * kills the process, and a SIGHUP sent as soon as the gateway says it is listening must not. A
  * signal that arrives before the gateway is up is held and acted on once it is (`ready`).
  */
+import { releaseEarlySignals } from './early-signals.js';
+
 export interface SignalActions {
   /** Graceful drain; the process exits when it settles. */
   stop(): Promise<void>;
@@ -51,6 +53,7 @@ export function handleSignals(logger: Log, opts: SignalOptions = {}): { ready(ac
   };
   proc.on('SIGINT', () => onStop('SIGINT'));
   proc.on('SIGTERM', () => onStop('SIGTERM'));
+  if (proc === process) releaseEarlySignals();
   if (opts.hangup) {
     proc.on('SIGHUP', () => {
       if (stopSignal !== undefined) return; // draining: nothing to reload into

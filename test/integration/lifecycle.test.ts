@@ -534,6 +534,26 @@ ${extra}`;
     }
   });
 
+  test('a throw nothing catches (a bug) ends serve with exit 2 (runtime failure, not 1) and a fatal JSON log line', async () => {
+    const a = await startFakeBackend();
+    const file = join(dir, 'crash.yaml');
+    writeFileSync(file, config([{ name: 'a', port: a.port }]));
+    const bug = join(dir, 'bug.mjs');
+    writeFileSync(bug, "setTimeout(() => { throw new Error('a bug in a timer'); }, 1500);\n");
+    const p = spawn(process.execPath, ['--import', 'tsx', '--import', bug, CLI, 'serve', '--config', file, '--log-level', 'info']);
+    try {
+      let out = '';
+      p.stdout.on('data', (c) => (out += c));
+      const code = await new Promise<number | null>((resolve) => p.once('exit', (c) => resolve(c)));
+      assert.equal(code, 2, out);
+      const fatal = out.split('\n').filter((l) => l.includes('"level":60')).map((l) => JSON.parse(l) as { msg: string; err: { message: string } });
+      assert.deepEqual(fatal.map((l) => [l.msg, l.err.message]), [['uncaught exception: exiting', 'a bug in a timer']]);
+    } finally {
+      p.kill('SIGKILL');
+      await a.close();
+    }
+  });
+
   test('SIGHUP reloads the running process', async () => {
     const a = await startFakeBackend();
     const b = await startFakeBackend();
