@@ -298,6 +298,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     metricsText: () => metrics.text(),
     metricsContentType: metrics.contentType,
     isReady: () => !api.draining && isReady(),
+    profiling: () => live.config.server.profiling,
   });
 
   const host = opts.host ?? live.config.server.host;

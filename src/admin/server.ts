@@ -27,6 +27,8 @@ export interface AdminDeps {
   requests: () => object;
   metricsContentType: string;
   isReady: () => boolean;
+  /** server.profiling of the configuration in force: off, the profile routes answer 404. */
+  profiling: () => boolean;
 }
 
 export function buildAdminServer(deps: AdminDeps): FastifyInstance {
@@ -60,6 +62,7 @@ export function buildAdminServer(deps: AdminDeps): FastifyInstance {
   for (const kind of ['cpu', 'heap'] as const) {
     // No HEAD twin: it would take a whole profile to answer nothing.
     app.get(`/debug/profile/${kind}`, { exposeHeadRoute: false }, async (req, reply) => {
+      if (!deps.profiling()) return sendJsonError(reply, 404, `profiling is off (server.profiling: false): no route for ${req.url}`);
       const raw = (req.query as Record<string, unknown>).seconds ?? '10';
       const seconds = typeof raw === 'string' && raw.trim() !== '' ? Number(raw) : NaN;
       if (!(seconds > 0 && seconds <= MAX_PROFILE_SECONDS)) {

@@ -268,6 +268,7 @@ export const serverSchema = z
     shutdownGracePeriod: durationField().prefault('30s'),
     requestHeadersTimeout: durationField({ positive: true }).prefault('30s'),
     requestTimeout: durationField({ positive: true }).prefault('5m'),
+    profiling: z.boolean().default(true),
     upstream: upstreamSchema,
   })
   .transform((server, ctx): ServerConfig => {

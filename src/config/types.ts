@@ -25,6 +25,8 @@ export interface ServerConfig {
   requestHeadersTimeout: number;
   /** A client must send its whole request (headers + body) within this; 408 past it. Default 5m. */
   requestTimeout: number;
+  /** Serve /debug/profile/{cpu,heap} on the metrics port (llm-d's --enable-pprof). Default true. */
+  profiling: boolean;
   upstream: UpstreamConfig;
 }
 

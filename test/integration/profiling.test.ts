@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { startFleet, type Fleet } from '../helpers/fleet.js';
+import { fleetConfig, gatewayFor, startFleet, type Fleet } from '../helpers/fleet.js';
 import { until } from '../helpers/wait.js';
 import { Profiler } from '../../src/admin/profiling.js';
 
@@ -131,6 +131,22 @@ describe('/debug/profile and shutdown', () => {
       assert.ok(prof.endTime - prof.startTime < 20e6);
     } finally {
       await fleet.close();
+    }
+  });
+});
+
+describe('server.profiling: false', () => {
+  test('the profile routes answer 404 saying why; the rest of /debug stays', async () => {
+    const gw = await gatewayFor(fleetConfig([], '', '\n  profiling: false'));
+    try {
+      for (const kind of ['cpu', 'heap']) {
+        const res = await get(`${gw.metricsUrl}/debug/profile/${kind}?seconds=1`);
+        assert.equal(res.status, 404);
+        assert.match((res.json as { error: { message: string } }).error.message, /profiling is off \(server\.profiling: false\)/);
+      }
+      assert.equal((await get(`${gw.metricsUrl}/debug/pool`)).status, 200);
+    } finally {
+      await gw.close();
     }
   });
 });

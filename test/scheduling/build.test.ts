@@ -20,6 +20,7 @@ function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfi
       shutdownGracePeriod: 30_000,
       requestHeadersTimeout: 30_000,
       requestTimeout: 300_000,
+      profiling: true,
       upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 0 },
     },
     pool: { name: 'pool', targetPort: 8000, metrics: { path: '/metrics', interval: 50, timeout: 1000 }, endpoints: [] },
