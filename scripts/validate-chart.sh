@@ -155,6 +155,9 @@ printf 'image:\n  tag: 1.10\n' >"$OUT/numeric-tag.values.yaml"
 refuse "a numeric image.tag (values.schema.json: 1.10 would become 1.1)" "tag" -f "$OUT/numeric-tag.values.yaml"
 refuse "--port in extraArgs (the probes and Service follow config.server.port)" "extraArgs" --set 'extraArgs[0]=--port=8000'
 refuse "-p in extraArgs (the short form of --port)" "extraArgs" --set 'extraArgs[0]=-p8000'
+refuse "--config in extraArgs (the mounted values.config would be ignored)" "extraArgs" --set 'extraArgs[0]=--config=/other.yaml'
+refuse "a zero scrape interval (values.schema.json: Sluice refuses it)" "interval" --set-string config.pool.metrics.interval=0s
+refuse "a pod label overriding a selector label (the Deployment would not select its pods)" "podLabels" --set 'podLabels.app\.kubernetes\.io/name=other'
 refuse "serviceMonitor.scrapeTimeout above its interval" "must not exceed" --set serviceMonitor.enabled=true --set serviceMonitor.scrapeTimeout=60s
 refuse "config.server.host not a wildcard" "must be" --set config.server.host=127.0.0.1
 
