@@ -89,7 +89,7 @@ interface AliasFlag {
 
 /** llm-d-inference-sim's names (its pkg/common/config.go) for settings Sluice's simulator has. */
 const LLMD_FLAGS: Readonly<Record<string, AliasFlag>> = {
-  '--served-model-name': { same: '--model', value: 'MODEL' },
+  '--served-model-name': { same: '--model', value: 'MODEL', note: 'given with --model, the name served is this one (as llm-d)' },
   '--max-waiting-queue-length': { same: '--max-waiting', value: 'N' },
   '--time-to-first-token': {
     same: '--ttft-overhead-ms',
@@ -115,6 +115,7 @@ export function parseSimArgs(argv: string[]): SimOptions {
   /** Which flag set each option, so a second name for it is an error, not a silent override. */
   const setBy = new Map<string, string>();
   let constantTtft = false;
+  let servedModelName: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const eq = arg.indexOf('=');
@@ -137,6 +138,13 @@ export function parseSimArgs(argv: string[]): SimOptions {
       value = next;
       i++;
     }
+    if (flag === '--served-model-name') {
+      // llm-d's --model is the model loaded, --served-model-name the name clients use: that one wins.
+      if (servedModelName !== undefined) throw new UsageError(`${flag} is given twice`);
+      if (value === '') throw new UsageError(`${flag} must not be empty`);
+      servedModelName = value;
+      continue;
+    }
     const spec = alias?.spec ?? (own ?? OWN_FLAGS[alias!.same]!).spec;
     const earlier = setBy.get(spec.key);
     if (earlier !== undefined) {
@@ -147,9 +155,12 @@ export function parseSimArgs(argv: string[]): SimOptions {
     if ('kind' in spec) opts[spec.key] = parseNumber(flag, value, spec);
     else {
       if (value === '') throw new UsageError(`${flag} must not be empty`);
+      // Sent in a header (x-inference-pod) and written into every answer: visible ASCII only.
+      if (spec.key === 'name' && !/^[!-~]+$/.test(value)) throw new UsageError(`${flag} must be visible ASCII characters (no spaces), got ${JSON.stringify(value)}`);
       opts[spec.key] = value;
     }
   }
+  if (servedModelName !== undefined) opts.model = servedModelName;
   if (constantTtft && opts.prefillMsPerToken === undefined) opts.prefillMsPerToken = 0;
   return opts;
 }

@@ -13,7 +13,7 @@
  * virtual time; every token's due time is computed from the first-token time, so real timers
  * do not accumulate drift.
  */
-import { systemClock, type Clock } from '../util/clock.js';
+import { MAX_TIMER_DELAY_MS, systemClock, type Clock } from '../util/clock.js';
 
 /** Timer facility; the default wraps setTimeout/setImmediate. */
 export interface SimTimers {
@@ -30,7 +30,8 @@ export const realTimers: SimTimers = {
   set(callback, delayMs): RealTimerHandle {
     // setTimeout(0) waits ≥1 ms; zero-latency benchmarks want the next turn of the loop instead.
     if (delayMs <= 0) return { immediate: true, ref: setImmediate(callback) };
-    return { immediate: false, ref: setTimeout(callback, delayMs) };
+    // Past Node's longest timer, setTimeout fires after 1 ms: a "server that never answers" would answer at once.
+    return { immediate: false, ref: setTimeout(callback, Math.min(delayMs, MAX_TIMER_DELAY_MS)) };
   },
   clear(handle) {
     const h = handle as RealTimerHandle;
@@ -479,7 +480,11 @@ export class SimEngine {
   abortRequest(r: EngineRequest): void {
     if (r.state === 'waiting') {
       r.state = 'aborted';
-      this.waitingCount--;
+      // The last one waiting gone: the queue (whose entries hold prompts and listeners) goes too.
+      if (--this.waitingCount === 0) {
+        this.queue = [];
+        this.queueHead = 0;
+      }
       return;
     }
     if (r.state !== 'running') return;

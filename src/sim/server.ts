@@ -9,7 +9,7 @@
  * 400. `do_remote_prefill: true` makes a decode request that pays a KV-transfer latency instead of
  * the prefill cost.
  */
-import { createServer, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import { createServer, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { RandomSource } from '../util/clock.js';
 import {
@@ -134,6 +134,13 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   }
   const startedAtSec = Math.floor(Date.now() / 1000);
   let name = opts.name ?? '';
+  if (name !== '') {
+    try {
+      validateHeaderValue('x-inference-pod', name);
+    } catch {
+      throw new Error(`name ${JSON.stringify(name)} cannot be sent as the x-inference-pod header`);
+    }
+  }
   let idSeq = 0;
   // Where a decoder would pull KV blocks from (set once listening), and the next block id handed out.
   let kvHost = '';
@@ -145,7 +152,11 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     try {
       route(req, res);
     } catch (err) {
-      sendError(res, req, err);
+      try {
+        sendError(res, req, err);
+      } catch {
+        res.destroy(); // the answer itself cannot be written: never a crash
+      }
     }
   });
   // Gateways pool connections; outlive their idle timeouts (typically 60 s) so we never close first.
@@ -278,8 +289,9 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     const id = `${chat ? 'chatcmpl' : 'cmpl'}-${name}-${++idSeq}`;
     const created = Math.floor(clock.now() / 1000);
 
-    const submitted = stream
-      ? engine.submit(input, new SseWriter(res, baseHeaders(req), chat, id, created, modelJson, includeUsage))
+    const sse = stream ? new SseWriter(res, baseHeaders(req), chat, id, created, modelJson, includeUsage) : undefined;
+    const submitted = sse
+      ? engine.submit(input, sse)
       : engine.submit(input, {
           onFinish: (result) =>
             sendJson(res, req, 200, completionJson(chat, id, created, model, result, input.remoteDecode ? prefillKvParams(result) : undefined)),
@@ -288,6 +300,8 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
       sendJson(res, req, 429, errorBody(429, 'Failed to enqueue request, waiting requests queue is full'));
       return;
     }
+    // As vLLM (a Starlette StreamingResponse): a stream's headers go out once it is accepted, before its queue wait and prefill.
+    sse?.begin();
     const handle = submitted.request;
     // A client that goes away frees its slot (or queue place) at once, as vLLM aborts on disconnect.
     res.on('close', () => {
@@ -398,20 +412,25 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
  */
 export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: string, maxModelLen: number): GenerationInput {
   const requested = body.model;
-  if (typeof requested !== 'string' || requested === '') {
-    throw new SimHttpError(400, 'Field required: model', 'model');
+  // vLLM serves a request without a model with its served model.
+  if (requested !== undefined && requested !== null && typeof requested !== 'string') {
+    throw new SimHttpError(400, "'model' must be a string", 'model');
   }
-  if (requested !== servedModel) {
+  if (typeof requested === 'string' && requested !== '' && requested !== servedModel) {
     throw new SimHttpError(404, `The model \`${requested}\` does not exist.`, 'model');
   }
   let promptText: string;
   if (chat) {
     const messages = body.messages;
-    if (!Array.isArray(messages) || messages.length === 0 || !messages.every(isObject)) {
-      throw new SimHttpError(400, 'Field required: messages (a non-empty array of message objects)', 'messages');
+    if (!Array.isArray(messages) || messages.length === 0 || !messages.every((m) => isObject(m) && typeof m.role === 'string')) {
+      throw new SimHttpError(400, 'Field required: messages (a non-empty array of message objects, each with a role)', 'messages');
     }
     // Same text the gateway's approximate prefix index hashes, so predicted and real hits agree.
-    promptText = JSON.stringify(messages);
+    try {
+      promptText = JSON.stringify(messages);
+    } catch {
+      throw new SimHttpError(400, 'messages are nested too deeply', 'messages'); // RangeError: call stack
+    }
   } else {
     const prompt = body.prompt;
     if (typeof prompt === 'string' && prompt !== '') promptText = prompt;
@@ -428,7 +447,14 @@ export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: 
     optionalPositiveInt(body, 'max_tokens');
   if (maxTokens !== undefined) input.maxTokens = maxTokens;
   if (maxModelLen > 0) assertFitsContext(estimateTokens(promptText), maxTokens, maxModelLen, chat ? 'messages' : 'prompt');
-  if (typeof body.cache_salt === 'string' && body.cache_salt !== '') input.cacheSalt = body.cache_salt;
+  if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') throw new SimHttpError(400, "'stream' must be a boolean", 'stream');
+  // vLLM's validate_stream_options: what a P/D prefill leg must strip (it is sent with stream: false).
+  if (body.stream_options !== undefined && body.stream_options !== null && body.stream !== true) {
+    throw new SimHttpError(400, 'Stream options can only be defined when `stream=True`.', 'stream_options');
+  }
+  const salt = body.cache_salt;
+  if (salt !== undefined && salt !== null && typeof salt !== 'string') throw new SimHttpError(400, "'cache_salt' must be a string", 'cache_salt');
+  if (typeof salt === 'string' && salt !== '') input.cacheSalt = salt;
   const kv = body.kv_transfer_params;
   if (kv !== undefined && kv !== null) {
     if (!isObject(kv)) throw new SimHttpError(400, 'kv_transfer_params must be an object', 'kv_transfer_params');
@@ -528,17 +554,22 @@ class SseWriter {
     private readonly includeUsage: boolean,
   ) {
     const object = chat ? 'chat.completion.chunk' : 'text_completion';
-    this.head = `data: {"id":"${id}","object":"${object}","created":${created},"model":${modelJson},"choices":[{"index":0,`;
+    this.head = `data: {"id":${JSON.stringify(id)},"object":"${object}","created":${created},"model":${modelJson},"choices":[{"index":0,`;
     this.tail = chat ? '},"logprobs":null,"finish_reason":' : ',"logprobs":null,"finish_reason":';
+  }
+
+  /** The status line and headers, at once. */
+  begin(): void {
+    if (this.res.headersSent) return;
+    this.headers['content-type'] = 'text/event-stream; charset=utf-8';
+    this.headers['cache-control'] = 'no-cache';
+    this.res.writeHead(200, this.headers);
+    this.res.flushHeaders();
   }
 
   onToken(text: string, index: number, finishReason: FinishReason | null): void {
     const res = this.res;
-    if (index === 0) {
-      this.headers['content-type'] = 'text/event-stream; charset=utf-8';
-      this.headers['cache-control'] = 'no-cache';
-      res.writeHead(200, this.headers);
-    }
+    if (index === 0) this.begin();
     this.corkUntilNextTick();
     const content = JSON.stringify(text);
     const body = this.chat
@@ -552,7 +583,7 @@ class SseWriter {
     if (this.includeUsage) {
       const object = this.chat ? 'chat.completion.chunk' : 'text_completion';
       res.write(
-        `data: {"id":"${this.id}","object":"${object}","created":${this.created},"model":${this.modelJson},` +
+        `data: {"id":${JSON.stringify(this.id)},"object":"${object}","created":${this.created},"model":${this.modelJson},` +
           `"choices":[],"usage":${JSON.stringify(usageOf(result))}}\n\n`,
       );
     }

@@ -66,6 +66,16 @@ describe("parseSimArgs: llm-d-inference-sim's flag names", () => {
     assert.throws(() => parseSimArgs(['--port', '1', '--port', '2']), /--port is given twice/);
   });
 
+  test('--served-model-name given with --model is the name served (llm-d: --model is the model loaded)', () => {
+    assert.deepEqual(parseSimArgs(['--model', 'meta/llama-3', '--served-model-name', 'llama']), { model: 'llama' });
+    assert.deepEqual(parseSimArgs(['--served-model-name=llama', '--model', 'meta/llama-3']), { model: 'llama' });
+  });
+
+  test('--name is visible ASCII: it goes into a header and into every answer', () => {
+    for (const bad of ['pod-日本', 'pod 1', 'pod\n']) assert.throws(() => parseSimArgs(['--name', bad]), /--name must be visible ASCII/, bad);
+    assert.deepEqual(parseSimArgs(['--name', 'pod-"a"']), { name: 'pod-"a"' });
+  });
+
   test('bad values name the flag', () => {
     assert.throws(() => parseSimArgs(['--inter-token-latency', '1.5']), /--inter-token-latency: invalid duration "1.5": missing unit/);
     assert.throws(() => parseSimArgs(['--inter-token-latency', '-5ms']), /--inter-token-latency: invalid duration "-5ms": must not be negative/);

@@ -236,7 +236,11 @@ describe('sim server: errors', () => {
   const cases: [string, string, unknown, number, RegExp, string | null][] = [
     ['invalid JSON', '/v1/chat/completions', '{"model": ', 400, /Invalid JSON/, null],
     ['non-object body', '/v1/chat/completions', '[1,2]', 400, /JSON object/, null],
-    ['missing model', '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }] }, 400, /model/, 'model'],
+    ['a model that is no string', '/v1/chat/completions', { model: 5, messages: [{ role: 'user', content: 'x' }] }, 400, /model/, 'model'],
+    ['a message without a role', '/v1/chat/completions', { model: 'sim-model', messages: [{}] }, 400, /role/, 'messages'],
+    ['stream_options without stream (vLLM refuses it: a P/D prefill leg must strip it)', '/v1/chat/completions', { model: 'sim-model', stream: false, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'x' }] }, 400, /^Stream options can only be defined when `stream=True`\.$/, 'stream_options'],
+    ['stream that is no boolean', '/v1/completions', { model: 'sim-model', prompt: 'x', stream: 'true' }, 400, /stream/, 'stream'],
+    ['cache_salt that is no string', '/v1/completions', { model: 'sim-model', prompt: 'x', cache_salt: 5 }, 400, /cache_salt/, 'cache_salt'],
     ['missing messages', '/v1/chat/completions', { model: 'sim-model' }, 400, /messages/, 'messages'],
     ['empty messages', '/v1/chat/completions', { model: 'sim-model', messages: [] }, 400, /messages/, 'messages'],
     ['missing prompt', '/v1/completions', { model: 'sim-model' }, 400, /prompt/, 'prompt'],
@@ -255,6 +259,19 @@ describe('sim server: errors', () => {
       assert.equal(err.code, status);
     });
   }
+
+  test('no model: the served one answers, as vLLM', async () => {
+    const r = await postJson(sim, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1 });
+    assert.equal(r.status, 200);
+    assert.equal(r.json.model, 'sim-model');
+  });
+
+  test('messages nested too deeply to serialise → 400, not a 500', async () => {
+    const depth = 100_000; // JSON.parse takes it; JSON.stringify runs out of stack
+    const body = `{"model":"sim-model","messages":[{"role":"user","content":${'['.repeat(depth)}"x"${']'.repeat(depth)}}]}`;
+    const r = await postJson(sim, '/v1/chat/completions', body);
+    assert.equal(r.status, 400);
+  });
 
   test('token-id prompts are accepted', async () => {
     const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: [1, 2, 3], max_tokens: 1 });
@@ -513,6 +530,51 @@ describe('sim server: streaming, load and admin', () => {
       await postJson(sim, '/admin/config', { failureRate: 1 });
       const r = await post(sim, '/v1/completions', { model: 'sim-model', prompt: 'x' });
       assert.equal(r.status, 500);
+    });
+  });
+});
+
+describe('sim server: as vLLM and safe with what an operator gives it', () => {
+  test("a stream's status line and headers go out once it is accepted, before its queue wait and prefill", async () => {
+    await withSim({ ttftOverheadMs: 10_000 }, async (sim) => {
+      const ac = new AbortController();
+      const headers = openStream(sim, {}, ac.signal);
+      headers.then((r) => r.body.on('error', () => undefined)).catch(() => undefined);
+      try {
+        const res = await Promise.race([headers, sleep(3000, 'late', { ref: false })]);
+        assert.notEqual(res, 'late', 'headers before the first token, 10 s away');
+        assert.equal((res as Awaited<typeof headers>).statusCode, 200);
+      } finally {
+        ac.abort();
+      }
+    });
+  });
+
+  test('a name with a quote still gives valid JSON in every streamed chunk (the id carries it)', async () => {
+    await withSim({ name: 'pod-"a"' }, async (sim) => {
+      const r = await openStream(sim, { max_tokens: 3, stream_options: { include_usage: true } });
+      const events = (await r.body.text()).split('\n\n').filter((e) => e.startsWith('data: {'));
+      assert.equal(events.length, 4);
+      for (const e of events) assert.match((JSON.parse(e.slice(6)) as { id: string }).id, /pod-"a"/);
+    });
+  });
+
+  test('a name that cannot be sent as a header is refused at start (it crashed the process at its first request)', async () => {
+    await assert.rejects(startSimulator({ name: 'pod-日本' }), /cannot be sent as the x-inference-pod header/);
+  });
+
+  test('a waiting delay past Node\'s longest timer waits (setTimeout would fire after 1 ms)', async () => {
+    await withSim({ ttftOverheadMs: 3e9 }, async (sim) => {
+      const ac = new AbortController();
+      try {
+        const r = await openStream(sim, {}, ac.signal);
+        let first = false;
+        r.body.on('data', () => (first = true)).on('error', () => undefined);
+        await sleep(100);
+        assert.equal(first, false, 'no token within 100 ms of a 3e9 ms TTFT');
+      } finally {
+        ac.abort();
+      }
     });
   });
 });
