@@ -113,8 +113,16 @@ export class Endpoint {
    * to it (scheduling/prompt-load.ts), until its answer's first byte (llm-d's in-flight tokens).
    */
   inFlightTokens = 0;
-  /** `inFlight` when the last good metrics were recorded: what the server's numbers already include. */
+  /**
+   * Of `inFlight` when the last good metrics were recorded, the requests the server's numbers can
+   * include: those sent before the scrape was (recordScrape). A request sent while the scrape was
+   * on its way is not in the page, though it is in flight when the page lands.
+   */
   inFlightAtScrape = 0;
+  /** Requests ever sent to this endpoint (acquire); a scrape notes it when it starts. */
+  dispatched = 0;
+  /** `dispatched` when the scrape now running (or the last one) was sent. */
+  dispatchedAtScrapeStart = 0;
   /**
    * Running slots the server has shown it can hold: the most requests seen running while others
    * waited (vLLM's max-num-seqs, or fewer when its KV cache is the limit). 0 until a queue was seen.

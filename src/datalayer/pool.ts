@@ -144,6 +144,7 @@ export class Pool implements PoolView {
   /** A request was sent to `ep`. */
   acquire(ep: Endpoint): void {
     ep.inFlight++;
+    ep.dispatched++;
     this.notify('inflight', ep);
   }
 
@@ -177,6 +178,11 @@ export class Pool implements PoolView {
     this.notify('inflight', ep);
   }
 
+  /** A scrape of `ep` is being sent: what is sent from now on is not in its page. */
+  scrapeStarted(ep: Endpoint): void {
+    ep.dispatchedAtScrapeStart = ep.dispatched;
+  }
+
   /**
    * Stores a scrape outcome. Success: new metrics, `metricsAt = now`, error cleared. Failure: the last
    * good metrics stay with their old timestamp (so they age into staleness), the error is recorded
@@ -187,7 +193,11 @@ export class Pool implements PoolView {
     if ('metrics' in result) {
       ep.metrics = result.metrics;
       ep.metricsAt = now;
-      ep.inFlightAtScrape = ep.inFlight;
+      // Requests sent after the scrape was cannot be in the page: they stay counted on top of it.
+      // Which of them are still in flight is not known; at most all of them are (conservative:
+      // one that already finished counts until the next scrape).
+      const sentSince = ep.dispatched - ep.dispatchedAtScrapeStart;
+      ep.inFlightAtScrape = ep.inFlight - Math.min(sentSince, ep.inFlight);
       const m = result.metrics;
       if (m.waiting > 0 && m.running > ep.observedSlots) ep.observedSlots = m.running;
       if (m.running > ep.peakRunning) ep.peakRunning = m.running;

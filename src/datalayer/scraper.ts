@@ -200,6 +200,7 @@ export class Scraper {
     deadline.unref();
 
     let result: ScrapeResult;
+    this.pool.scrapeStarted(ep);
     try {
       const text = await this.fetchText(ep, scrape.controller.signal);
       result = { metrics: extractVllmMetrics(text, ep.engineType) };

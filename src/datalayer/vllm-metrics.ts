@@ -29,6 +29,12 @@ export interface EngineMetricNames {
   /** Info gauge whose value is a timestamp; the newest series wins. */
   lora?: string;
   cacheConfig?: { metric: string; blockSizeLabel: string; numBlocksLabel: string };
+  /**
+   * Labels of ranks that repeat rank 0's queue and KV numbers (tensor or pipeline parallel ranks of
+   * one scheduler): only series where each is absent or "0" count. Data-parallel ranks, each with a
+   * queue of its own, are summed.
+   */
+  replicaLabels?: readonly string[];
 }
 
 export const ENGINE_METRIC_NAMES: Readonly<Record<string, EngineMetricNames>> = {
@@ -44,6 +50,8 @@ export const ENGINE_METRIC_NAMES: Readonly<Record<string, EngineMetricNames>> = 
     running: 'sglang:num_running_reqs',
     kvUsage: ['sglang:token_usage'],
     cacheConfig: { metric: 'sglang:cache_config_info', blockSizeLabel: 'page_size', numBlocksLabel: 'num_pages' },
+    // --enable-metrics-for-all-schedulers: every TP (and PP) rank exports its scheduler group's queue.
+    replicaLabels: ['tp_rank', 'pp_rank'],
   },
   'trtllm-serve': {
     waiting: 'trtllm_num_requests_waiting',
@@ -122,11 +130,27 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
   let loraValue = -Infinity;
   let loraLabels: Record<string, string> | undefined;
   let cacheConfig: CacheConfigInfo | undefined;
+  const replicaLabels = names.replicaLabels;
+  /** Series of the summed families seen so far: a page that prints one twice counts it once. */
+  let seen: Set<string> | undefined;
+  const countsOnce = (name: string, labels: Record<string, string>): boolean => {
+    if (replicaLabels !== undefined) {
+      for (const l of replicaLabels) {
+        const rank = labels[l];
+        if (rank !== undefined && rank !== '0') return false;
+      }
+    }
+    const key = name + JSON.stringify(labels);
+    if ((seen ??= new Set()).has(key)) return false;
+    seen.add(key);
+    return true;
+  };
 
   forEachSample(
     text,
     (name) => wanted.has(name),
     (name, labels, value) => {
+      if ((name === names.waiting || name === names.running || names.kvUsage.includes(name)) && !countsOnce(name, labels)) return;
       if (name === names.waiting) {
         checkGauge(name, value);
         waiting += value;

@@ -57,15 +57,20 @@ export function rawErrorResponse(status: number, reason: string, message: string
 
 /**
  * Node's `clientError` (malformed or oversized HTTP, a request not received in time), on either
- * port: a §5 answer while the socket can take one — never when an answer on this connection has
- * begun, since a status line inside it would corrupt it — else the connection is closed. Returns
- * why it answered (for `sluice_request_rejected_total`), or undefined when it only closed.
+ * port: a §5 answer, then the connection closes. When an earlier request's answer on this
+ * connection is still on its way (pipelining), it goes first, whole — written at once, the 400 would
+ * read as that request's answer (or corrupt it) — and the 400 follows. Returns why it answered (for
+ * `sluice_request_rejected_total`), or undefined when it only closed.
  */
 export function answerClientError(
   err: NodeJS.ErrnoException,
   socket: Duplex & { _httpMessage?: ServerResponse | null },
 ): 'headers_too_large' | 'request_timeout' | 'malformed_http' | undefined {
-  if (!socket.writable || err.code === 'ECONNRESET' || socket._httpMessage?.headersSent === true) {
+  const current = socket._httpMessage;
+  // Whose request broke: a later one, pipelined behind a request received whole (its answer goes
+  // first), or the request being received (its own answer, unless that has begun).
+  const later = current !== null && current !== undefined && current.req?.complete === true && !current.writableFinished;
+  if (!socket.writable || err.code === 'ECONNRESET' || (!later && current?.headersSent === true)) {
     socket.destroy();
     return undefined;
   }
@@ -75,7 +80,14 @@ export function answerClientError(
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? ([408, 'Request Timeout', 'request not received in time', 'request_timeout'] as const)
         : ([400, 'Bad Request', 'malformed HTTP request', 'malformed_http'] as const);
-  socket.end(rawErrorResponse(status, reason, message));
+  const answer = rawErrorResponse(status, reason, message);
+  if (later) {
+    current.once('finish', () => socket.end(answer));
+    // Not finished but closed: the earlier request was cut (its client left, or the drain ended).
+    current.once('close', () => {
+      if (!current.writableFinished) socket.destroy();
+    });
+  } else socket.end(answer);
   return why;
 }
 

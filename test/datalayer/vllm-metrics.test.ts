@@ -118,6 +118,13 @@ describe('extractVllmMetrics: pages', () => {
   });
 });
 
+describe('extractVllmMetrics: a series printed twice', () => {
+  test('counts once (a sidecar concatenating pages): Prometheus keeps one sample of a duplicate too', () => {
+    const once = 'vllm:num_requests_waiting{engine="0"} 4\nvllm:num_requests_running{engine="0"} 8\nvllm:kv_cache_usage_perc{engine="0"} 0.5\n';
+    assert.deepEqual(extractVllmMetrics(once + once, 'vllm'), { waiting: 4, running: 8, kvUsage: 0.5 });
+  });
+});
+
 describe('extractVllmMetrics: KV fallback', () => {
   test('gpu_cache_usage_perc is used when kv_cache_usage_perc is absent, averaged over series', () => {
     const page = [
@@ -204,6 +211,17 @@ describe('extractVllmMetrics: sglang mapping', () => {
       kvUsage: 0.62,
       cacheConfig: { blockSize: 1, numGpuBlocks: 180000 },
     });
+  });
+
+  test('every TP/PP rank of one scheduler repeats its queue (--enable-metrics-for-all-schedulers): rank 0 counts; data-parallel ranks add up', () => {
+    const ranks = (dp: number, tp: number) =>
+      [
+        `sglang:num_queue_reqs{dp_rank="${dp}",pp_rank="0",tp_rank="${tp}"} ${6 + dp}`,
+        `sglang:num_running_reqs{dp_rank="${dp}",pp_rank="0",tp_rank="${tp}"} ${8 + dp}`,
+        `sglang:token_usage{dp_rank="${dp}",pp_rank="0",tp_rank="${tp}"} ${0.5 + dp / 10}`,
+      ].join('\n');
+    const all = [0, 1].flatMap((dp) => [0, 1, 2, 3].map((tp) => ranks(dp, tp))).join('\n') + '\n';
+    assert.deepEqual(extractVllmMetrics(all, 'sglang'), { waiting: 13, running: 17, kvUsage: 0.55 });
   });
 
   test('a vLLM page read as sglang is missing metrics', () => {

@@ -9,8 +9,8 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
-import { fleetConfig, gatewayFor, startFleet, waitForMetrics, withGateway } from '../helpers/fleet.js';
-import { startFakeBackend, slowJson, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
+import { fleetConfig, gatewayFor, nothingInFlight, startFleet, waitForMetrics, withGateway } from '../helpers/fleet.js';
+import { okJson, startFakeBackend, slowJson, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
 /** Sends raw bytes, returns everything the server sent until it closed (or `ms` passed). */
@@ -207,7 +207,7 @@ test('a request arriving during the drain on a connection kept alive by a stream
   });
 });
 
-test('a malformed request pipelined behind a streaming answer does not write a status line into that answer', async () => {
+test('a malformed request pipelined behind a streaming answer: the whole stream first, then the 400, then the connection closes', async () => {
   const fleet = await startFleet(1, { itlMs: 50, ttftOverheadMs: 1 });
   try {
     const body = JSON.stringify({ model: 'sim-model', stream: true, max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] });
@@ -230,11 +230,36 @@ test('a malformed request pipelined behind a streaming answer does not write a s
       setTimeout(() => s.destroy(), 3000);
     });
     assert.match(out, /^HTTP\/1\.1 200 /);
-    assert.match(out, /data: /, 'the stream had begun');
-    assert.doesNotMatch(out.slice(out.indexOf('\r\n\r\n') + 4), /HTTP\/1\.1 400/);
+    const answers = out.split(/(?=HTTP\/1\.1 )/);
+    assert.equal(answers.length, 2, out);
+    assert.match(answers[0]!, /data: \[DONE\]/, 'the stream went out whole');
+    assert.match(answers[1]!, /^HTTP\/1\.1 400 [\s\S]*malformed HTTP request/);
   } finally {
     await fleet.close();
   }
+});
+
+test('a malformed request pipelined behind a request still waiting for its answer: that answer first, then the 400', async () => {
+  let answer: (() => void) | undefined;
+  const backend = await startFakeBackend((r, res) => (answer = () => okJson(r, res)));
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    let out = '';
+    s.on('data', (c) => (out += c));
+    s.on('error', () => undefined);
+    const closed = new Promise((resolve) => s.on('close', resolve));
+    await new Promise((resolve) => s.once('connect', resolve));
+    s.write(post('/v1/chat/completions').replace('connection: close\r\n', ''));
+    await until(() => answer !== undefined, 3000, 'the request at the model server');
+    s.write('GARBAGE /\x00 HTTP/9\r\n\r\n');
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal(out, '', 'nothing before the first answer');
+    answer!();
+    await closed;
+    const answers = out.split(/(?=HTTP\/1\.1 )/);
+    assert.deepEqual(answers.map((a) => a.slice(0, 12)), ['HTTP/1.1 200', 'HTTP/1.1 400']);
+    await nothingInFlight(gw);
+  });
 });
 
 describe('a model server that stalls its answer past upstream.bodyTimeout: 504 (SPEC §2)', () => {

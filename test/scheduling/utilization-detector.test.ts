@@ -207,15 +207,40 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
     const ep = pool.byName('a')!;
     pool.acquire(ep);
     pool.acquire(ep);
+    pool.scrapeStarted(ep);
     pool.recordScrape(ep, { metrics: { waiting: 0, running: 2, kvUsage: 0.1 } }, NOW);
     assert.deepEqual([ep.inFlightAtScrape, ep.observedSlots, ep.peakRunning], [2, 0, 2]); // no queue: slots unknown
+    pool.scrapeStarted(ep);
     pool.recordScrape(ep, { error: 'boom' }, NOW + 50);
     pool.acquire(ep);
     assert.equal(ep.inFlightAtScrape, 2); // a failed scrape proves nothing new
+    pool.scrapeStarted(ep);
     pool.recordScrape(ep, { metrics: { waiting: 3, running: 8, kvUsage: 0.5 } }, NOW + 100);
     assert.deepEqual([ep.inFlightAtScrape, ep.observedSlots], [3, 8]);
     pool.recordScrape(ep, { metrics: { waiting: 1, running: 6, kvUsage: 0.9 } }, NOW + 150);
     assert.deepEqual([ep.observedSlots, ep.peakRunning], [8, 8]); // the most seen; fewer now is a KV limit or a moment
+  });
+
+  test('requests sent while a scrape is on its way are not in its page: they stay counted on top of it', async () => {
+    const { Pool } = await import('../../src/datalayer/pool.js');
+    const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
+    const ep = pool.byName('a')!;
+    for (let i = 0; i < 14; i++) pool.acquire(ep);
+    pool.scrapeStarted(ep);
+    pool.recordScrape(ep, { metrics: { waiting: 6, running: 8, kvUsage: 0.5 } }, NOW);
+    assert.equal(ep.estimatedWaiting(), 6);
+    // A burst goes out while the next scrape is on its way; its page was rendered before the burst.
+    pool.scrapeStarted(ep);
+    for (let i = 0; i < 10; i++) pool.acquire(ep);
+    pool.recordScrape(ep, { metrics: { waiting: 6, running: 8, kvUsage: 0.5 } }, NOW + 80);
+    assert.equal(ep.estimatedWaiting(), 16, 'the burst is not forgotten when the page lands');
+    // Requests sent and finished while a scrape was on its way count for nothing.
+    for (let i = 0; i < 24; i++) pool.release(ep);
+    pool.scrapeStarted(ep);
+    for (let i = 0; i < 5; i++) pool.acquire(ep);
+    for (let i = 0; i < 5; i++) pool.release(ep);
+    pool.recordScrape(ep, { metrics: { waiting: 0, running: 0, kvUsage: 0 } }, NOW + 160);
+    assert.deepEqual([ep.inFlightAtScrape, ep.estimatedWaiting()], [0, 0]);
   });
 
   test('countRecentDispatches: false reads the scraped queue only (llm-d), gate and filter', () => {
