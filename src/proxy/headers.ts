@@ -71,14 +71,12 @@ export function rawClientResponseHeaders(raw: readonly Buffer[]): Record<string,
   const out: Record<string, string | string[]> = {};
   let extraHop: Set<string> | undefined;
   for (let i = 0; i + 1 < raw.length; i += 2) {
-    // Rare: a `Connection` naming headers. Its values are gathered first, so order does not matter.
-    if (raw[i]!.length === 10 && raw[i]!.toString('latin1').toLowerCase() === 'connection') {
-      for (const name of namedByConnection(raw[i + 1]!.toString('latin1')) ?? []) (extraHop ??= new Set()).add(name);
-    }
-  }
-  for (let i = 0; i + 1 < raw.length; i += 2) {
     const name = raw[i]!.toString('latin1').toLowerCase();
-    if (HOP_BY_HOP.has(name) || name === '__proto__' || extraHop?.has(name)) continue;
+    if (HOP_BY_HOP.has(name) || name === '__proto__') {
+      // Rare: a `Connection` naming more hop-by-hop headers (taken out below, wherever they stand).
+      if (name === 'connection') for (const named of namedByConnection(raw[i + 1]!.toString('latin1')) ?? []) (extraHop ??= new Set()).add(named);
+      continue;
+    }
     const value = raw[i + 1]!.toString('latin1');
     // Not `=== undefined`: a name like `constructor` finds Object.prototype's.
     const seen = out[name];
@@ -86,6 +84,7 @@ export function rawClientResponseHeaders(raw: readonly Buffer[]): Record<string,
     else if (Array.isArray(seen)) seen.push(value);
     else out[name] = value;
   }
+  if (extraHop !== undefined) for (const name of extraHop) delete out[name];
   return out;
 }
 
