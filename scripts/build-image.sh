@@ -137,8 +137,10 @@ if [ -n "$CA_BUNDLE" ] && [ "$CA_BUNDLE" != none ]; then
 fi
 old_id=$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 log "podman build ${build_args[*]} ."
-podman build "${build_args[@]}" . 2>&1 | sed -u 's/^/    /'
-[ "${PIPESTATUS[0]}" -eq 0 ] || die "podman build failed"
+# `if !`: under `set -e -o pipefail` a failing pipeline would end the script before a check after it.
+if ! podman build "${build_args[@]}" . 2>&1 | sed -u 's/^/    /'; then
+  die "podman build failed"
+fi
 new_id=$(podman image inspect --format '{{.Id}}' "$IMAGE")
 if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ] \
    && [ "$(podman image inspect --format '{{len .RepoTags}}' "$old_id" 2>/dev/null)" = 0 ]; then

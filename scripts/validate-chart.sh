@@ -99,8 +99,10 @@ for case in "${cases[@]}"; do
   elif [ "$case" = dashboard ]; then name=dashboard; vargs=(--set dashboard.enabled=true)
   else name=$(basename "$case" .yaml); vargs=(-f "$case"); fi
   log "[$name] helm lint --strict"
-  "$HELM" lint --strict "$CHART" "${vargs[@]}" --kube-version "$KUBE_VERSION" 2>&1 | sed 's/^/    /'
-  [ "${PIPESTATUS[0]}" -eq 0 ] || die "[$name] helm lint --strict failed"
+  # `if !`: under `set -e -o pipefail` a failing pipeline would end the script before a check after it.
+  if ! "$HELM" lint --strict "$CHART" "${vargs[@]}" --kube-version "$KUBE_VERSION" 2>&1 | sed 's/^/    /'; then
+    die "[$name] helm lint --strict failed"
+  fi
 
   rendered=$OUT/$name.yaml
   log "[$name] helm template -> $rendered"
