@@ -248,6 +248,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       path: config.pool.metrics.path,
       intervalMs: config.pool.metrics.interval,
       timeoutMs: config.pool.metrics.timeout,
+      maxBytes: config.pool.metrics.maxBytes,
       clock,
       onError: (ep, err) => {
         metrics.scrapeError(ep.name);
@@ -363,7 +364,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       models.invalidate();
       metrics.setPoolName(config.pool.name);
       const m = (c: SluiceConfig) => c.pool.metrics;
-      if (m(previous.config).interval !== m(config).interval || m(previous.config).timeout !== m(config).timeout || m(previous.config).path !== m(config).path) {
+      const [before, after] = [m(previous.config), m(config)];
+      if (before.interval !== after.interval || before.timeout !== after.timeout || before.path !== after.path || before.maxBytes !== after.maxBytes) {
         await scraper.stop();
         if (closing) return; // shut down meanwhile: no new scraper
         scraper = newScraper(config);

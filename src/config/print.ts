@@ -55,6 +55,7 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
         path: pool.metrics.path,
         interval: formatDuration(pool.metrics.interval),
         timeout: formatDuration(pool.metrics.timeout),
+        maxBytes: quantityYaml(pool.metrics.maxBytes),
       },
       endpoints: pool.endpoints.map((e) => ({
         name: e.name,

@@ -302,6 +302,9 @@ export const poolMetricsSchema = z
       .default('/metrics'),
     interval: durationField({ positive: true }).prefault('50ms'),
     timeout: durationField({ positive: true }).prefault('1s'),
+    // vLLM's LoRA info family keeps a series per adapter combination ever seen: a long-running LoRA
+    // server's page grows.
+    maxBytes: quantityField({ positive: true }).prefault('4Mi'),
   })
   .prefault({});
 

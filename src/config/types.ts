@@ -40,7 +40,8 @@ export interface EndpointConfig {
 export interface PoolConfig {
   name: string; // default "default-pool"
   targetPort: number; // default 8000
-  metrics: { path: string; interval: number; timeout: number }; // "/metrics", 50ms, 1s
+  /** "/metrics", 50ms, 1s; maxBytes: the largest page read (4Mi), past it the scrape fails. */
+  metrics: { path: string; interval: number; timeout: number; maxBytes: number };
   endpoints: EndpointConfig[];
 }
 

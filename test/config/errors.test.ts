@@ -79,7 +79,7 @@ describe('syntax and shape', () => {
 
   test('unknown key without a close match lists the valid keys', () => {
     assert.deepEqual(problems(yaml('pool:', '  metrics: { zzz: 1 }')), [
-      'c.yaml:2:14: pool.metrics.zzz: unknown key "zzz" (valid keys: path, interval, timeout)',
+      'c.yaml:2:14: pool.metrics.zzz: unknown key "zzz" (valid keys: path, interval, timeout, maxBytes)',
     ]);
   });
 

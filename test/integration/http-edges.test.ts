@@ -397,6 +397,16 @@ describe('rules that hold, kept by a test', () => {
     }, { waitMetrics: false });
   });
 
+  test('pool.metrics.maxBytes bounds the page read: a larger one is a failed scrape, with the reason in /debug/pool', async () => {
+    const backend = await startFakeBackend();
+    const text = fleetConfig([{ name: 'b', port: backend.port }]).replace('timeout: 500ms }', 'timeout: 500ms, maxBytes: 10 }');
+    await withGateway(backend, text, async (gw) => {
+      await until(() => gw.pool.endpoints[0]!.lastError !== undefined, 3000, 'a failed scrape');
+      assert.match(gw.pool.endpoints[0]!.lastError!, /exceeds the 10-byte limit/);
+      assert.equal(gw.pool.endpoints[0]!.metrics, undefined);
+    }, { waitMetrics: false });
+  });
+
   test('/ready stays 200 while a model server answers /metrics slower than the detector\'s staleness threshold (its own window, seconds)', async () => {
     const backend = await startFakeBackend();
     await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
