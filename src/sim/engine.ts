@@ -101,6 +101,8 @@ export interface GenerationInput {
   promptText: string;
   /** max_completion_tokens ?? max_tokens, when the client set one. */
   maxTokens?: number;
+  /** Tokens the context window leaves after the prompt (vLLM's max_model_len − prompt), when limited. */
+  contextRoom?: number;
   /** vLLM cache_salt: seeds the hash chain so salted tenants never share blocks. */
   cacheSalt?: string;
   /** P/D prefill leg (kv_transfer_params.do_remote_decode): one token, finish reason `remote_decode`. */
@@ -442,12 +444,15 @@ export class SimEngine {
     if (!freeSlot && this.waitingCount >= s.maxWaiting) return { accepted: false, reason: 'queue_full' };
 
     const promptTokens = estimateTokens(input.promptText);
-    const wanted = input.maxTokens ?? this.defaultOutputTokens;
-    const outputTokens = input.remoteDecode ? 1 : Math.max(1, Math.min(wanted, this.maxOutputTokens));
-    // vLLM reports 'length' when generation stops at a token limit, 'stop' on a natural end.
+    // The output's natural length: max_tokens, else the default, at most --max-output-tokens.
+    const natural = Math.min(input.maxTokens ?? this.defaultOutputTokens, this.maxOutputTokens);
+    const room = input.contextRoom ?? Infinity;
+    const outputTokens = input.remoteDecode ? 1 : Math.max(1, Math.min(natural, room));
+    // vLLM reports 'length' when generation stops at a limit (the client's max_tokens, the context
+    // window), 'stop' on a natural end (here: the output --max-output-tokens allows).
     const finishReason: FinishReason = input.remoteDecode
       ? 'remote_decode'
-      : input.maxTokens !== undefined || wanted > this.maxOutputTokens
+      : outputTokens === input.maxTokens || outputTokens < natural
         ? 'length'
         : 'stop';
     const seed = input.promptText.length + (input.promptText.charCodeAt(0) || 0);

@@ -446,7 +446,12 @@ export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: 
   const maxTokens = optionalPositiveInt(body, chat ? 'max_completion_tokens' : undefined) ??
     optionalPositiveInt(body, 'max_tokens');
   if (maxTokens !== undefined) input.maxTokens = maxTokens;
-  if (maxModelLen > 0) assertFitsContext(estimateTokens(promptText), maxTokens, maxModelLen, chat ? 'messages' : 'prompt');
+  if (maxModelLen > 0) {
+    const promptTokens = estimateTokens(promptText);
+    assertFitsContext(promptTokens, maxTokens, maxModelLen, chat ? 'messages' : 'prompt');
+    // Without max_tokens vLLM may generate up to the end of the context window, and stops there.
+    if (maxTokens === undefined) input.contextRoom = maxModelLen - promptTokens;
+  }
   if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') throw new SimHttpError(400, "'stream' must be a boolean", 'stream');
   // vLLM's validate_stream_options: what a P/D prefill leg must strip (it is sent with stream: false).
   if (body.stream_options !== undefined && body.stream_options !== null && body.stream !== true) {

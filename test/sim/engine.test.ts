@@ -193,13 +193,17 @@ describe('SimEngine latency and output', () => {
     const d = collect();
     const m = collect();
     const capped = collect();
+    const context = collect();
     submitOk(engine, 'p', d);
     submitOk(engine, 'p', m, 3);
     submitOk(engine, 'p', capped, 500);
+    assert.ok(engine.submit({ promptText: 'p', contextRoom: 2 }, context).accepted);
     vt.runAll();
+    // The client's max_tokens and the end of the context window are limits ('length'); the output
+    // --max-output-tokens allows is a natural end ('stop'): a client asking 500 did not hit its limit.
     assert.deepEqual(
-      [d, m, capped].map((l) => [l.results[0]!.completionTokens, l.results[0]!.finishReason]),
-      [[5, 'stop'], [3, 'length'], [7, 'length']],
+      [d, m, capped, context].map((l) => [l.results[0]!.completionTokens, l.results[0]!.finishReason]),
+      [[5, 'stop'], [3, 'length'], [7, 'stop'], [2, 'length']],
     );
     assert.equal(d.results[0]!.text.split(' ').length, 5);
   });

@@ -260,6 +260,15 @@ describe('sim server: errors', () => {
     });
   }
 
+  test('without max_tokens the output stops at the end of the context window, as vLLM: finish_reason length', async () => {
+    await withSim({ maxModelLen: 100, defaultOutputTokens: 16 }, async (small) => {
+      const r = await postJson(small, '/v1/completions', { model: 'sim-model', prompt: 'x'.repeat(99 * 4) });
+      assert.equal(r.status, 200);
+      const body = r.json as { usage: { completion_tokens: number }; choices: { finish_reason: string }[] };
+      assert.deepEqual([body.usage.completion_tokens, body.choices[0]!.finish_reason], [1, 'length']);
+    });
+  });
+
   test('no model: the served one answers, as vLLM', async () => {
     const r = await postJson(sim, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 1 });
     assert.equal(r.status, 200);
