@@ -388,9 +388,6 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const headers = upstreamRequestHeaders(ctx.req.headers, ctx.requestId);
     if (leg?.headers !== undefined) Object.assign(headers, leg.headers);
     this.cachedTokens = leg?.cachedTokens;
-    // Sluice reads every answer (SSE events, usage, a rewritten cached-token count): uncompressed.
-    // A client's gzip would hold an SSE stream back until a compressed chunk happened to hold "\n\n".
-    headers['accept-encoding'] = 'identity';
     return new Promise<AttemptResult>((resolve) => {
       this.resolve = resolve;
       this.settled = false;
@@ -698,7 +695,6 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     let answered = false;
     try {
       const headers = upstreamRequestHeaders(ctx.req.headers, ctx.requestId);
-      headers['accept-encoding'] = 'identity';
       const up = await ctx.upstreams.get(prefill).request({ method: 'POST', path: ctx.req.url ?? '/', headers, body, signal });
       answered = true;
       // A prefill answer is one token, sent whole: its status line is its first byte.

@@ -29,7 +29,10 @@ const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...S
 
 /**
  * Request headers sent upstream: minus hop-by-hop (incl. those named in `Connection`), host, length,
- * routing, and `expect` (Node has answered the client's `100-continue`; undici refuses to send it).
+ * routing, and `expect` (Node has answered the client's `100-continue`; undici refuses to send it);
+ * `accept-encoding: identity` in place of the client's: Sluice reads every answer (SSE events,
+ * usage, kv_transfer_params, a rewritten cached-token count), and a client's gzip would hold an SSE
+ * stream back until a compressed chunk happened to hold "\n\n".
  */
 export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId: string): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
@@ -41,6 +44,7 @@ export function upstreamRequestHeaders(incoming: IncomingHttpHeaders, requestId:
     const v = incoming[name];
     if (v !== undefined) out[name] = v;
   }
+  out['accept-encoding'] = 'identity';
   out['x-request-id'] = requestId;
   return out;
 }
