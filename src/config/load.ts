@@ -762,26 +762,24 @@ function applyPluginSettings(
   });
 }
 
-function valueAt(root: object, path: readonly string[]): unknown {
-  let node: unknown = root;
-  for (const seg of path) node = isPlainObject(node) ? node[seg] : undefined;
+/** The value at `path` in a parsed or raw configuration (undefined when any step is missing). */
+function valueAt(root: unknown, path: readonly PathSegment[]): unknown {
+  let node = root;
+  for (const seg of path) {
+    if (Array.isArray(node) && typeof seg === 'number') node = node[seg];
+    else if (isPlainObject(node)) node = node[String(seg)];
+    else return undefined;
+  }
   return node;
 }
 
 function setValueAt(root: object, path: readonly string[], value: unknown): void {
-  let node: unknown = root;
-  for (const seg of path.slice(0, -1)) node = isPlainObject(node) ? node[seg] : undefined;
-  if (isPlainObject(node)) node[path.at(-1)!] = value;
+  const parent = valueAt(root, path.slice(0, -1));
+  if (isPlainObject(parent)) parent[path.at(-1)!] = value;
 }
 
 function rawHas(raw: Record<string, unknown>, path: readonly PathSegment[]): boolean {
-  let node: unknown = raw;
-  for (const seg of path) {
-    if (Array.isArray(node) && typeof seg === 'number') node = node[seg];
-    else if (isPlainObject(node)) node = node[String(seg)];
-    else return false;
-  }
-  return node !== undefined;
+  return valueAt(raw, path) !== undefined;
 }
 
 /**
