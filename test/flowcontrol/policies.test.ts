@@ -20,7 +20,7 @@ import {
 } from '../../src/flowcontrol/policies/index.js';
 import type { PluginDefinition, PluginDeps } from '../../src/plugins/registry.js';
 import { ManualClock, seededRandom } from '../../src/util/clock.js';
-import { listBand } from './harness.js';
+import { Harness, listBand } from './harness.js';
 
 const deps: PluginDeps = {
   clock: new ManualClock(),
@@ -233,46 +233,39 @@ describe('parseSloTtftHeader (x-llm-d-slo-ttft-ms)', () => {
   }
 });
 
-describe('global-strict-fairness-policy', () => {
+describe('global-strict-fairness-policy (through the controller, whose band index answers it)', () => {
   const policy = create<FairnessPolicy>(globalStrictFairnessPolicyDefinition);
-  const pick = (flows: FlowView[], ordering: OrderingPolicy) => policy.newBandSelector().select(listBand(flows, ordering), ordering)?.id ?? null;
+  /** Queues `submits` (label, flow, ms after the previous one) while saturated, then drains: the dispatch order. */
+  const drainOrder = (ordering: OrderingPolicy, submits: [string, string, number, { sloTtftMs?: number }?][]): string[] => {
+    const h = new Harness({ fairness: policy, ordering, saturation: 1 });
+    for (const [label, fairnessId, after, opts] of submits) {
+      h.timers.advance(after);
+      h.submit(label, { fairnessId, ...opts });
+    }
+    h.unblock(0);
+    return h.labels();
+  };
 
-  test('no flows or only empty flows → none', () => {
-    assert.equal(pick([], fcfs), null);
-    assert.equal(pick([flow('a', 0), flow('b', 0)], fcfs), null);
+  test('with FCFS the band is one global queue: a flow\'s second request passes another flow\'s later first one', () => {
+    // Not by flow id (a1 would go first), not in turns (b1, a1, b2): by head, across flows.
+    assert.deepEqual(drainOrder(fcfs, [['b1', 'b', 0], ['b2', 'b', 10], ['a1', 'a', 10]]), ['b1', 'b2', 'a1']);
   });
 
-  test('with FCFS: the flow whose head was enqueued first; empty flows skipped', () => {
-    const flows = [
-      flow('a', 0),
-      flow('b', 2, item('b', { enqueuedAt: 30 })),
-      flow('c', 1, item('c', { enqueuedAt: 20 })),
-      flow('d', 4, item('d', { enqueuedAt: 25 })),
-    ];
-    assert.equal(pick(flows, fcfs), 'c');
+  test('heads that tie go to the least flow id, not to the first arrival', () => {
+    assert.deepEqual(drainOrder(fcfs, [['z1', 'z', 0], ['a1', 'a', 0], ['m1', 'm', 0]]), ['a1', 'm1', 'z1']);
   });
 
-  test('ties go to the least id', () => {
-    const head = { enqueuedAt: 20, receivedAt: 20, ttlDeadline: Infinity, sloDeadline: Infinity, byteSize: 1 };
-    const flows = [flow('c', 1, { ...head }), flow('a', 1, item('a', { enqueuedAt: 40 })), flow('b', 1, head)];
-    assert.equal(pick(flows, fcfs), 'b');
+  test('with SLO deadlines: the flow whose head is due first, though it came last', () => {
+    assert.deepEqual(
+      drainOrder(slo, [['a1', 'a', 0, { sloTtftMs: 900 }], ['b1', 'b', 10, { sloTtftMs: 500 }], ['c1', 'c', 10, { sloTtftMs: 100 }]]),
+      ['c1', 'b1', 'a1'],
+    );
   });
 
-  test('with EDF: the flow whose head has the earliest TTL deadline, not the oldest', () => {
-    const flows = [
-      flow('a', 1, item('a', { enqueuedAt: 1 })), // oldest, no TTL
-      flow('b', 1, item('b', { enqueuedAt: 5, ttlDeadline: 800 })),
-      flow('c', 3, item('c', { enqueuedAt: 9, ttlDeadline: 300 })),
-    ];
-    assert.equal(pick(flows, edf), 'c');
-    assert.equal(pick(flows, fcfs), 'a');
-  });
-
-  test('stateless: repeated selection gives the same answer', () => {
-    const selector = policy.newBandSelector();
-    const band = listBand([flow('a', 1, item('a', { enqueuedAt: 5 })), flow('b', 1, item('b', { enqueuedAt: 1 }))], fcfs);
-    assert.equal(selector.select(band, fcfs)?.id, 'b');
-    assert.equal(selector.select(band, fcfs)?.id, 'b');
+  test('an idle band: the arrival alone is chosen (the solo view)', () => {
+    const h = new Harness({ fairness: policy, ordering: fcfs, saturation: 0 });
+    h.submit('now', { fairnessId: 'x' });
+    assert.deepEqual(h.labels(), ['now']);
   });
 });
 
