@@ -184,4 +184,11 @@ log "podDisruptionBudget.maxUnavailable 0 renders as 0"
 "$HELM" template sluice "$CHART" --kube-version "$KUBE_VERSION" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.maxUnavailable=0 \
   | grep -q '^  maxUnavailable: 0$' || die "podDisruptionBudget.maxUnavailable: 0 did not render as 0"
 
+log "the PDB lets NotReady pods be evicted on Kubernetes >= 1.27, and leaves the field out before"
+"$HELM" template sluice "$CHART" --kube-version 1.27.0 --set podDisruptionBudget.enabled=true \
+  | grep -q '^  unhealthyPodEvictionPolicy: AlwaysAllow$' || die "no unhealthyPodEvictionPolicy: AlwaysAllow on Kubernetes 1.27"
+if "$HELM" template sluice "$CHART" --kube-version 1.26.0 --set podDisruptionBudget.enabled=true | grep -q unhealthyPodEvictionPolicy; then
+  die "unhealthyPodEvictionPolicy rendered for Kubernetes 1.26, which does not know it"
+fi
+
 log "chart OK (${#cases[@]} renders: ${cases[*]})"
