@@ -137,17 +137,16 @@ export const roundRobinFairness: FairnessPolicy = {
 };
 
 /**
- * A BandView over a plain list of flows, answering by scanning them (what the controller's indexes
- * must agree with). Empty flows are skipped, as the controller holds none.
+ * A BandView over a plain list of flows, for the round-robin policy's tests: `flowAfter` by a scan
+ * in id order (empty flows skipped, as the controller holds none). Round robin takes turns by id:
+ * asking for the best head is a bug, so it throws.
  */
-export function listBand(flows: readonly FlowView[], ordering: OrderingPolicy): BandView {
+export function listBand(flows: readonly FlowView[]): BandView {
   const live = flows.filter((f) => f.length > 0 && f.head() !== undefined).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   return {
     flowAfter: (id) => live.find((f) => id === undefined || f.id > id),
     bestHead: () => {
-      let best: FlowView | undefined;
-      for (const f of live) if (best === undefined || ordering.compare(f.head()!, best.head()!) < 0) best = f;
-      return best;
+      throw new Error('round robin asked for the best head');
     },
   };
 }

@@ -272,7 +272,7 @@ describe('global-strict-fairness-policy (through the controller, whose band inde
 describe('round-robin-fairness-policy', () => {
   const policy = create<FairnessPolicy>(roundRobinFairnessPolicyDefinition);
   const busy = (...ids: string[]) => ids.map((id) => flow(id, 1, item(id, { enqueuedAt: 0 })));
-  const pick = (flows: FlowView[], selector = policy.newBandSelector()) => selector.select(listBand(flows, fcfs), fcfs)?.id ?? null;
+  const pick = (flows: FlowView[], selector = policy.newBandSelector()) => selector.select(listBand(flows), fcfs)?.id ?? null;
 
   test('rotates through non-empty flows in id order, wrapping around', () => {
     const selector = policy.newBandSelector();
