@@ -5,7 +5,8 @@
  * One pass over the string with charCode comparisons — no regex per line — because every endpoint is
  * scraped every 50 ms. With a `wanted` filter, a line whose metric name is not wanted is skipped right
  * after its name is read (its name is still checked, so an HTML or JSON page fails on its first line);
- * only wanted lines are fully validated and materialised.
+ * only wanted lines are fully validated and materialised. Lines of `lazy` metrics are validated but
+ * passed by value and position; their labels are built only when asked for (`labelsAt`).
  *
  * Malformed input throws `PromParseError` with the 1-based line number: a garbage page must fail the
  * scrape, never silently read as zeros.
@@ -19,6 +20,35 @@ export interface Sample {
 
 export type NameFilter = (name: string) => boolean;
 export type SampleCallback = (name: string, labels: Record<string, string>, value: number) => void;
+
+/**
+ * Metrics whose lines are checked and passed by value and position, their labels built only on
+ * request (`labelsAt`). For a family of many series of which one is wanted (vLLM's
+ * `vllm:lora_requests_info` keeps one per adapter combination it ever ran: tens of thousands on a
+ * long-running LoRA server), building every label set cost most of the scrape. A lazy line is
+ * checked as any other, except for a label named twice, which only `labelsAt` finds.
+ */
+export interface LazySamples {
+  names: NameFilter;
+  /** `at`: where the line starts, for `labelsAt`. */
+  onSample: (name: string, value: number, at: number) => void;
+}
+
+/** The labels of the sample line starting at `at` of a text `forEachSample` read. */
+export function labelsAt(text: string, at: number): Record<string, string> {
+  let labels: Record<string, string> | undefined;
+  let eol = text.indexOf('\n', at);
+  if (eol === -1) eol = text.length;
+  forEachSample(text.slice(at, eol), undefined, (_name, l) => {
+    labels = l;
+  });
+  if (labels === undefined) throw new Error(`no sample line at ${at}`);
+  return labels;
+}
+
+const SKIP = 0;
+const READ = 1;
+const LAZY = 2;
 
 export class PromParseError extends Error {
   readonly line: number;
@@ -122,14 +152,14 @@ function isIntegerToken(text: string, start: number, end: number): boolean {
  * in page order. Comments (`# HELP`, `# TYPE`, anything after `#`) and blank lines are skipped; LF and
  * CRLF line endings both work; optional timestamps are validated and ignored.
  */
-export function forEachSample(text: string, wanted: NameFilter | undefined, onSample: SampleCallback): void {
+export function forEachSample(text: string, wanted: NameFilter | undefined, onSample: SampleCallback, lazy?: LazySamples): void {
   const n = text.length;
   let pos = 0;
   let lineNo = 0;
   // Consecutive lines usually share a name (histogram buckets, engine series): reuse the last name and
   // verdict without scanning or slicing again.
   let prevName = '';
-  let prevWanted = false;
+  let prevWanted = SKIP;
 
   while (pos < n) {
     lineNo++;
@@ -148,7 +178,7 @@ export function forEachSample(text: string, wanted: NameFilter | undefined, onSa
 
     // Metric name. Fast path: the same name as the previous sample line, followed by '{' or a blank.
     let name: string;
-    let want: boolean;
+    let want: number;
     const nameStart = i;
     const afterPrev = i + prevName.length;
     if (
@@ -170,83 +200,18 @@ export function forEachSample(text: string, wanted: NameFilter | undefined, onSa
         throw new PromParseError(lineNo, `unexpected ${describeChar(text, i, end)} after metric name`);
       }
       name = text.slice(nameStart, i);
-      want = wanted === undefined || wanted(name);
+      want = lazy !== undefined && lazy.names(name) ? LAZY : wanted === undefined || wanted(name) ? READ : SKIP;
       prevName = name;
       prevWanted = want;
     }
-    if (!want) continue;
+    if (want === SKIP) continue;
 
     while (i < end && isBlank(text.charCodeAt(i))) i++;
 
-    // Label set.
-    const labels: Record<string, string> = {};
+    // Label set: a lazy line's is checked but not built.
+    const labels: Record<string, string> | undefined = want === READ ? {} : undefined;
     if (i < end && text.charCodeAt(i) === OPEN_BRACE) {
-      i++;
-      for (;;) {
-        while (i < end && isBlank(text.charCodeAt(i))) i++;
-        if (i >= end) throw new PromParseError(lineNo, 'unterminated label set');
-        c = text.charCodeAt(i);
-        if (c === CLOSE_BRACE) {
-          i++;
-          break;
-        }
-        if (!isLabelNameStart(c)) throw new PromParseError(lineNo, `invalid label name start ${describeChar(text, i, end)}`);
-        const labelStart = i;
-        i++;
-        while (i < end && isLabelNameChar(text.charCodeAt(i))) i++;
-        const labelName = text.slice(labelStart, i);
-        while (i < end && isBlank(text.charCodeAt(i))) i++;
-        if (i >= end || text.charCodeAt(i) !== EQUALS) {
-          throw new PromParseError(lineNo, `expected '=' after label ${labelName}, got ${describeChar(text, i, end)}`);
-        }
-        i++;
-        while (i < end && isBlank(text.charCodeAt(i))) i++;
-        if (i >= end || text.charCodeAt(i) !== QUOTE) {
-          throw new PromParseError(lineNo, `expected '"' to open the value of label ${labelName}, got ${describeChar(text, i, end)}`);
-        }
-        i++;
-        // Label value: copy runs between escapes.
-        let value = '';
-        let segStart = i;
-        for (;;) {
-          if (i >= end) throw new PromParseError(lineNo, `unterminated value of label ${labelName}`);
-          c = text.charCodeAt(i);
-          if (c === QUOTE) break;
-          if (c === BACKSLASH) {
-            const next = i + 1 < end ? text.charCodeAt(i + 1) : -1;
-            let unescaped: string;
-            if (next === BACKSLASH) unescaped = '\\';
-            else if (next === QUOTE) unescaped = '"';
-            else if (next === LOWER_N) unescaped = '\n';
-            else throw new PromParseError(lineNo, `invalid escape sequence in value of label ${labelName}`);
-            value += text.slice(segStart, i) + unescaped;
-            i += 2;
-            segStart = i;
-            continue;
-          }
-          i++;
-        }
-        value += text.slice(segStart, i);
-        i++; // closing quote
-        if (Object.prototype.hasOwnProperty.call(labels, labelName)) {
-          throw new PromParseError(lineNo, `duplicate label ${labelName}`);
-        }
-        if (labelName === '__proto__') {
-          Object.defineProperty(labels, labelName, { value, enumerable: true, writable: true, configurable: true });
-        } else {
-          labels[labelName] = value;
-        }
-        while (i < end && isBlank(text.charCodeAt(i))) i++;
-        if (i >= end) throw new PromParseError(lineNo, 'unterminated label set');
-        c = text.charCodeAt(i);
-        if (c === COMMA) {
-          i++; // a trailing comma before '}' is allowed, as in the Go parser
-          continue;
-        }
-        if (c !== CLOSE_BRACE) throw new PromParseError(lineNo, `expected ',' or '}' after label ${labelName}, got ${describeChar(text, i, end)}`);
-        i++;
-        break;
-      }
+      i = labels === undefined ? checkLabelSet(text, i + 1, end, lineNo) : readLabelSet(text, i + 1, end, lineNo, labels);
       while (i < end && isBlank(text.charCodeAt(i))) i++;
     }
 
@@ -270,7 +235,94 @@ export function forEachSample(text: string, wanted: NameFilter | undefined, onSa
       if (i < end) throw new PromParseError(lineNo, `unexpected text after timestamp: ${JSON.stringify(text.slice(i, end))}`);
     }
 
-    onSample(name, labels, sampleValue);
+    if (labels !== undefined) onSample(name, labels, sampleValue);
+    else lazy!.onSample(name, sampleValue, lineStart);
+  }
+}
+
+/**
+ * A well-formed label set, from just after its `{` to its `}` (one regex run: V8 compiles it to machine
+ * code, several times faster than the loop below over a long line). Values cannot span lines.
+ */
+const LABEL_SET = /(?:[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\\n]|\\[\\"n])*"[ \t]*,)*(?:[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*"(?:[^"\\\n]|\\[\\"n])*"[ \t]*)?[ \t]*\}/y;
+
+/** Checks a label set without building it; the loop below names what is wrong with a malformed one. */
+function checkLabelSet(text: string, i: number, end: number, lineNo: number): number {
+  LABEL_SET.lastIndex = i;
+  if (LABEL_SET.test(text) && LABEL_SET.lastIndex <= end) return LABEL_SET.lastIndex;
+  return readLabelSet(text, i, end, lineNo, undefined);
+}
+
+/**
+ * Reads a label set from just after its `{` to just after its `}`, into `labels` when given (else
+ * only checked: no string is built). Returns the index after the `}`.
+ */
+function readLabelSet(text: string, i: number, end: number, lineNo: number, labels: Record<string, string> | undefined): number {
+  for (;;) {
+    while (i < end && isBlank(text.charCodeAt(i))) i++;
+    if (i >= end) throw new PromParseError(lineNo, 'unterminated label set');
+    let c = text.charCodeAt(i);
+    if (c === CLOSE_BRACE) return i + 1;
+    if (!isLabelNameStart(c)) throw new PromParseError(lineNo, `invalid label name start ${describeChar(text, i, end)}`);
+    const labelStart = i;
+    i++;
+    while (i < end && isLabelNameChar(text.charCodeAt(i))) i++;
+    const labelEnd = i;
+    while (i < end && isBlank(text.charCodeAt(i))) i++;
+    if (i >= end || text.charCodeAt(i) !== EQUALS) {
+      throw new PromParseError(lineNo, `expected '=' after label ${text.slice(labelStart, labelEnd)}, got ${describeChar(text, i, end)}`);
+    }
+    i++;
+    while (i < end && isBlank(text.charCodeAt(i))) i++;
+    if (i >= end || text.charCodeAt(i) !== QUOTE) {
+      throw new PromParseError(lineNo, `expected '"' to open the value of label ${text.slice(labelStart, labelEnd)}, got ${describeChar(text, i, end)}`);
+    }
+    i++;
+    // Label value: copy runs between escapes.
+    let value = '';
+    let segStart = i;
+    for (;;) {
+      if (i >= end) throw new PromParseError(lineNo, `unterminated value of label ${text.slice(labelStart, labelEnd)}`);
+      c = text.charCodeAt(i);
+      if (c === QUOTE) break;
+      if (c === BACKSLASH) {
+        const next = i + 1 < end ? text.charCodeAt(i + 1) : -1;
+        let unescaped: string;
+        if (next === BACKSLASH) unescaped = '\\';
+        else if (next === QUOTE) unescaped = '"';
+        else if (next === LOWER_N) unescaped = '\n';
+        else throw new PromParseError(lineNo, `invalid escape sequence in value of label ${text.slice(labelStart, labelEnd)}`);
+        if (labels !== undefined) value += text.slice(segStart, i) + unescaped;
+        i += 2;
+        segStart = i;
+        continue;
+      }
+      i++;
+    }
+    if (labels !== undefined) {
+      value += text.slice(segStart, i);
+      const labelName = text.slice(labelStart, labelEnd);
+      if (Object.prototype.hasOwnProperty.call(labels, labelName)) {
+        throw new PromParseError(lineNo, `duplicate label ${labelName}`);
+      }
+      if (labelName === '__proto__') {
+        Object.defineProperty(labels, labelName, { value, enumerable: true, writable: true, configurable: true });
+      } else {
+        labels[labelName] = value;
+      }
+    }
+    i++; // closing quote
+    while (i < end && isBlank(text.charCodeAt(i))) i++;
+    if (i >= end) throw new PromParseError(lineNo, 'unterminated label set');
+    c = text.charCodeAt(i);
+    if (c === COMMA) {
+      i++; // a trailing comma before '}' is allowed, as in the Go parser
+      continue;
+    }
+    if (c !== CLOSE_BRACE) {
+      throw new PromParseError(lineNo, `expected ',' or '}' after label ${text.slice(labelStart, labelEnd)}, got ${describeChar(text, i, end)}`);
+    }
+    return i + 1;
   }
 }
 

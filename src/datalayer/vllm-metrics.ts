@@ -19,7 +19,7 @@
  * `num_gpu_blocks="None"`), the rest of the page still counts.
  */
 import type { CacheConfigInfo, EndpointMetrics, LoraInfo } from './endpoint.js';
-import { forEachSample } from './prom-text.js';
+import { forEachSample, labelsAt, type LazySamples } from './prom-text.js';
 
 export interface EngineMetricNames {
   waiting: string;
@@ -70,14 +70,13 @@ export class MetricsExtractError extends Error {
   }
 }
 
-/** Per engine: the set of family names we read, built once (the filter runs on every page line). */
+/** Per engine: the set of family names read in full, built once (the filter runs on every page line). The LoRA family is read lazily. */
 const wantedSets = new Map<string, Set<string>>();
 
 function wantedSetFor(engineType: string, names: EngineMetricNames): Set<string> {
   let set = wantedSets.get(engineType);
   if (set === undefined) {
     set = new Set([names.waiting, names.running, ...names.kvUsage]);
-    if (names.lora !== undefined) set.add(names.lora);
     if (names.cacheConfig !== undefined) set.add(names.cacheConfig.metric);
     wantedSets.set(engineType, set);
   }
@@ -127,8 +126,23 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
   let runningSeries = 0;
   const kvSum = new Array<number>(names.kvUsage.length).fill(0);
   const kvSeries = new Array<number>(names.kvUsage.length).fill(0);
+  // The value is the series' creation time: the newest series describes the current state. Only its
+  // labels are built (a long-running LoRA server prints tens of thousands of these series).
   let loraValue = -Infinity;
-  let loraLabels: Record<string, string> | undefined;
+  let loraAt = -1;
+  const loraName = names.lora;
+  const lazyLora: LazySamples | undefined =
+    loraName === undefined
+      ? undefined
+      : {
+          names: (name) => name === loraName,
+          onSample: (_name, value, at) => {
+            if (value > loraValue) {
+              loraValue = value;
+              loraAt = at;
+            }
+          },
+        };
   let cacheConfig: CacheConfigInfo | undefined;
   const replicaLabels = names.replicaLabels;
   /** Series of the summed families seen so far: a page that prints one twice counts it once. */
@@ -159,12 +173,6 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
         checkGauge(name, value);
         running += value;
         runningSeries++;
-      } else if (name === names.lora) {
-        // The value is the series' creation time: the newest series describes the current state.
-        if (value > loraValue) {
-          loraValue = value;
-          loraLabels = labels;
-        }
       } else if (names.cacheConfig !== undefined && name === names.cacheConfig.metric) {
         if (cacheConfig === undefined) {
           const blockSize = parseCount(labels[names.cacheConfig.blockSizeLabel]);
@@ -180,6 +188,7 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
         }
       }
     },
+    lazyLora,
   );
 
   if (waitingSeries === 0) throw new MetricsExtractError(`metric ${names.waiting} is missing`);
@@ -188,7 +197,8 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
   if (kvIndex < 0) throw new MetricsExtractError(`metric ${names.kvUsage.join(' (or ')}${names.kvUsage.length > 1 ? ')' : ''} is missing`);
 
   const metrics: EndpointMetrics = { waiting, running, kvUsage: kvSum[kvIndex]! / kvSeries[kvIndex]! };
-  if (loraLabels !== undefined) {
+  if (loraAt >= 0) {
+    const loraLabels = labelsAt(text, loraAt);
     const maxLora = parseCount(loraLabels['max_lora']);
     if (maxLora !== undefined) {
       const lora: LoraInfo = {

@@ -1,7 +1,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { forEachSample, parsePromText, parseSampleValue, PromParseError } from '../../src/datalayer/prom-text.js';
+import { forEachSample, labelsAt, parsePromText, parseSampleValue, PromParseError } from '../../src/datalayer/prom-text.js';
 
 const referencePage = readFileSync(new URL('../fixtures/vllm-metrics.txt', import.meta.url), 'utf8');
 
@@ -11,16 +11,26 @@ function only(text: string) {
   return samples[0]!;
 }
 
-function assertParseError(text: string, line: number, messagePart?: RegExp): void {
-  assert.throws(
-    () => parsePromText(text),
-    (err: unknown) => {
-      assert.ok(err instanceof PromParseError, `expected PromParseError, got ${String(err)}`);
-      assert.equal(err.line, line, `line number for ${JSON.stringify(text)}: ${err.message}`);
-      if (messagePart) assert.match(err.message, messagePart);
-      return true;
-    },
-  );
+/** Every sample read lazily: name, value and the labels `labelsAt` builds from the line's position. */
+function parseLazily(text: string): { name: string; value: number; labels: Record<string, string> }[] {
+  const out: { name: string; value: number; labels: Record<string, string> }[] = [];
+  forEachSample(text, () => false, () => assert.fail('no line is read in full'), {
+    names: () => true,
+    onSample: (name, value, at) => out.push({ name, value, labels: labelsAt(text, at) }),
+  });
+  return out;
+}
+
+/** The page fails with this line and message, read in full and (unless `fullOnly`) read lazily. */
+function assertParseError(text: string, line: number, messagePart?: RegExp, fullOnly = false): void {
+  const check = (err: unknown): true => {
+    assert.ok(err instanceof PromParseError, `expected PromParseError, got ${String(err)}`);
+    assert.equal(err.line, line, `line number for ${JSON.stringify(text)}: ${err.message}`);
+    if (messagePart) assert.match(err.message, messagePart);
+    return true;
+  };
+  assert.throws(() => parsePromText(text), check);
+  if (!fullOnly) assert.throws(() => forEachSample(text, undefined, () => {}, { names: () => true, onSample: () => {} }), check);
 }
 
 describe('parsePromText: the reference vLLM page (pd-and-vllm.md §4.3)', () => {
@@ -177,7 +187,9 @@ describe('parsePromText: malformed input throws PromParseError with the line num
     assertParseError('m{a="b"', 1, /unterminated label set/);
     assertParseError('m{a="b",', 1, /unterminated label set/);
     assertParseError('m{,} 1', 1, /invalid label name/);
-    assertParseError('m{a="1",a="2"} 1', 1, /duplicate label a/);
+    // A lazy line's labels are checked for syntax only: labelsAt finds a label named twice.
+    assertParseError('m{a="1",a="2"} 1', 1, /duplicate label a/, true);
+    assert.throws(() => parseLazily('m{a="1",a="2"} 1'), /duplicate label a/);
   });
 
   test('unterminated quote and invalid escapes', () => {
@@ -217,6 +229,27 @@ describe('parsePromText: malformed input throws PromParseError with the line num
   test('the line number counts comments, blank lines and CRLF lines', () => {
     assertParseError('# HELP a x\r\n# TYPE a gauge\r\n\r\na 1\r\na{b=1} 2\r\n', 5);
     assertParseError('a 1\nb 2\n\n\nc oops\n', 5);
+  });
+
+  test('lazy lines: name, value and position; labelsAt builds the labels as a full read does', () => {
+    const page = [
+      '# HELP m help',
+      'm{a="x\\\\y",b="q\\"uote",c="new\\nline", d = "" ,} 1.5 1700000000000',
+      'other{z="1"} 7',
+      'm 2',
+      'm{e="\u00e9t\u00e9"}\t3\r',
+      '',
+    ].join('\n');
+    const lazy = parseLazily(page);
+    assert.deepEqual(lazy, parsePromText(page).samples);
+    assert.deepEqual(lazy[0]!.labels, { a: 'x\\y', b: 'q"uote', c: 'new\nline', d: '' });
+    assert.deepEqual(lazy.map((s) => s.value), [1.5, 7, 2, 3]);
+    // Lazy and full lines mix on one page, each name read its own way.
+    const full: string[] = [];
+    const lazyNames: string[] = [];
+    forEachSample(page, (n) => n === 'other', (n) => full.push(n), { names: (n) => n === 'm', onSample: (n) => lazyNames.push(n) });
+    assert.deepEqual(full, ['other']);
+    assert.deepEqual(lazyNames, ['m', 'm', 'm']);
   });
 
   test('with a filter, unwanted lines are skipped after a name check; wanted ones stay strict', () => {
