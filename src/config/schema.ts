@@ -321,6 +321,38 @@ function normalizedAddress(address: string): string {
   return unbracketed.toLowerCase();
 }
 
+/**
+ * Endpoint names, and address:port pairs, are unique (SPEC §3.1). Reads the pool defensively: with
+ * other issues, entries or fields may not have parsed.
+ */
+function reportDuplicateEndpoints(pool: { targetPort?: unknown; endpoints?: unknown }, ctx: z.RefinementCtx): void {
+  if (!Array.isArray(pool.endpoints)) return;
+  const byName = new Map<string, number>();
+  const byHostPort = new Map<string, number>();
+  pool.endpoints.forEach((e: unknown, i) => {
+    if (typeof e !== 'object' || e === null) return;
+    const { name, address, port = pool.targetPort } = e as { name?: unknown; address?: unknown; port?: unknown };
+    if (typeof name === 'string') {
+      const first = byName.get(name);
+      if (first !== undefined) {
+        ctx.addIssue({ code: 'custom', message: `duplicate endpoint name "${name}" (first used by pool.endpoints[${first}])`, path: ['endpoints', i, 'name'], input: name });
+      } else byName.set(name, i);
+    }
+    if (typeof address !== 'string' || typeof port !== 'number') return;
+    const hostPort = `${normalizedAddress(address)}|${port}`;
+    const first = byHostPort.get(hostPort);
+    if (first !== undefined) {
+      const firstName = (pool.endpoints as { name?: unknown }[])[first]!.name;
+      ctx.addIssue({
+        code: 'custom',
+        message: `duplicate address ${address} port ${port} (already ${typeof firstName === 'string' ? `endpoint "${firstName}"` : `pool.endpoints[${first}]`})`,
+        path: ['endpoints', i, 'address'],
+        input: address,
+      });
+    } else byHostPort.set(hostPort, i);
+  });
+}
+
 export const poolSchema = z
   .strictObject({
     name: z.string().min(1).default('default-pool'),
@@ -328,30 +360,12 @@ export const poolSchema = z
     metrics: poolMetricsSchema,
     endpoints: z.array(endpointSchema).default([]),
   })
+  // Duplicates are looked for even when another entry is invalid (a check runs on what parsed), so
+  // one run of `sluice validate` lists both.
+  .superRefine(reportDuplicateEndpoints, { when: () => true })
   .transform((pool, ctx): PoolConfig => {
-    const byName = new Map<string, number>();
-    const byHostPort = new Map<string, number>();
     const endpoints: EndpointConfig[] = pool.endpoints.map((e, i) => {
       const port = e.port ?? pool.targetPort;
-      const firstName = byName.get(e.name);
-      if (firstName !== undefined) {
-        ctx.addIssue({
-          code: 'custom',
-          message: `duplicate endpoint name "${e.name}" (first used by pool.endpoints[${firstName}])`,
-          path: ['endpoints', i, 'name'],
-          input: e.name,
-        });
-      } else byName.set(e.name, i);
-      const hostPort = `${normalizedAddress(e.address)}|${port}`;
-      const firstHostPort = byHostPort.get(hostPort);
-      if (firstHostPort !== undefined) {
-        ctx.addIssue({
-          code: 'custom',
-          message: `duplicate address ${e.address} port ${port} (already endpoint "${pool.endpoints[firstHostPort]!.name}")`,
-          path: ['endpoints', i, 'address'],
-          input: e.address,
-        });
-      } else byHostPort.set(hostPort, i);
       // Caught here, not at the first scrape: an engine type Sluice cannot read leaves the endpoint
       // stale forever (every scrape fails), so it would never get a request.
       const engineLabel = engineLabelOf(e.labels);

@@ -174,6 +174,21 @@ describe('pool and objectives', () => {
     ]);
   });
 
+  test('a duplicate endpoint is reported together with another entry\'s error', () => {
+    const text = yaml(
+      'pool:',
+      '  endpoints:',
+      '  - { name: a, address: 127.0.0.1, port: x }',
+      '  - { name: b, address: 127.0.0.2 }',
+      '  - { name: b, address: 127.0.0.2 }',
+    );
+    assert.deepEqual(problems(text), [
+      'c.yaml:3:42: pool.endpoints[0].port: expected a number, got string "x"',
+      'c.yaml:5:13: pool.endpoints[2].name: duplicate endpoint name "b" (first used by pool.endpoints[1])',
+      'c.yaml:5:25: pool.endpoints[2].address: duplicate address 127.0.0.2 port 8000 (already endpoint "b")',
+    ]);
+  });
+
   test('addresses with a port or a scheme', () => {
     const text = yaml('pool:', '  endpoints:', '  - { name: a, address: "10.0.0.1:8000" }', '  - { name: b, address: "http://x" }');
     assert.deepEqual(problems(text), [
