@@ -73,7 +73,7 @@ const OWN_FLAGS: Readonly<Record<string, OwnFlag>> = {
   '--num-gpu-blocks': { spec: n('numGpuBlocks', 'integer', 1), value: 'N', help: 'KV blocks in the prefix cache (LRU; kv_cache_usage_perc)', default: E.numGpuBlocks },
   '--default-output-tokens': { spec: n('defaultOutputTokens', 'integer', 1), value: 'N', help: 'output length when a request sets no max_tokens', default: E.defaultOutputTokens },
   '--max-output-tokens': { spec: n('maxOutputTokens', 'integer', 1), value: 'N', help: 'output length at most', default: E.maxOutputTokens },
-  '--max-model-len': { spec: n('maxModelLen', 'integer', 0), value: 'N', help: 'context window in tokens (characters / 4); 0 = no limit', default: S.maxModelLen },
+  '--max-model-len': { spec: n('maxModelLen', 'integer', 0), value: 'N', help: 'context window in tokens (characters / 4, or token ids); 0 = no limit', default: S.maxModelLen },
   '--failure-rate': { spec: n('failureRate', 'number', 0, 1), value: 'P', help: 'share of requests that fail at random (0–1)', default: S.failureRate },
   '--failure-status': { spec: n('failureStatus', 'integer', 400, 599), value: 'CODE', help: 'HTTP status of those failures', default: S.failureStatus },
 };

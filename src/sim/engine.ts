@@ -9,6 +9,12 @@
  * whose prompt KV comes from a prefiller (`remotePrefill`) pays a KV-transfer latency
  * (`kvTransferMs + kvTransferMsPerToken × uncached prompt tokens`) instead of the prefill cost.
  *
+ * Parallel sampling (vLLM V1, `n > 1`): the HTTP layer submits n child requests that share one
+ * GenerationInput; each takes its own running slot (or queue place) and generates its own tokens.
+ * A child submitted with a `sibling` shares that sibling's prompt blocks once the sibling holds
+ * them (vLLM V1 caches a step's full blocks as it schedules them, so the 2nd..nth child of a
+ * prompt hit the 1st's blocks even in the same step).
+ *
  * Time is injected (a Clock for "now" and SimTimers for callbacks) so tests can drive it with
  * virtual time; every token's due time is computed from the first-token time, so real timers
  * do not accumulate drift.
@@ -97,8 +103,14 @@ export interface SimEngineOptions {
 
 /** One generation request as the engine sees it (already validated by the HTTP layer). */
 export interface GenerationInput {
-  /** Text whose length gives the prompt tokens (chars/4) and whose blocks are hashed. */
+  /** Text whose length gives the prompt tokens (chars/4) and whose blocks are hashed (unless promptTokenIds is set). */
   promptText: string;
+  /**
+   * A prompt given as token ids: exactly that many prompt tokens, and block identity comes from the
+   * ids (blockSizeTokens ids a block), so token-id prompts sharing leading ids share cached blocks.
+   * promptText is then not used.
+   */
+  promptTokenIds?: readonly number[];
   /** max_completion_tokens ?? max_tokens, when the client set one. */
   maxTokens?: number;
   /** Tokens the context window leaves after the prompt (vLLM's max_model_len − prompt), when limited. */
@@ -144,6 +156,17 @@ export interface SimRequestHandle {
   readonly cachedTokens: number;
   /** Frees the slot (or queue place) at once and admits the next waiting request. Idempotent. */
   abort(): void;
+}
+
+/** How one child of a parallel-sampling (`n > 1`) request relates to its siblings. */
+export interface SubmitOptions {
+  /**
+   * An earlier child of the same prompt (same GenerationInput). Once it holds its KV blocks (it was
+   * admitted), this child's full prompt blocks hit them, as in vLLM V1.
+   */
+  sibling?: SimRequestHandle;
+  /** Which of the n children (0 = the output an n = 1 request gets): varies the output text. */
+  choice?: number;
 }
 
 export type SubmitResult =
@@ -193,6 +216,11 @@ export function estimateTokens(text: string): number {
   return Math.max(1, Math.ceil(text.length / CHARS_PER_TOKEN));
 }
 
+/** A prompt's tokens: the number of its token ids, else the estimate from its text. */
+export function promptTokensOf(input: Pick<GenerationInput, 'promptText' | 'promptTokenIds'>): number {
+  return input.promptTokenIds !== undefined ? input.promptTokenIds.length : estimateTokens(input.promptText);
+}
+
 const VOCABULARY = [
   'the', 'model', 'is', 'simulated', 'and', 'tokens', 'flow', 'through', 'a', 'sluice', 'gate',
   'with', 'steady', 'latency', 'while', 'prefix', 'cache', 'blocks', 'stay', 'warm', 'for',
@@ -236,6 +264,16 @@ export function promptBlockHashes(text: string, blockChars: number, cacheSalt?: 
     hashes[b] = prev;
   }
   return hashes;
+}
+
+/**
+ * Chained hashes of every full block of a token-id prompt (blockTokens ids each): each id is read as
+ * two UTF-16 units, so the text hash chains the ids.
+ */
+export function tokenIdBlockHashes(ids: readonly number[], blockTokens: number, cacheSalt?: string): number[] {
+  let units = '';
+  for (const id of ids) units += String.fromCharCode(id & 0xffff, (id >>> 16) & 0xffff);
+  return promptBlockHashes(units, blockTokens * 2, cacheSalt);
 }
 
 /** LRU set of block hashes; Map iteration order is insertion order, so the first key is the oldest. */
@@ -288,6 +326,8 @@ class EngineRequest implements SimRequestHandle {
   state: RequestState = 'waiting';
   cachedTokens = 0;
   blockHashes: number[] = [];
+  /** Admitted at least once: its prompt blocks are allocated (a sibling may share them). */
+  blocksAllocated = false;
   admittedAt = 0;
   firstTokenAt = 0;
   itlMs = 0;
@@ -304,6 +344,7 @@ class EngineRequest implements SimRequestHandle {
     readonly finishReason: FinishReason,
     readonly arrivedAt: number,
     readonly tokenSeed: number,
+    readonly sibling: EngineRequest | undefined,
   ) {}
 
   abort(): void {
@@ -438,12 +479,23 @@ export class SimEngine {
 
   // ---- requests ----------------------------------------------------------------------------
 
-  submit(input: GenerationInput, listener: GenerationListener): SubmitResult {
+  /**
+   * Whether `count` requests submitted now would all be accepted (a free slot each, else a queue
+   * place): a request fanned out into several (n > 1, a prompt batch) is taken whole or refused.
+   */
+  hasRoomFor(count: number): boolean {
+    const s = this.current;
+    const free = this.waitingCount === 0 ? Math.max(0, s.maxNumSeqs - this.running.size) : 0;
+    return free + (s.maxWaiting - this.waitingCount) >= count;
+  }
+
+  submit(input: GenerationInput, listener: GenerationListener, options?: SubmitOptions): SubmitResult {
     const s = this.current;
     const freeSlot = this.running.size < s.maxNumSeqs && this.waitingCount === 0;
     if (!freeSlot && this.waitingCount >= s.maxWaiting) return { accepted: false, reason: 'queue_full' };
 
-    const promptTokens = estimateTokens(input.promptText);
+    const ids = input.promptTokenIds;
+    const promptTokens = promptTokensOf(input);
     // The output's natural length: max_tokens, else the default, at most --max-output-tokens.
     const natural = Math.min(input.maxTokens ?? this.defaultOutputTokens, this.maxOutputTokens);
     const room = input.contextRoom ?? Infinity;
@@ -455,10 +507,13 @@ export class SimEngine {
       : outputTokens === input.maxTokens || outputTokens < natural
         ? 'length'
         : 'stop';
-    const seed = input.promptText.length + (input.promptText.charCodeAt(0) || 0);
+    // The n children of one prompt differ by choice: 13 is odd, so choices 0..31 start at distinct words.
+    const seed = (ids !== undefined ? ids.length + ((ids[0] ?? 0) >>> 0) : input.promptText.length + (input.promptText.charCodeAt(0) || 0)) +
+      13 * (options?.choice ?? 0);
+    const sibling = options?.sibling instanceof EngineRequest ? options.sibling : undefined;
     const r = new EngineRequest(
       this.nextId++, this, input, listener, promptTokens, outputTokens, finishReason,
-      this.clock.now(), seed,
+      this.clock.now(), seed, sibling,
     );
     if (freeSlot) this.admit(r);
     else {
@@ -528,12 +583,19 @@ export class SimEngine {
     r.itlMs = s.itlMs;
     this.running.add(r);
 
-    r.blockHashes = promptBlockHashes(
-      r.input.promptText, this.blockSizeTokens * CHARS_PER_TOKEN, r.input.cacheSalt,
-    );
+    const sibling = r.sibling?.blocksAllocated ? r.sibling : undefined;
+    const ids = r.input.promptTokenIds;
+    r.blockHashes = sibling !== undefined
+      ? sibling.blockHashes // same prompt: same blocks
+      : ids !== undefined
+        ? tokenIdBlockHashes(ids, this.blockSizeTokens, r.input.cacheSalt)
+        : promptBlockHashes(r.input.promptText, this.blockSizeTokens * CHARS_PER_TOKEN, r.input.cacheSalt);
+    r.blocksAllocated = true;
     // Like vLLM, the last prompt token is always computed, so a full-prompt hit stops one block short.
     const lookupLimit = Math.floor((r.promptTokens - 1) / this.blockSizeTokens);
-    const hitBlocks = this.lru.matchPrefix(r.blockHashes, lookupLimit);
+    let hitBlocks = this.lru.matchPrefix(r.blockHashes, lookupLimit);
+    // A sibling already holds every full block of this prompt (computed or being computed).
+    if (sibling !== undefined) hitBlocks = Math.max(hitBlocks, Math.min(lookupLimit, r.blockHashes.length));
     r.cachedTokens = Math.min(r.promptTokens, hitBlocks * this.blockSizeTokens);
     this.counters.prefixCacheQueries += r.promptTokens;
     this.counters.prefixCacheHits += r.cachedTokens;

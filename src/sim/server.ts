@@ -8,6 +8,11 @@
  * decoder where to pull the KV from (this sim's name, host, port and block ids); streaming it is a
  * 400. `do_remote_prefill: true` makes a decode request that pays a KV-transfer latency instead of
  * the prefill cost.
+ *
+ * Several choices (as vLLM V1): `n > 1` fans a request out into n engine requests (children) that
+ * share the prompt; a `/v1/completions` prompt batch (an array of strings or of token-id arrays)
+ * is one engine request (n with `n`) per prompt. Choice index = promptIndex × n + i; usage counts
+ * each prompt once and every choice's tokens. The request is accepted whole or refused (429).
  */
 import { createServer, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -15,11 +20,13 @@ import type { RandomSource } from '../util/clock.js';
 import {
   SimEngine,
   TTFT_BUCKETS_SECONDS,
-  estimateTokens,
+  promptTokensOf,
   type GenerationInput,
+  type GenerationListener,
   type FinishReason,
   type GenerationResult,
   type SimEngineOptions,
+  type SimRequestHandle,
   type SimLatencySettings,
   type SimPins,
 } from './engine.js';
@@ -49,7 +56,8 @@ export interface SimOptions extends SimEngineOptions {
   /** Request bodies larger than this get 413. Default 32 MiB (above the gateway's 16Mi default). */
   maxBodyBytes?: number;
   /**
-   * Context window in tokens (vLLM --max-model-len), checked on the prompt-token estimate: a prompt
+   * Context window in tokens (vLLM --max-model-len), checked on each prompt's tokens (the estimate
+   * from its text, or the number of its token ids): a prompt
    * of this many tokens or more, or prompt + max_tokens above it, gets a 400 at once, as from vLLM.
    * Default 131072; 0 = no limit. Without it a huge prompt is held for its whole simulated prefill
    * (3M tokens × 0.1 ms: past the gateway's upstream time-out).
@@ -282,30 +290,48 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   }
 
   function runInference(req: IncomingMessage, res: ServerResponse, chat: boolean, body: JsonObject): void {
-    const input = toGenerationInput(body, chat, model, maxModelLen);
+    const { prompts, n } = toGenerationRequest(body, chat, model, maxModelLen);
     const stream = body.stream === true;
     const streamOptions = body.stream_options;
     const includeUsage = stream && isObject(streamOptions) && streamOptions.include_usage === true;
     const id = `${chat ? 'chatcmpl' : 'cmpl'}-${name}-${++idSeq}`;
     const created = Math.floor(clock.now() / 1000);
-
-    const sse = stream ? new SseWriter(res, baseHeaders(req), chat, id, created, modelJson, includeUsage) : undefined;
-    const submitted = sse
-      ? engine.submit(input, sse)
-      : engine.submit(input, {
-          onFinish: (result) =>
-            sendJson(res, req, 200, completionJson(chat, id, created, model, result, input.remoteDecode ? prefillKvParams(result) : undefined)),
-        });
-    if (!submitted.accepted) {
+    const choices = prompts.length * n;
+    // Every child or none: a fanned-out request is not half queued.
+    if (!engine.hasRoomFor(choices)) {
       sendJson(res, req, 429, errorBody(429, 'Failed to enqueue request, waiting requests queue is full'));
       return;
     }
+
+    const sse = stream ? new SseWriter(res, baseHeaders(req), chat, id, created, modelJson, includeUsage, choices, n) : undefined;
+    const json = sse
+      ? undefined
+      : new JsonAnswer(choices, (results) => {
+          const kv = prompts[0]!.remoteDecode ? prefillKvParams(results[0]!) : undefined;
+          sendJson(res, req, 200, completionJson(chat, id, created, model, results, n, kv));
+        });
+    const handles: SimRequestHandle[] = new Array<SimRequestHandle>(choices);
+    for (let p = 0; p < prompts.length; p++) {
+      const input = prompts[p]!;
+      let first: SimRequestHandle | undefined;
+      for (let i = 0; i < n; i++) {
+        const choice = p * n + i;
+        const submitted = engine.submit(input, sse ? new StreamedChoice(sse, choice) : new AnsweredChoice(json!, choice), i === 0 ? undefined : { sibling: first!, choice: i });
+        if (!submitted.accepted) {
+          // hasRoomFor said yes; never expected, but leave nothing behind if it happens.
+          for (let c = 0; c < choice; c++) handles[c]!.abort();
+          sendJson(res, req, 429, errorBody(429, 'Failed to enqueue request, waiting requests queue is full'));
+          return;
+        }
+        handles[choice] = submitted.request;
+        first ??= submitted.request;
+      }
+    }
     // As vLLM (a Starlette StreamingResponse): a stream's headers go out once it is accepted, before its queue wait and prefill.
     sse?.begin();
-    const handle = submitted.request;
-    // A client that goes away frees its slot (or queue place) at once, as vLLM aborts on disconnect.
+    // A client that goes away frees its slots (or queue places) at once, as vLLM aborts on disconnect.
     res.on('close', () => {
-      if (!res.writableFinished) handle.abort();
+      if (!res.writableFinished) for (const h of handles) h.abort();
     });
   }
 
@@ -406,11 +432,19 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   };
 }
 
+/** A validated inference request: one engine input per prompt, each run as n children. */
+export interface GenerationRequest {
+  /** One per prompt (a `/v1/completions` batch has several; chat has one). */
+  prompts: GenerationInput[];
+  /** vLLM's `n`: choices per prompt. */
+  n: number;
+}
+
 /**
  * Validates an OpenAI body (as vLLM does, including its context-window check against `maxModelLen`,
- * 0 = none) and maps it to the engine's input; throws SimHttpError 400/404.
+ * 0 = none, for each prompt) and maps it to the engine's inputs; throws SimHttpError 400/404.
  */
-export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: string, maxModelLen: number): GenerationInput {
+export function toGenerationRequest(body: JsonObject, chat: boolean, servedModel: string, maxModelLen: number): GenerationRequest {
   const requested = body.model;
   // vLLM serves a request without a model with its served model.
   if (requested !== undefined && requested !== null && typeof requested !== 'string') {
@@ -419,7 +453,8 @@ export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: 
   if (typeof requested === 'string' && requested !== '' && requested !== servedModel) {
     throw new SimHttpError(404, `The model \`${requested}\` does not exist.`, 'model');
   }
-  let promptText: string;
+  // Each prompt as text (chars / 4 tokens) or as token ids (one token each).
+  const prompts: GenerationInput[] = [];
   if (chat) {
     const messages = body.messages;
     if (!Array.isArray(messages) || messages.length === 0 || !messages.every((m) => isObject(m) && typeof m.role === 'string')) {
@@ -427,30 +462,35 @@ export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: 
     }
     // Same text the gateway's approximate prefix index hashes, so predicted and real hits agree.
     try {
-      promptText = JSON.stringify(messages);
+      prompts.push({ promptText: JSON.stringify(messages) });
     } catch {
       throw new SimHttpError(400, 'messages are nested too deeply', 'messages'); // RangeError: call stack
     }
   } else {
+    // vLLM's forms: a string; one token-id array (ONE prompt); a batch: strings or token-id arrays.
     const prompt = body.prompt;
-    if (typeof prompt === 'string' && prompt !== '') promptText = prompt;
-    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((p) => typeof p === 'string')) {
-      promptText = prompt.join('');
-    } else if (Array.isArray(prompt) && prompt.length > 0 && isTokenIdPrompt(prompt)) {
-      promptText = JSON.stringify(prompt);
+    if (typeof prompt === 'string' && prompt !== '') prompts.push({ promptText: prompt });
+    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => Number.isInteger(t))) {
+      prompts.push({ promptText: '', promptTokenIds: prompt as number[] });
+    } else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((p) => typeof p === 'string' && p !== '')) {
+      for (const p of prompt as string[]) prompts.push({ promptText: p });
+    } else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((p) => Array.isArray(p) && p.length > 0 && p.every((t) => Number.isInteger(t)))) {
+      for (const p of prompt as number[][]) prompts.push({ promptText: '', promptTokenIds: p });
     } else {
-      throw new SimHttpError(400, 'Field required: prompt (a non-empty string, string array or token array)', 'prompt');
+      throw new SimHttpError(400, 'Field required: prompt (a non-empty string, string array, token array or array of token arrays)', 'prompt');
     }
   }
-  const input: GenerationInput = { promptText };
+  const n = optionalPositiveInt(body, 'n') ?? 1;
   const maxTokens = optionalPositiveInt(body, chat ? 'max_completion_tokens' : undefined) ??
     optionalPositiveInt(body, 'max_tokens');
-  if (maxTokens !== undefined) input.maxTokens = maxTokens;
-  if (maxModelLen > 0) {
-    const promptTokens = estimateTokens(promptText);
-    assertFitsContext(promptTokens, maxTokens, maxModelLen, chat ? 'messages' : 'prompt');
-    // Without max_tokens vLLM may generate up to the end of the context window, and stops there.
-    if (maxTokens === undefined) input.contextRoom = maxModelLen - promptTokens;
+  for (const input of prompts) {
+    if (maxTokens !== undefined) input.maxTokens = maxTokens;
+    if (maxModelLen > 0) {
+      const promptTokens = promptTokensOf(input);
+      assertFitsContext(promptTokens, maxTokens, maxModelLen, chat ? 'messages' : 'prompt');
+      // Without max_tokens vLLM may generate up to the end of the context window, and stops there.
+      if (maxTokens === undefined) input.contextRoom = maxModelLen - promptTokens;
+    }
   }
   if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') throw new SimHttpError(400, "'stream' must be a boolean", 'stream');
   // vLLM's validate_stream_options: what a P/D prefill leg must strip (it is sent with stream: false).
@@ -459,18 +499,23 @@ export function toGenerationInput(body: JsonObject, chat: boolean, servedModel: 
   }
   const salt = body.cache_salt;
   if (salt !== undefined && salt !== null && typeof salt !== 'string') throw new SimHttpError(400, "'cache_salt' must be a string", 'cache_salt');
-  if (typeof salt === 'string' && salt !== '') input.cacheSalt = salt;
+  if (typeof salt === 'string' && salt !== '') for (const input of prompts) input.cacheSalt = salt;
   const kv = body.kv_transfer_params;
   if (kv !== undefined && kv !== null) {
     if (!isObject(kv)) throw new SimHttpError(400, 'kv_transfer_params must be an object', 'kv_transfer_params');
     if (kv.do_remote_decode === true) {
       if (body.stream === true) throw new SimHttpError(400, 'Prefill does not support streaming', 'stream');
-      input.remoteDecode = true;
+      // A prefill answer carries one kv_transfer_params, for one prompt's blocks: how vLLM would
+      // serve n children or a batch here is unclear, so this sim refuses them (a gateway passes the 400 on).
+      if (n > 1) throw new SimHttpError(400, 'Prefill (kv_transfer_params.do_remote_decode) does not support n > 1', 'n');
+      if (prompts.length > 1) throw new SimHttpError(400, 'Prefill (kv_transfer_params.do_remote_decode) does not support a batch of prompts', 'prompt');
+      prompts[0]!.remoteDecode = true;
     } else if (kv.do_remote_prefill === true) {
-      input.remotePrefill = true;
+      // A decode leg: every child pays the transfer of what it does not find cached (its siblings' blocks are).
+      for (const input of prompts) input.remotePrefill = true;
     }
   }
-  return input;
+  return { prompts, n };
 }
 
 /** vLLM's two context-window checks, with its messages: the prompt must leave room for one token, and for max_tokens if set. */
@@ -493,11 +538,6 @@ function assertFitsContext(promptTokens: number, maxTokens: number | undefined, 
   }
 }
 
-function isTokenIdPrompt(prompt: unknown[]): boolean {
-  return prompt.every((p) => Number.isInteger(p)) ||
-    prompt.every((p) => Array.isArray(p) && p.length > 0 && p.every((t) => Number.isInteger(t)));
-}
-
 function optionalPositiveInt(body: JsonObject, key: string | undefined): number | undefined {
   if (key === undefined) return undefined;
   const v = body[key];
@@ -508,13 +548,33 @@ function optionalPositiveInt(body: JsonObject, key: string | undefined): number 
   return v;
 }
 
-function usageOf(result: GenerationResult): JsonObject {
+/** Token counts of a whole answer: each prompt once (its first choice's counts), every choice's output. */
+interface UsageCounts {
+  prompt: number;
+  completion: number;
+  cached: number;
+}
+
+function usageOf(u: UsageCounts): JsonObject {
   return {
-    prompt_tokens: result.promptTokens,
-    completion_tokens: result.completionTokens,
-    total_tokens: result.promptTokens + result.completionTokens,
-    prompt_tokens_details: { cached_tokens: result.cachedTokens },
+    prompt_tokens: u.prompt,
+    completion_tokens: u.completion,
+    total_tokens: u.prompt + u.completion,
+    prompt_tokens_details: { cached_tokens: u.cached },
   };
+}
+
+function usageOfResults(results: readonly GenerationResult[], n: number): UsageCounts {
+  const u: UsageCounts = { prompt: 0, completion: 0, cached: 0 };
+  for (let c = 0; c < results.length; c++) {
+    const r = results[c]!;
+    u.completion += r.completionTokens;
+    if (c % n === 0) {
+      u.prompt += r.promptTokens;
+      u.cached += r.cachedTokens;
+    }
+  }
+  return u;
 }
 
 function completionJson(
@@ -522,32 +582,79 @@ function completionJson(
   id: string,
   created: number,
   model: string,
-  result: GenerationResult,
+  results: readonly GenerationResult[],
+  n: number,
   kvTransferParams?: JsonObject,
 ): string {
-  const choice = chat
-    ? { index: 0, message: { role: 'assistant', content: result.text }, logprobs: null, finish_reason: result.finishReason }
-    : { index: 0, text: result.text, logprobs: null, finish_reason: result.finishReason };
+  const choices = results.map((result, index) => chat
+    ? { index, message: { role: 'assistant', content: result.text }, logprobs: null, finish_reason: result.finishReason }
+    : { index, text: result.text, logprobs: null, finish_reason: result.finishReason });
   const answer: JsonObject = {
     id,
     object: chat ? 'chat.completion' : 'text_completion',
     created,
     model,
-    choices: [choice],
-    usage: usageOf(result),
+    choices,
+    usage: usageOf(usageOfResults(results, n)),
   };
   if (kvTransferParams !== undefined) answer.kv_transfer_params = kvTransferParams;
   return JSON.stringify(answer);
 }
 
+/** The engine listener of one streamed choice (one child request). */
+class StreamedChoice implements GenerationListener {
+  constructor(private readonly sse: SseWriter, private readonly choice: number) {}
+
+  onToken(text: string, index: number, finishReason: FinishReason | null): void {
+    this.sse.token(this.choice, text, index, finishReason);
+  }
+
+  onFinish(result: GenerationResult): void {
+    this.sse.finished(this.choice, result);
+  }
+}
+
+/** The engine listener of one non-streamed choice: no onToken, so the engine skips per-token timers. */
+class AnsweredChoice implements GenerationListener {
+  constructor(private readonly answer: JsonAnswer, private readonly choice: number) {}
+
+  onFinish(result: GenerationResult): void {
+    this.answer.finished(this.choice, result);
+  }
+}
+
+/** Collects every choice's result; answers once the last one finished. */
+class JsonAnswer {
+  private readonly results: GenerationResult[];
+  private open: number;
+
+  constructor(choices: number, private readonly answer: (results: readonly GenerationResult[]) => void) {
+    this.results = new Array<GenerationResult>(choices);
+    this.open = choices;
+  }
+
+  finished(choice: number, result: GenerationResult): void {
+    this.results[choice] = result;
+    if (--this.open === 0) this.answer(this.results);
+  }
+}
+
 /**
- * Streams one request as SSE: headers and the first event go out with the first token (after
- * TTFT), one `data:` event per token, the last token carrying finish_reason, then the optional
- * usage chunk and `[DONE]`. Event strings are assembled from precomputed pieces (hot path).
+ * Streams one request's choices as SSE, as vLLM: the headers once it is accepted; for chat, when the
+ * first token of any choice is ready, one role-only chunk per choice (`"delta":{"role":"assistant",
+ * "content":""}`, vLLM's first iteration); then one `data:` event per token with its choice's index,
+ * interleaved as generated, each choice's last token carrying its finish_reason; once every choice
+ * finished the optional usage chunk and `[DONE]`. Event strings are assembled from precomputed
+ * pieces (hot path).
  */
 class SseWriter {
-  private readonly head: string;
+  /** Per choice: the event up to and including `"index":N,`. */
+  private readonly heads: string[];
   private readonly tail: string;
+  private rolesSent = false;
+  private open: number;
+  private readonly usage: UsageCounts = { prompt: 0, completion: 0, cached: 0 };
+  private readonly n: number;
 
   constructor(
     private readonly res: ServerResponse,
@@ -557,10 +664,16 @@ class SseWriter {
     private readonly created: number,
     private readonly modelJson: string,
     private readonly includeUsage: boolean,
+    choices: number,
+    n: number,
   ) {
     const object = chat ? 'chat.completion.chunk' : 'text_completion';
-    this.head = `data: {"id":${JSON.stringify(id)},"object":"${object}","created":${created},"model":${modelJson},"choices":[{"index":0,`;
+    const prefix = `data: {"id":${JSON.stringify(id)},"object":"${object}","created":${created},"model":${modelJson},"choices":[{"index":`;
+    this.heads = new Array<string>(choices);
+    for (let c = 0; c < choices; c++) this.heads[c] = `${prefix}${c},`;
     this.tail = chat ? '},"logprobs":null,"finish_reason":' : ',"logprobs":null,"finish_reason":';
+    this.open = choices;
+    this.n = n;
   }
 
   /** The status line and headers, at once. */
@@ -572,24 +685,36 @@ class SseWriter {
     this.res.flushHeaders();
   }
 
-  onToken(text: string, index: number, finishReason: FinishReason | null): void {
+  token(choice: number, text: string, index: number, finishReason: FinishReason | null): void {
     const res = this.res;
     if (index === 0) this.begin();
     this.corkUntilNextTick();
+    if (this.chat && !this.rolesSent) {
+      this.rolesSent = true;
+      const heads = this.heads;
+      let roles = '';
+      for (let c = 0; c < heads.length; c++) roles += heads[c] + '"delta":{"role":"assistant","content":""' + this.tail + 'null}]}\n\n';
+      res.write(roles);
+    }
     const content = JSON.stringify(text);
-    const body = this.chat
-      ? (index === 0 ? `"delta":{"role":"assistant","content":${content}` : `"delta":{"content":${content}`)
-      : `"text":${content}`;
-    res.write(this.head + body + this.tail + (finishReason === null ? 'null' : `"${finishReason}"`) + '}]}\n\n');
+    const body = this.chat ? `"delta":{"content":${content}` : `"text":${content}`;
+    res.write(this.heads[choice] + body + this.tail + (finishReason === null ? 'null' : `"${finishReason}"`) + '}]}\n\n');
   }
 
-  onFinish(result: GenerationResult): void {
+  finished(choice: number, result: GenerationResult): void {
+    const u = this.usage;
+    u.completion += result.completionTokens;
+    if (choice % this.n === 0) {
+      u.prompt += result.promptTokens;
+      u.cached += result.cachedTokens;
+    }
+    if (--this.open > 0) return;
     const res = this.res;
     if (this.includeUsage) {
       const object = this.chat ? 'chat.completion.chunk' : 'text_completion';
       res.write(
         `data: {"id":${JSON.stringify(this.id)},"object":"${object}","created":${this.created},"model":${this.modelJson},` +
-          `"choices":[],"usage":${JSON.stringify(usageOf(result))}}\n\n`,
+          `"choices":[],"usage":${JSON.stringify(usageOf(u))}}\n\n`,
       );
     }
     res.end('data: [DONE]\n\n');

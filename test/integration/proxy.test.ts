@@ -69,6 +69,39 @@ describe('gateway in front of simulators', () => {
     assert.equal(usage?.completion_tokens, 8);
   });
 
+  test('an n = 2 streamed chat answer comes through intact: both choices, each finished, usage summed', async () => {
+    const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sk-test', maxRetries: 0 });
+    const stream = await client.chat.completions.create({
+      model: MODEL,
+      stream: true,
+      stream_options: { include_usage: true },
+      max_tokens: 5,
+      n: 2,
+      messages: [{ role: 'user', content: 'two answers please' }],
+    });
+    const content = ['', ''];
+    const tokens = [0, 0];
+    const finish: (string | null)[] = [null, null];
+    let usage;
+    for await (const ch of stream) {
+      for (const c of ch.choices) {
+        assert.ok(c.index === 0 || c.index === 1, `choice index ${c.index}`);
+        if (c.delta?.content) {
+          content[c.index] += c.delta.content;
+          tokens[c.index]!++;
+        }
+        if (c.finish_reason) finish[c.index] = c.finish_reason;
+      }
+      if (ch.usage) usage = ch.usage;
+    }
+    assert.deepEqual(tokens, [5, 5]);
+    assert.ok(content.every((t) => t.split(' ').length === 5), JSON.stringify(content));
+    assert.notEqual(content[0], content[1]);
+    assert.deepEqual(finish, ['length', 'length']);
+    assert.equal(usage?.completion_tokens, 10);
+    assert.ok(usage && usage.prompt_tokens > 0 && usage.total_tokens === usage.prompt_tokens + 10);
+  });
+
   test('completions API works through the openai client', async () => {
     const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: 'sk-test', maxRetries: 0 });
     const r = await client.completions.create({ model: MODEL, prompt: 'Once upon a time', max_tokens: 4 });

@@ -5,6 +5,8 @@ import {
   SimEngine,
   estimateTokens,
   promptBlockHashes,
+  promptTokensOf,
+  tokenIdBlockHashes,
   type FinishReason,
   type GenerationListener,
   type GenerationResult,
@@ -383,5 +385,72 @@ describe('SimEngine KV usage and pins', () => {
     engine.dispose();
     assert.equal(vt.pendingCount, 0);
     assert.deepEqual(engine.actualGauges(), { waiting: 0, running: 0, kvUsage: 0 });
+  });
+});
+
+describe('SimEngine: n > 1 children and token-id prompts', () => {
+  test('a child submitted with a sibling hits all its full prompt blocks at once, even before the sibling\'s prefill is done (vLLM V1)', () => {
+    const { vt, engine } = setup({ ttftOverheadMs: 10, prefillMsPerToken: 1, itlMs: 1, maxNumSeqs: 1 });
+    const input = { promptText: blockText('p', 10) + 'tail', maxTokens: 2 }; // 161 tokens, 10 full blocks
+    const first = streamCollect(vt);
+    const second = streamCollect(vt);
+    const start = vt.now();
+    const a = engine.submit(input, first);
+    assert.ok(a.accepted);
+    const b = engine.submit(input, second, { sibling: a.request, choice: 1 });
+    assert.ok(b.accepted);
+    assert.equal(b.request.state, 'waiting', 'its own slot: it waits for one');
+    vt.runAll();
+    assert.equal(first.results[0]!.cachedTokens, 0);
+    assert.equal(second.results[0]!.cachedTokens, 160);
+    assert.notEqual(second.tokens.map((t) => t.text).join(''), first.tokens.map((t) => t.text).join(''), 'its own tokens');
+    assert.equal(first.tokens[0]!.at - start, 10 + 161);
+    assert.equal(engine.counters.prefixCacheHits, 160);
+    assert.equal(engine.counters.promptTokens, 2 * 161);
+
+    // Admitted in the same step: the sibling's blocks are being computed, and already shared.
+    const { vt: vt2, engine: e2 } = setup({ ttftOverheadMs: 10, prefillMsPerToken: 1, itlMs: 1, maxNumSeqs: 2, numGpuBlocks: 100 });
+    const r0 = collect();
+    const r1 = collect();
+    const c0 = e2.submit(input, r0);
+    assert.ok(c0.accepted);
+    const c1 = e2.submit(input, r1, { sibling: c0.request, choice: 1 });
+    assert.ok(c1.accepted);
+    assert.deepEqual([c0.request.cachedTokens, c1.request.cachedTokens], [0, 160]);
+    assert.equal(e2.actualGauges().kvUsage, 0.12, '10 shared blocks once + 1 partial block each');
+    vt2.runAll();
+    assert.equal(r1.results[0]!.cachedTokens, 160);
+  });
+
+  test('hasRoomFor: free slots plus queue places, whole or not at all', () => {
+    const { engine } = setup({ maxNumSeqs: 2, maxWaiting: 1 });
+    assert.ok(engine.hasRoomFor(3));
+    assert.ok(!engine.hasRoomFor(4));
+    submitOk(engine, 'a', collect());
+    assert.ok(engine.hasRoomFor(2));
+    assert.ok(!engine.hasRoomFor(3));
+    submitOk(engine, 'b', collect());
+    submitOk(engine, 'c', collect());
+    assert.ok(!engine.hasRoomFor(1));
+  });
+
+  test('a token-id prompt: one token per id; its blocks hashed from the ids, chained, with the salt', () => {
+    const ids = Array.from({ length: 40 }, (_, i) => i * 1000);
+    assert.equal(promptTokensOf({ promptText: '', promptTokenIds: ids }), 40);
+    const hashes = tokenIdBlockHashes(ids, 16);
+    assert.equal(hashes.length, 2);
+    assert.deepEqual(tokenIdBlockHashes(ids.slice(0, 32), 16), hashes, 'prefix-stable');
+    assert.notDeepEqual(tokenIdBlockHashes([1, ...ids.slice(1)], 16)[1], hashes[1], 'chained');
+    assert.notDeepEqual(tokenIdBlockHashes(ids, 16, 'salt'), hashes);
+
+    const { vt, engine } = setup({ itlMs: 0 });
+    const first = collect();
+    const second = collect();
+    assert.ok(engine.submit({ promptText: '', promptTokenIds: ids, maxTokens: 1 }, first).accepted);
+    vt.runAll();
+    assert.ok(engine.submit({ promptText: '', promptTokenIds: [...ids.slice(0, 32), 7, 8], maxTokens: 1 }, second).accepted);
+    vt.runAll();
+    assert.deepEqual([first.results[0]!.promptTokens, first.results[0]!.cachedTokens], [40, 0]);
+    assert.deepEqual([second.results[0]!.promptTokens, second.results[0]!.cachedTokens], [34, 32]);
   });
 });

@@ -155,7 +155,7 @@ describe('sim server: answers', () => {
     assert.ok(cached(second) > 300, `cached ${cached(second)}`);
   });
 
-  test('SSE stream: role first, one event per token, finish reason, usage chunk, [DONE]', async () => {
+  test('SSE stream: a role-only first chunk (as vLLM), one event per token, finish reason, usage chunk, [DONE]', async () => {
     const res = await openStream(sim, { max_tokens: 4, stream_options: { include_usage: true } });
     assert.equal(res.statusCode, 200);
     assert.match(String(res.headers['content-type']), /text\/event-stream/);
@@ -167,14 +167,17 @@ describe('sim server: answers', () => {
     const chunks = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)) as {
       object: string; choices: { delta: { role?: string; content?: string }; finish_reason: string | null }[]; usage?: Json;
     });
-    assert.equal(chunks.length, 5, '4 token chunks + usage chunk');
+    assert.equal(chunks.length, 6, 'role chunk + 4 token chunks + usage chunk');
     assert.ok(chunks.every((c) => c.object === 'chat.completion.chunk'));
-    assert.equal(chunks[0]!.choices[0]!.delta.role, 'assistant');
-    assert.equal(chunks[1]!.choices[0]!.delta.role, undefined);
-    assert.deepEqual(chunks.slice(0, 4).map((c) => c.choices[0]!.finish_reason), [null, null, null, 'length']);
-    assert.deepEqual(chunks[4]!.choices, []);
-    assert.equal((chunks[4]!.usage as { completion_tokens: number }).completion_tokens, 4);
-    assert.equal(typeof (chunks[4]!.usage as { prompt_tokens_details: { cached_tokens: number } }).prompt_tokens_details.cached_tokens, 'number');
+    assert.deepEqual(chunks[0]!.choices, [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
+    for (const c of chunks.slice(1, 5)) {
+      assert.deepEqual(Object.keys(c.choices[0]!.delta), ['content'], 'token chunks carry the content only');
+      assert.ok(c.choices[0]!.delta.content!.length > 0);
+    }
+    assert.deepEqual(chunks.slice(0, 5).map((c) => c.choices[0]!.finish_reason), [null, null, null, null, 'length']);
+    assert.deepEqual(chunks[5]!.choices, []);
+    assert.equal((chunks[5]!.usage as { completion_tokens: number }).completion_tokens, 4);
+    assert.equal(typeof (chunks[5]!.usage as { prompt_tokens_details: { cached_tokens: number } }).prompt_tokens_details.cached_tokens, 'number');
   });
 
   test('SSE stream without include_usage has no usage chunk; completions chunks carry text', async () => {
@@ -245,6 +248,10 @@ describe('sim server: errors', () => {
     ['empty messages', '/v1/chat/completions', { model: 'sim-model', messages: [] }, 400, /messages/, 'messages'],
     ['missing prompt', '/v1/completions', { model: 'sim-model' }, 400, /prompt/, 'prompt'],
     ['bad max_tokens', '/v1/completions', { model: 'sim-model', prompt: 'x', max_tokens: 0 }, 400, /max_tokens/, 'max_tokens'],
+    ['n = 0 (vLLM: n must be at least 1)', '/v1/chat/completions', { model: 'sim-model', n: 0, messages: [{ role: 'user', content: 'x' }] }, 400, /^n must be an integer ≥ 1$/, 'n'],
+    ['n that is no integer', '/v1/completions', { model: 'sim-model', prompt: 'x', n: 1.5 }, 400, /^n must be an integer ≥ 1$/, 'n'],
+    ['n that is a string', '/v1/completions', { model: 'sim-model', prompt: 'x', n: '2' }, 400, /^n must be an integer ≥ 1$/, 'n'],
+    ['a prompt batch mixing strings and token ids', '/v1/completions', { model: 'sim-model', prompt: ['a', [1, 2]] }, 400, /prompt/, 'prompt'],
     ['unknown model', '/v1/completions', { model: 'gpt-9', prompt: 'x' }, 404, /^The model `gpt-9` does not exist\.$/, 'model'],
   ];
   for (const [title, path, body, status, message, param] of cases) {
@@ -390,7 +397,7 @@ describe('sim server: streaming, load and admin', () => {
         });
       }
       assert.ok(arrivals.length >= 3, `expected several reads, got ${arrivals.length}`);
-      assert.equal(arrivals[0]!.events, 1, 'the first read holds just the first token');
+      assert.equal(arrivals[0]!.events, 2, 'the first read holds just the role chunk and the first token');
       assert.equal(arrivals[0]!.finishedInEngine, 0, 'the engine had not produced the last token yet');
       const spread = arrivals.at(-1)!.at - arrivals[0]!.at;
       assert.ok(spread >= 80, `first and last events are ~125 ms apart, got ${spread}`);
@@ -563,7 +570,7 @@ describe('sim server: as vLLM and safe with what an operator gives it', () => {
     await withSim({ name: 'pod-"a"' }, async (sim) => {
       const r = await openStream(sim, { max_tokens: 3, stream_options: { include_usage: true } });
       const events = (await r.body.text()).split('\n\n').filter((e) => e.startsWith('data: {'));
-      assert.equal(events.length, 4);
+      assert.equal(events.length, 5); // role chunk, 3 tokens, usage
       for (const e of events) assert.match((JSON.parse(e.slice(6)) as { id: string }).id, /pod-"a"/);
     });
   });
@@ -584,6 +591,253 @@ describe('sim server: as vLLM and safe with what an operator gives it', () => {
       } finally {
         ac.abort();
       }
+    });
+  });
+});
+
+interface ChunkChoice {
+  index: number;
+  delta?: { role?: string; content?: string };
+  text?: string;
+  logprobs: null;
+  finish_reason: string | null;
+}
+interface Chunk {
+  id: string;
+  object: string;
+  choices: ChunkChoice[];
+  usage?: { prompt_tokens: number; completion_tokens: number; total_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+}
+
+/** The JSON chunks of a whole SSE answer, after checking it ends with one `[DONE]`. */
+function sseChunks(text: string): Chunk[] {
+  assert.ok(text.endsWith('data: [DONE]\n\n'), 'ends with [DONE]');
+  const events = text.split('\n\n').filter((e) => e !== '');
+  assert.ok(events.every((e) => e.startsWith('data: ')));
+  assert.equal(events.filter((e) => e === 'data: [DONE]').length, 1);
+  return events.slice(0, -1).map((e) => JSON.parse(e.slice(6)) as Chunk);
+}
+
+async function postStream(sim: RunningSimulator, path: string, body: Json): Promise<string> {
+  const res = await request(sim.url + path, {
+    method: 'POST', dispatcher: agent, headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', stream: true, ...body }),
+  });
+  assert.equal(res.statusCode, 200);
+  return res.body.text();
+}
+
+type Usage = { prompt_tokens: number; completion_tokens: number; total_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+
+describe('sim server: n > 1, prompt batches, token-id prompts (as vLLM)', () => {
+  const chatBody = (extra: Json = {}) => ({ model: 'sim-model', messages: [{ role: 'user', content: 'Tell me a story' }], ...extra });
+
+  test('n = 2 chat, not streamed: two choices indexed 0 and 1, completion tokens summed, the prompt counted once', async () => {
+    await withSim({}, async (sim) => {
+      const one = await postJson(sim, '/v1/chat/completions', chatBody({ max_tokens: 4 }));
+      const r = await postJson(sim, '/v1/chat/completions', chatBody({ max_tokens: 4, n: 2 }));
+      assert.equal(r.status, 200, r.text);
+      const body = r.json as { choices: { index: number; message: { role: string; content: string }; finish_reason: string }[]; usage: Usage };
+      assert.deepEqual(body.choices.map((c) => c.index), [0, 1]);
+      assert.ok(body.choices.every((c) => c.message.role === 'assistant' && c.message.content.split(' ').length === 4 && c.finish_reason === 'length'));
+      const single = one.json as { choices: { message: { content: string } }[]; usage: Usage };
+      assert.equal(body.choices[0]!.message.content, single.choices[0]!.message.content, 'choice 0 is what n = 1 answers');
+      assert.notEqual(body.choices[1]!.message.content, body.choices[0]!.message.content, 'each child generates its own tokens');
+      assert.equal(body.usage.prompt_tokens, single.usage.prompt_tokens);
+      assert.equal(body.usage.completion_tokens, 8);
+      assert.equal(body.usage.total_tokens, single.usage.prompt_tokens + 8);
+      assert.equal(sim.engine.counters.requestSuccess.length, 3, 'two engine requests for n = 2');
+    });
+  });
+
+  test('n = 3 completions, not streamed; the 2nd and 3rd child hit the 1st one\'s prompt blocks', async () => {
+    await withSim({}, async (sim) => {
+      const prompt = 'z'.repeat(4 * 100); // 100 tokens: 6 full blocks may hit
+      const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt, max_tokens: 2, n: 3 });
+      assert.equal(r.status, 200, r.text);
+      const body = r.json as { choices: { index: number; text: string; finish_reason: string }[]; usage: Usage };
+      assert.deepEqual(body.choices.map((c) => c.index), [0, 1, 2]);
+      assert.deepEqual(body.usage, { prompt_tokens: 100, completion_tokens: 6, total_tokens: 106, prompt_tokens_details: { cached_tokens: 0 } });
+      const samples = await scrape(sim);
+      // vLLM counts the prompt per child in its metrics (n × prompt), while usage counts it once.
+      assert.equal(metricValue(samples, 'vllm:prompt_tokens_total'), 300);
+      assert.equal(metricValue(samples, 'vllm:prefix_cache_queries_total'), 300);
+      assert.equal(metricValue(samples, 'vllm:prefix_cache_hits_total'), 2 * 96);
+      assert.equal(metricValue(samples, 'vllm:generation_tokens_total'), 6);
+    });
+  });
+
+  test('n = 2 chat streamed (raw SSE): a role-only chunk per choice, interleaved token chunks with their index, a finish per choice, then usage once and [DONE]', async () => {
+    await withSim({ itlMs: 5 }, async (sim) => {
+      const chunks = sseChunks(await postStream(sim, '/v1/chat/completions', chatBody({ max_tokens: 5, n: 2, stream_options: { include_usage: true } })));
+      const ids = new Set(chunks.map((c) => c.id));
+      assert.equal(ids.size, 1, 'one id for the whole answer');
+      const roles = chunks.filter((c) => c.choices[0]?.delta?.role !== undefined);
+      assert.deepEqual(roles.map((c) => c.choices), [0, 1].map((index) => [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]));
+      for (const index of [0, 1]) {
+        const mine = chunks.filter((c) => c.choices.length === 1 && c.choices[0]!.index === index);
+        assert.equal(mine.length, 6, `choice ${index}: role chunk + 5 token chunks`);
+        assert.deepEqual(mine[0]!.choices[0]!.delta, { role: 'assistant', content: '' }, 'the role chunk comes first');
+        assert.ok(mine.slice(1).every((c) => Object.keys(c.choices[0]!.delta!).join() === 'content'));
+        assert.deepEqual(mine.map((c) => c.choices[0]!.finish_reason), [null, null, null, null, null, 'length']);
+      }
+      // Interleaved as generated: choice 1 has tokens before choice 0's last one.
+      const tokenOrder = chunks.filter((c) => c.choices[0]?.delta?.role === undefined && c.choices.length === 1).map((c) => c.choices[0]!.index);
+      assert.ok(tokenOrder.indexOf(1) < tokenOrder.lastIndexOf(0), `interleaved: ${tokenOrder.join(',')}`);
+      const last = chunks.at(-1)!;
+      assert.deepEqual(last.choices, []);
+      assert.equal(chunks.filter((c) => c.usage !== undefined).length, 1, 'usage once, at the end');
+      assert.equal(last.usage!.completion_tokens, 10);
+      assert.equal(last.usage!.prompt_tokens, Math.ceil(JSON.stringify([{ role: 'user', content: 'Tell me a story' }]).length / 4));
+    });
+  });
+
+  test('n = 2 chat streamed through the OpenAI SDK: both choices, each with its finish reason, usage summed', async () => {
+    await withSim({}, async (sim) => {
+      const client = new OpenAI({ baseURL: sim.url + '/v1', apiKey: 'none', maxRetries: 0 });
+      const whole = await client.chat.completions.create({ model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, n: 2 });
+      const stream = await client.chat.completions.create({
+        model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, n: 2, stream: true,
+        stream_options: { include_usage: true },
+      });
+      const content = ['', ''];
+      const roles: string[][] = [[], []];
+      const finish: (string | null)[] = [null, null];
+      let usage: { prompt_tokens: number; completion_tokens: number } | undefined;
+      for await (const chunk of stream) {
+        for (const c of chunk.choices) {
+          content[c.index] += c.delta.content ?? '';
+          if (c.delta.role) roles[c.index]!.push(c.delta.role);
+          if (c.finish_reason) finish[c.index] = c.finish_reason;
+        }
+        if (chunk.usage) usage = chunk.usage;
+      }
+      assert.deepEqual(content, whole.choices.map((c) => c.message.content));
+      assert.deepEqual(roles, [['assistant'], ['assistant']]);
+      assert.deepEqual(finish, ['length', 'length']);
+      assert.equal(usage?.completion_tokens, 6);
+      assert.equal(usage?.prompt_tokens, whole.usage?.prompt_tokens);
+    });
+  });
+
+  test('n counts per child against max-num-seqs: one child waits, all answer; too many for the queue → 429 and nothing enqueued; a disconnect frees every child', async () => {
+    await withSim({ maxNumSeqs: 2, maxWaiting: 1, itlMs: 20 }, async (sim) => {
+      const ac = new AbortController();
+      const held = await openStream(sim, { max_tokens: 100, n: 3 }, ac.signal);
+      held.body.on('error', () => undefined);
+      await waitFor(() => sim.engine.actualGauges().running === 2 && sim.engine.actualGauges().waiting === 1);
+      const refused = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: 'x', n: 2 });
+      assert.equal(refused.status, 429);
+      assert.deepEqual([sim.engine.actualGauges().running, sim.engine.actualGauges().waiting], [2, 1], 'no child of the refused request enqueued');
+      ac.abort();
+      await waitFor(() => sim.engine.actualGauges().running === 0 && sim.engine.actualGauges().waiting === 0);
+
+      await postJson(sim, '/admin/config', { itlMs: 1, maxWaiting: 5 });
+      const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: 'x', n: 3, max_tokens: 2 });
+      assert.equal(r.status, 200, r.text);
+      assert.equal((r.json.choices as unknown[]).length, 3);
+    });
+  });
+
+  test('the context window applies per request, not × n', async () => {
+    await withSim({ maxModelLen: 100 }, async (sim) => {
+      const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: 'x'.repeat(396), max_tokens: 1, n: 4 });
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual(r.json.usage, { prompt_tokens: 99, completion_tokens: 4, total_tokens: 103, prompt_tokens_details: { cached_tokens: 0 } });
+      const tooLong = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: 'x'.repeat(396), max_tokens: 2, n: 4 });
+      assert.equal(tooLong.status, 400);
+      assert.equal((tooLong.json.error as Json).param, 'max_tokens');
+    });
+  });
+
+  test('a P/D prefill leg with n > 1 → 400 (one kv_transfer_params per answer)', async () => {
+    await withSim({}, async (sim) => {
+      const kv = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: null, remote_block_ids: null, remote_host: null, remote_port: null };
+      const r = await postJson(sim, '/v1/chat/completions', chatBody({ max_tokens: 1, n: 2, kv_transfer_params: kv }));
+      assert.equal(r.status, 400);
+      assert.equal((r.json.error as Json).param, 'n');
+      assert.equal(sim.engine.counters.prefixCacheQueries, 0);
+    });
+  });
+
+  test('a completions prompt batch (strings): one choice per prompt and n, index = promptIndex × n + i, prompt tokens summed', async () => {
+    await withSim({}, async (sim) => {
+      const a = 'a'.repeat(40); // 10 tokens
+      const b = 'Once upon a time there was a canal'.padEnd(80, '.'); // 20 tokens
+      const alone = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: b, max_tokens: 3 });
+      const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: [a, b], max_tokens: 3, n: 2 });
+      assert.equal(r.status, 200, r.text);
+      const body = r.json as { choices: { index: number; text: string; finish_reason: string }[]; usage: Usage };
+      assert.deepEqual(body.choices.map((c) => c.index), [0, 1, 2, 3]);
+      assert.equal(body.choices[2]!.text, (alone.json.choices as { text: string }[])[0]!.text, 'index 2 = prompt 1, choice 0: its own prompt, not the joined text');
+      // cached: prompt b's first block, warmed by the request alone (each prompt counted once, as its prompt tokens).
+      assert.deepEqual(body.usage, { prompt_tokens: 30, completion_tokens: 12, total_tokens: 42, prompt_tokens_details: { cached_tokens: 16 } });
+      assert.equal(metricValue(await scrape(sim), 'vllm:request_success_total', { finish_reason: 'length' }), 5, 'four engine requests for two prompts × n = 2 (+1 alone)');
+    });
+  });
+
+  test('a prompt batch streamed: chunks carry index promptIndex × n + i, each choice finishes, usage sums the prompts, then [DONE]', async () => {
+    await withSim({}, async (sim) => {
+      const chunks = sseChunks(await postStream(sim, '/v1/completions', {
+        prompt: ['a'.repeat(40), 'b'.repeat(80)], max_tokens: 2, n: 2, stream_options: { include_usage: true },
+      }));
+      for (const index of [0, 1, 2, 3]) {
+        const mine = chunks.filter((c) => c.choices[0]?.index === index);
+        assert.equal(mine.length, 2, `choice ${index}: two token chunks (completions have no role chunk)`);
+        assert.ok(mine.every((c) => c.object === 'text_completion' && typeof c.choices[0]!.text === 'string'));
+        assert.deepEqual(mine.map((c) => c.choices[0]!.finish_reason), [null, 'length']);
+      }
+      assert.equal(chunks.length, 9);
+      assert.deepEqual(chunks[8]!.choices, []);
+      assert.deepEqual(chunks[8]!.usage, { prompt_tokens: 30, completion_tokens: 8, total_tokens: 38, prompt_tokens_details: { cached_tokens: 0 } });
+    });
+  });
+
+  test('a batch of token-id arrays is one prompt each; the context window is checked per prompt', async () => {
+    await withSim({ maxModelLen: 100 }, async (sim) => {
+      const ids = (len: number, from = 1) => Array.from({ length: len }, (_, i) => from + i);
+      const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: [ids(3), ids(60), ids(90)], max_tokens: 10 });
+      assert.equal(r.status, 200, r.text);
+      assert.deepEqual((r.json.choices as { index: number }[]).map((c) => c.index), [0, 1, 2]);
+      assert.deepEqual(r.json.usage, { prompt_tokens: 153, completion_tokens: 30, total_tokens: 183, prompt_tokens_details: { cached_tokens: 0 } });
+      const strings = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: ['x'.repeat(240), 'y'.repeat(240)], max_tokens: 10 });
+      assert.equal(strings.status, 200, 'two 60-token prompts fit a 100-token window each (joined they would not)');
+      const tooLong = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: [ids(3), ids(95)], max_tokens: 10 });
+      assert.equal(tooLong.status, 400);
+      assert.match(String((tooLong.json.error as Json).message), /your request has 95 input tokens/);
+    });
+  });
+
+  test('a token-id prompt has one prompt token per id: usage, metrics and the context window', async () => {
+    await withSim({ maxModelLen: 50 }, async (sim) => {
+      const ids = Array.from({ length: 49 }, (_, i) => 1000 + i * 37);
+      const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: ids, max_tokens: 1 });
+      assert.equal(r.status, 200, r.text);
+      assert.equal((r.json.choices as unknown[]).length, 1, 'one token-id array is ONE prompt');
+      assert.equal((r.json.usage as Usage).prompt_tokens, 49);
+      assert.equal(metricValue(await scrape(sim), 'vllm:prompt_tokens_total'), 49);
+      const full = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: [...ids, 7] });
+      assert.equal(full.status, 400);
+      assert.match(String((full.json.error as Json).message), /maximum context length is 50 tokens\. However, your request has 50 input tokens/);
+      const over = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt: ids, max_tokens: 2 });
+      assert.equal(over.status, 400);
+      assert.equal((over.json.error as Json).param, 'max_tokens');
+    });
+  });
+
+  test('token-id prompts sharing leading ids share cached blocks (16 ids a block); different leading ids do not', async () => {
+    await withSim({}, async (sim) => {
+      const head = Array.from({ length: 64 }, (_, i) => 5000 + i);
+      const cached = async (prompt: number[]) => {
+        const r = await postJson(sim, '/v1/completions', { model: 'sim-model', prompt, max_tokens: 1 });
+        assert.equal(r.status, 200, r.text);
+        const usage = r.json.usage as Usage;
+        return [usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens];
+      };
+      assert.deepEqual(await cached([...head, ...Array.from({ length: 64 }, (_, i) => 9000 + i)]), [128, 0]);
+      assert.deepEqual(await cached([...head, ...Array.from({ length: 40 }, (_, i) => 7000 + i)]), [104, 64], 'the 4 shared blocks hit');
+      assert.deepEqual(await cached([1, ...head.slice(1), 3, 4]), [66, 0], 'the first block differs: nothing hits');
+      assert.equal(metricValue(await scrape(sim), 'vllm:prefix_cache_hits_total'), 64);
     });
   });
 });
