@@ -243,6 +243,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const lastErrorLog = new Map<string, number>();
   /** When each endpoint's current run of failed scrapes began (for the recovery line). */
   const failingSince = new Map<string, number>();
+  /** Endpoints whose current run of failed scrapes was logged: only that run's recovery is. */
+  const failureLogged = new Set<string>();
   const newScraper = (config: SluiceConfig) =>
     new Scraper(pool, {
       path: config.pool.metrics.path,
@@ -252,18 +254,20 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       clock,
       onError: (ep, err) => {
         metrics.scrapeError(ep.name);
-        // One line per endpoint per 30 s at most: a dead endpoint must not flood the log.
+        // One line per endpoint per 30 s at most, recoveries included: neither a dead endpoint nor
+        // one whose /metrics flaps between good and bad may flood the log.
         const now = clock.now();
         if (!failingSince.has(ep.name)) failingSince.set(ep.name, now);
         if ((lastErrorLog.get(ep.name) ?? -Infinity) + 30_000 <= now) {
           lastErrorLog.set(ep.name, now);
+          failureLogged.add(ep.name);
           logger.warn({ endpoint: ep.name, err }, 'metrics scrape failed');
         }
       },
       onRecovered: (ep) => {
         const since = failingSince.get(ep.name);
         failingSince.delete(ep.name);
-        lastErrorLog.delete(ep.name); // its next failure is news again
+        if (!failureLogged.delete(ep.name)) return;
         logger.info({ endpoint: ep.name, failingMs: since === undefined ? undefined : clock.now() - since }, 'metrics scrape recovered');
       },
     });

@@ -160,6 +160,29 @@ ${DETECTOR}flowControl:
     }
   });
 
+  test('a /metrics that flaps between failing and good logs one failure and one recovery per 30 s, not one per flap', async () => {
+    const a = await startFakeBackend();
+    const { logger, lines } = captureLogger('info');
+    const gw = await gatewayFor(fleetConfig([{ name: 'a', port: a.port }]), { logger });
+    const errors = async () => gauge(await metricsText(gw), 'llm_d_epp_datalayer_poll_errors_total', 'endpoint_name="a"') ?? 0;
+    const count = (msg: string) => lines().filter((l) => l.msg === msg && l.endpoint === 'a').length;
+    try {
+      await waitForMetrics(gw);
+      for (let flap = 1; flap <= 3; flap++) {
+        const before = await errors();
+        a.metrics = 500;
+        await until(async () => (await errors()) > before, 3000, `flap ${flap}: a failed scrape`);
+        const at = gw.pool.endpoints[0]!.metricsAt;
+        a.metrics = vllmPage();
+        await until(() => gw.pool.endpoints[0]!.metricsAt > at, 3000, `flap ${flap}: a good scrape again`);
+      }
+      assert.equal(count('metrics scrape failed'), 1);
+      assert.equal(count('metrics scrape recovered'), 1);
+    } finally {
+      await closeAll(gw, a);
+    }
+  });
+
   test('/debug/requests lists what is in flight, oldest first: the one held at the model server, then the queued one', async () => {
     const { backend, gw, release, first } = await oneSlotTaken({ firstHeaders: { 'x-request-id': 'held-1', 'x-llm-d-inference-fairness-id': 'tenant-a' } });
     try {
