@@ -1,6 +1,7 @@
 /**
  * Scheduling + forwarding of one admitted request, with retries on connection failures that
- * happen before any byte reached the client (SPEC §2). The answer streams back chunk by chunk
+ * happen before any byte reached the client (SPEC §2), each on another endpoint, except that one
+ * whose connection was lost (not refused) stays eligible once. The answer streams back chunk by chunk
  * with backpressure (SSE event by event, never held); a small non-streamed answer of known length
  * is collected and written in one go with its headers. A client disconnect aborts the upstream
  * request at once; the endpoint's in-flight count is released exactly once whatever happens.
@@ -136,7 +137,8 @@ const MAX_PREFILL_ANSWER = 4 << 20;
 type AttemptResult =
   | { kind: 'done'; status: number }
   /** `prepared`: the decode leg a prefill leg produced, for the next attempt to reuse. */
-  | { kind: 'retry'; error: string; timedOut: boolean; prepared?: DecodeLeg };
+  /** `lost`: a connection was made and lost before any answer byte (else none was made). */
+  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; prepared?: DecodeLeg };
 
 /** What one attempt sends: the client's request, a P/D decision to carry out, or a prepared decode leg. */
 type AttemptPlan = Disaggregation | DecodeLeg | undefined;
@@ -152,6 +154,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let candidates: readonly Endpoint[] = pool.endpoints;
   /** Servers a connection failed on (by origin: an endpoint a reload moved is a new server). */
   let failedOrigins: string[] | undefined;
+  /** Servers that lost a connection once and stay eligible (below). */
+  let lostOnce: string[] | undefined;
   let lastError = '';
   let failedOn: Endpoint | undefined;
   let lastTimedOut = false;
@@ -198,10 +202,13 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
       if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`);
       // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
-      // without the servers already tried.
-      (failedOrigins ??= []).push(ep.origin);
+      // without the servers already tried. A server that lost a connection stays eligible once: it
+      // most likely closed an idle keep-alive connection just as the request went out, and a fresh
+      // connection works (as nginx retries). A second loss, or a refusal, rules it out.
+      if (r.lost && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
+      else (failedOrigins ??= []).push(ep.origin);
       const tried = failedOrigins;
-      candidates = pool.endpoints.filter((c) => !tried.includes(c.origin));
+      candidates = tried === undefined ? pool.endpoints : pool.endpoints.filter((c) => !tried.includes(c.origin));
     }
   } finally {
     if (decision !== undefined) metrics.disaggDecision(ctx.sreq.model, decision);
@@ -653,7 +660,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
         // A prepared decode leg names KV blocks one decoder may pull: reused only when this server
         // never had it. After a lost connection it may have pulled (and freed) them: a retry
         // decides and prefills anew.
-        return this.done({ kind: 'retry', error: err.message, timedOut, prepared: NO_CONNECTION_CODES.has(code) ? this.prepared : undefined });
+        const lost = !NO_CONNECTION_CODES.has(code);
+        return this.done({ kind: 'retry', error: err.message, timedOut, lost, prepared: lost ? undefined : this.prepared });
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
         ctx.metrics.endpointUpstreamError(ep.name, 'headers_timeout');
