@@ -2,7 +2,7 @@
  * Composition root: an effective configuration in, a running gateway out (API port + metrics port,
  * scraper, scheduler, metrics), with a graceful stop.
  */
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import { buildAdminServer } from './admin/server.js';
 import type { LoadedConfig, SluiceConfig } from './config/types.js';
@@ -384,8 +384,11 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         // connections are refused; in-flight requests may finish within the grace period.
         api.startDrain();
         live.runtime.flowControl?.shutdown();
-        api.server.close();
-        api.server.closeIdleConnections();
+        // Only the listener stops: http.Server.close() would also close every idle keep-alive
+        // connection, and a client sending its next request on one as it closed would get a reset
+        // that cannot tell it whether the request ran. Kept open, such a request gets 503
+        // rejected-shutting-down with `Connection: close`.
+        net.Server.prototype.close.call(api.server);
         const grace = live.config.server.shutdownGracePeriod;
         await settledWithin(api.whenIdle(), grace);
         const ended = api.endInFlight('the gateway is shutting down and its shutdown grace period is over');
@@ -395,6 +398,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
           await settledWithin(api.whenIdle(), FINAL_ANSWERS_LINGER_MS);
         }
         api.server.closeAllConnections();
+        api.server.close(); // http.Server's own clean-up (its connection-checking timer)
         api.refusals.close();
         await scraper.stop();
         await upstreams.destroy();

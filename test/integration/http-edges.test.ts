@@ -207,6 +207,39 @@ test('a request arriving during the drain on a connection kept alive by a stream
   });
 });
 
+test('a request arriving during the drain on an idle keep-alive connection gets 503 rejected-shutting-down, not a cut connection', async () => {
+  // The backend holds one request (so the drain lasts) and answers the others at once.
+  let releaseHeld: (() => void) | undefined;
+  const backend = await startFakeBackend((req, res) => {
+    const answer = () => okJson(req, res);
+    if (releaseHeld === undefined && req.body.includes('held')) releaseHeld = answer;
+    else answer();
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    let out = '';
+    let closedAt = -1;
+    s.on('data', (c) => (out += c));
+    s.on('close', () => (closedAt = out.length));
+    s.on('error', () => undefined);
+    const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
+    s.write(keepAlive);
+    await until(() => out.startsWith('HTTP/1.1 200 ') && out.endsWith('\r\n0\r\n\r\n'), 3000, 'the first answer arrived: the connection is idle');
+    const held = request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'held' }] }) });
+    await until(() => releaseHeld !== undefined, 3000, 'a request in flight holds the drain open');
+    const closing = gw.close();
+    await until(async () => (await request(`${gw.metricsUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
+    assert.equal(closedAt, -1, 'the idle connection is still open');
+    s.write(keepAlive);
+    await until(() => /HTTP\/1\.1 503 /.test(out), 3000, 'the second request is answered');
+    releaseHeld!();
+    assert.equal((await held).statusCode, 200);
+    await closing;
+    assert.match(out, /HTTP\/1\.1 503 [\s\S]*x-llm-d-request-dropped-reason: rejected-shutting-down/i);
+    assert.match(out.slice(out.lastIndexOf('HTTP/1.1 503')), /connection: close/i);
+  });
+});
+
 test('a malformed request pipelined behind a streaming answer: the whole stream first, then the 400, then the connection closes', async () => {
   const fleet = await startFleet(1, { itlMs: 50, ttftOverheadMs: 1 });
   try {
