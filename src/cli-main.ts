@@ -184,24 +184,38 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+/**
+ * Exits once what was written to stdout and stderr has been handed over: writes to a pipe are
+ * asynchronous, and `process.exit` would drop all but what the pipe holds (64 KiB) when its reader
+ * is slower than us (`sluice validate … | less`).
+ */
+function exitWhenWritten(code: number): void {
+  let pending = 2;
+  const done = (): void => {
+    if (--pending === 0) process.exit(code);
+  };
+  process.stdout.write('', done);
+  process.stderr.write('', done);
+}
+
 /** Runs a command and exits with its code (a server keeps the process running). */
 export function runCli(argv: string[]): void {
   main(argv).then(
     (code) => {
-      if (code >= 0) process.exit(code);
+      if (code >= 0) exitWhenWritten(code);
     },
     (err: unknown) => {
       if (err instanceof ConfigError) {
         process.stderr.write(err.format() + '\n');
-        process.exit(1);
+        return exitWhenWritten(1);
       }
       if (err instanceof UsageError) {
         process.stderr.write(`sluice: ${err.message}\n`);
-        process.exit(1);
+        return exitWhenWritten(1);
       }
       const e = err as NodeJS.ErrnoException;
       process.stderr.write(`sluice: ${e?.message ?? String(err)}\n`);
-      process.exit(2);
+      exitWhenWritten(2);
     },
   );
 }

@@ -47,6 +47,34 @@ describe('sluice CLI', () => {
     assert.match(served.stderr, at);
   });
 
+  test('validate into a pipe read late: the whole output arrives (stdout and stderr), with its exit code', async () => {
+    // Far more than a pipe holds (64 KiB), read only after a while, as by a slow `| less`.
+    const lines = (bad: boolean) =>
+      Array.from({ length: 3000 }, (_, i) => `  - { name: ep-${i}, address: 10.0.${i >> 8}.${i & 255}${bad ? ', port: x' : ''} }`).join('\n');
+    for (const bad of [false, true]) {
+      const file = join(dir, `big-${bad}.yaml`);
+      writeFileSync(file, `pool:\n  endpoints:\n${lines(bad)}\n`);
+      const out = join(dir, `out-${bad}`);
+      // The problems are on stderr: that one goes into the pipe then.
+      const redirect = bad ? '2>&1 >/dev/null' : '';
+      const cmd = `"${process.execPath}" --import tsx "${CLI}" validate --config "${file}" ${redirect} | (sleep 1; cat > "${out}"); echo "\${PIPESTATUS[0]}"`;
+      const r = await new Promise<string>((resolve) => {
+        const p = spawn('bash', ['-c', cmd]);
+        let stdout = '';
+        p.stdout.on('data', (c) => (stdout += c));
+        p.on('close', () => resolve(stdout.trim()));
+      });
+      if (bad) {
+        assert.equal(r, '1');
+        const problems = readFileSync(out, 'utf8');
+        assert.equal(problems.split('\n').filter((l) => l.includes('.port: ')).length, 3000, `${problems.length} bytes of problems`);
+      } else {
+        assert.equal(r, '0');
+        assert.equal(readFileSync(out, 'utf8').match(/name: ep-/g)?.length, 3000, `${readFileSync(out, 'utf8').length} bytes of output`);
+      }
+    }
+  });
+
   test('version and --version print the package version; --help the usage; exit 0', async () => {
     const { version } = JSON.parse(readFileSync(join(import.meta.dirname, '../../package.json'), 'utf8')) as { version: string };
     for (const args of [['version'], ['--version']]) {
