@@ -38,7 +38,7 @@ import { durationField } from '../config/schema.js';
 import { formatDuration } from '../config/units.js';
 import type { Endpoint, EndpointMetrics } from '../datalayer/endpoint.js';
 import type { PluginDefinition, PluginLogger } from '../plugins/registry.js';
-import type { CycleContext, SchedulingRequest } from '../scheduling/framework.js';
+import type { CycleContext, Plugin, SchedulingRequest } from '../scheduling/framework.js';
 import { headroomWarnings, type SaturationDetector, type SaturationReading } from './detector.js';
 
 export const UTILIZATION_DETECTOR_TYPE = 'utilization-detector';
@@ -82,6 +82,13 @@ export class UtilizationDetector implements SaturationDetector {
     this.countRecent = params.countRecentDispatches;
     this.queueLimit = params.queueDepthThreshold * (1 + params.headroom);
     this.kvLimit = params.kvCacheUtilThreshold * (1 + params.headroom);
+  }
+
+  /** A reload: the stale-endpoint warning keeps its 30 s limit across it (each reload builds a new detector). */
+  carryOver(previous: Plugin): void {
+    if (!(previous instanceof UtilizationDetector)) return;
+    this.lastStaleWarningAt = previous.lastStaleWarningAt;
+    this.warnedAtLast = previous.warnedAtLast;
   }
 
   /** The queue length the formulas read: reckoned since the scrape, or as scraped (llm-d). */

@@ -92,6 +92,23 @@ describe('utilization-detector stale count and warning', () => {
     assert.equal(logger.warnings.length, 2);
   });
 
+  test('a reload\'s new detector keeps the 30 s limit of the one it replaces (reloads that add endpoints do not flood the log)', async () => {
+    const logger = recordingLogger();
+    const endpoints = fleet({ waiting: 0 }, { noMetrics: true });
+    const first = detector({}, logger);
+    first.saturation(NOW, endpoints);
+    await turnEnds();
+    assert.equal(logger.warnings.length, 1);
+    const second = detector({}, logger);
+    second.carryOver(first);
+    second.saturation(NOW + 1_000, endpoints);
+    await turnEnds();
+    assert.equal(logger.warnings.length, 1, 'within 30 s of the last line');
+    second.saturation(NOW + 30_000, endpoints);
+    await turnEnds();
+    assert.equal(logger.warnings.length, 2);
+  });
+
   test('stale endpoints of every stage are named in one line: one call per stage at the same instant, each endpoint once', async () => {
     const logger = recordingLogger();
     const d = detector({}, logger);
