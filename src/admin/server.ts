@@ -114,8 +114,10 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       stage: ep.stage,
       metrics: ep.metrics ?? null,
       metricsAgeSeconds: Number.isFinite(age) ? age / 1000 : null,
-      stale: !(age <= stalenessMs),
+      stale: !(age <= stalenessMs) || ep.connectFailure !== undefined,
       lastScrapeError: ep.lastError ?? null,
+      // A request could not connect since the last good scrape began: read as stale until the next.
+      connectFailure: ep.connectFailure ?? null,
       scrapeErrors: ep.scrapeErrors,
       inFlight: ep.inFlight,
       // Uncached prompt tokens sent to it whose answer has not begun (token-load-scorer, affinity filter).

@@ -106,6 +106,14 @@ export class Endpoint {
   lastError: string | undefined = undefined;
   /** Total failed scrapes. */
   scrapeErrors = 0;
+  /**
+   * Set when a request could not connect (refused, unreachable): the server is gone whatever its
+   * last metrics say, so it reads as stale until a scrape begun after that succeeds.
+   */
+  connectFailure: string | undefined = undefined;
+  /** Requests that could not connect, ever; and that count when the scrape now running was sent. */
+  connectFailures = 0;
+  connectFailuresAtScrapeStart = 0;
   /** Requests Sluice has outstanding on this endpoint right now. */
   inFlight = 0;
   /**

@@ -181,6 +181,13 @@ export class Pool implements PoolView {
   /** A scrape of `ep` is being sent: what is sent from now on is not in its page. */
   scrapeStarted(ep: Endpoint): void {
     ep.dispatchedAtScrapeStart = ep.dispatched;
+    ep.connectFailuresAtScrapeStart = ep.connectFailures;
+  }
+
+  /** A request could not connect to the endpoint: it reads as stale until a later scrape succeeds. */
+  connectFailed(ep: Endpoint, error: string): void {
+    ep.connectFailure = error;
+    ep.connectFailures++;
   }
 
   /**
@@ -202,6 +209,8 @@ export class Pool implements PoolView {
       if (m.waiting > 0 && m.running > ep.observedSlots) ep.observedSlots = m.running;
       if (m.running > ep.peakRunning) ep.peakRunning = m.running;
       ep.lastError = undefined;
+      // A page fetched while a request was being refused says nothing about the server now.
+      if (ep.connectFailures === ep.connectFailuresAtScrapeStart) ep.connectFailure = undefined;
     } else {
       ep.lastError = result.error;
       ep.scrapeErrors++;

@@ -661,6 +661,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
         // never had it. After a lost connection it may have pulled (and freed) them: a retry
         // decides and prefills anew.
         const lost = !NO_CONNECTION_CODES.has(code);
+        if (!lost) ctx.pool.connectFailed(ep, `a request could not connect: ${err.message}`);
         return this.done({ kind: 'retry', error: err.message, timedOut, lost, prepared: lost ? undefined : this.prepared });
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
@@ -722,6 +723,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       const e = err as Error & { code?: string };
       const kind = answered ? 'cut' : isConnectError(e) ? connectErrorKind(e) : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
       ctx.metrics.endpointUpstreamError(prefill.name, kind);
+      if (kind === 'connect') pool.connectFailed(prefill, `a request could not connect: ${e.message}`);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {
       ctx.prefillMs = ctx.clock.now() - started;

@@ -3,8 +3,9 @@
  *
  * Saturation, per endpoint: `max(waiting' / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`
  * (the "roofline"). An endpoint whose metrics are missing or older than `metricsStalenessThreshold`
- * (strict >) scores 1.0 — fail closed — unless `stalenessPolicy: ignore`, which leaves it out of the
- * mean (all left out → 0.0, so dispatch goes on, as llm-d #2492). Pool value = unweighted mean;
+ * (strict >), or that refused a request since its last good scrape began (Sluice: the server is
+ * gone, whatever its last page said), scores 1.0 — fail closed — unless `stalenessPolicy: ignore`,
+ * which leaves it out of the mean (all left out → 0.0, so dispatch goes on, as llm-d #2492). Pool value = unweighted mean;
  * empty list = 1.0; never clamped.
  * `stale` in the reading counts stale endpoints under either policy (visibility, SPEC §6). While any
  * endpoint is stale, one warning naming them and their last scrape error is logged at most every 30 s.
@@ -97,7 +98,7 @@ export class UtilizationDetector implements SaturationDetector {
   }
 
   private isStale(endpoint: Endpoint, now: number): boolean {
-    return endpoint.metrics === undefined || endpoint.metricsAge(now) > this.stalenessMs;
+    return endpoint.metrics === undefined || endpoint.connectFailure !== undefined || endpoint.metricsAge(now) > this.stalenessMs;
   }
 
   saturation(now: number, endpoints: readonly Endpoint[]): SaturationReading {
@@ -112,7 +113,7 @@ export class UtilizationDetector implements SaturationDetector {
     let stale = 0;
     for (const endpoint of endpoints) {
       const m = endpoint.metrics;
-      if (m === undefined || endpoint.metricsAge(now) > this.stalenessMs) {
+      if (m === undefined || this.isStale(endpoint, now)) {
         stale++;
         if (warnDue && !(sameInstant && this.warnedAtLast.has(endpoint.name))) (toName ??= []).push(endpoint);
         if (!this.ignoreStale) {
@@ -130,7 +131,7 @@ export class UtilizationDetector implements SaturationDetector {
       for (const e of toName) this.warnedAtLast.add(e.name);
       // One line for the calls of this turn (one per stage): logged once they are all done.
       if (this.staleToLog.length === 0) queueMicrotask(this.logStale);
-      for (const e of toName) this.staleToLog.push(`${e.name} (${e.lastError ?? 'no recent scrape'})`);
+      for (const e of toName) this.staleToLog.push(`${e.name} (${e.lastError ?? e.connectFailure ?? 'no recent scrape'})`);
     }
     // Nothing to average: an empty list reads saturated; under `ignore`, a list of only stale
     // endpoints reads 0 and dispatch goes on, as llm-d's policy does (#2492).

@@ -1,5 +1,7 @@
 /** Flow control end to end: gating, stage awareness, staleness, priority, fairness, limits. */
 import { describe, test } from 'node:test';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
 import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
@@ -157,6 +159,53 @@ ${DETECTOR}flowControl:
       assert.ok((gauge(outcomes, 'llm_d_epp_flow_control_requests_total', 'outcome="EvictedTTL"') ?? 0) >= 1);
     } finally {
       await closeAll(gw, a, b);
+    }
+  });
+
+  test('a server that refuses a request is read as stale at once: the next requests wait for it to come back, not 502', async () => {
+    // A staleness threshold long enough that the server's last metrics would stay fresh all through the test.
+    let refusedFirst = false;
+    const serve = (req: http.IncomingMessage, res: http.ServerResponse) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.url === '/metrics') return void res.end(vllmPage());
+        res.setHeader('content-type', 'application/json');
+        res.end(JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] }));
+      });
+    };
+    let server = http.createServer(serve);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as AddressInfo).port;
+    const extra = `plugins:
+- type: utilization-detector
+  parameters: { metricsStalenessThreshold: 60s }
+flowControl:
+  defaultRequestTTL: 20s
+`;
+    const gw = await gatewayFor(fleetConfig([{ name: 'a', port }], extra));
+    try {
+      await waitForMetrics(gw);
+      assert.equal((await post(gw)).status, 200);
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+      // The request under way finds the server gone: its 502 is the connection failure's.
+      const first = await post(gw);
+      assert.equal(first.status, 502, first.text);
+      refusedFirst = true;
+      // The next one waits in the queue rather than being sent to a server known to refuse.
+      const second = post(gw);
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="default-flow"') ?? 0) === 1, 3000, 'the next request waits');
+      assert.equal(gauge(await metricsText(gw), 'llm_d_epp_flow_control_stale_endpoints', 'detector='), 1);
+      // The server comes back: a scrape begun after the refusal reads it, and the request goes.
+      server = http.createServer(serve);
+      await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
+      const r = await second;
+      assert.equal(r.status, 200, r.text);
+    } finally {
+      assert.ok(refusedFirst);
+      await gw.close();
+      server.closeAllConnections();
+      server.close();
     }
   });
 

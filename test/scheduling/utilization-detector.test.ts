@@ -130,6 +130,31 @@ describe('utilization-detector stale count and warning', () => {
     assert.match(ignoring.warnings[0]!.msg ?? "", /left out of the saturation reading/);
   });
 
+  test('an endpoint that refused a request reads stale (named with the error) until a scrape begun after the refusal succeeds', async () => {
+    const { Pool } = await import('../../src/datalayer/pool.js');
+    const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }, { name: 'b', address: '127.0.0.1', port: 10, labels: {} }]);
+    const [a, b] = [pool.byName('a')!, pool.byName('b')!];
+    const page = { metrics: { waiting: 0, running: 0, kvUsage: 0 } };
+    for (const ep of [a, b]) {
+      pool.scrapeStarted(ep);
+      pool.recordScrape(ep, page, NOW);
+    }
+    const logger = recordingLogger();
+    const d = detector({ metricsStalenessThreshold: 60_000 }, logger);
+    assert.deepEqual(d.saturation(NOW + 10, [a, b]), { value: 0, stale: 0 });
+    pool.scrapeStarted(a); // a scrape on its way while a request is refused
+    pool.connectFailed(a, 'a request could not connect: connect ECONNREFUSED 127.0.0.1:9');
+    assert.deepEqual(d.saturation(NOW + 20, [a, b]), { value: 0.5, stale: 1 });
+    assert.deepEqual(names(d.filter(makeContext(1, new ManualClock(NOW + 20)), makeRequest(), [a, b])), ['b']);
+    await new Promise<void>((r) => queueMicrotask(r));
+    assert.match(JSON.stringify(logger.warnings[0]!.obj), /a \(a request could not connect: connect ECONNREFUSED/);
+    pool.recordScrape(a, page, NOW + 30);
+    assert.equal(d.saturation(NOW + 30, [a, b]).stale, 1, 'the page was fetched before the refusal');
+    pool.scrapeStarted(a);
+    pool.recordScrape(a, page, NOW + 40);
+    assert.deepEqual(d.saturation(NOW + 40, [a, b]), { value: 0, stale: 0 });
+  });
+
   test('stalenessPolicy ignore: stale endpoints left out of the mean, still counted; all stale → 0.0 (llm-d #2492), empty → 1.0', () => {
     const d = detector({ stalenessPolicy: 'ignore' });
     const r = d.saturation(NOW, fleet({ waiting: 1, kv: 0 }, { noMetrics: true }, { waiting: 0, age: 10_000 }));
