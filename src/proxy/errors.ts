@@ -81,14 +81,24 @@ export function answerClientError(
         ? ([408, 'Request Timeout', 'request not received in time', 'request_timeout'] as const)
         : ([400, 'Bad Request', 'malformed HTTP request', 'malformed_http'] as const);
   const answer = rawErrorResponse(status, reason, message);
-  if (later) {
-    current.once('finish', () => socket.end(answer));
-    // Not finished but closed: the earlier request was cut (its client left, or the drain ended).
-    current.once('close', () => {
-      if (!current.writableFinished) socket.destroy();
-    });
-  } else socket.end(answer);
+  if (later) afterQueuedAnswers(socket, () => socket.end(answer));
+  else socket.end(answer);
   return why;
+}
+
+/**
+ * Runs `then` once every answer queued on the connection went out: Node keeps the answers to
+ * pipelined requests in a queue and gives the socket to the next one when one finishes (its own
+ * `finish` listener, registered first, does that before ours runs).
+ */
+function afterQueuedAnswers(socket: Duplex & { _httpMessage?: ServerResponse | null }, then: () => void): void {
+  const current = socket._httpMessage;
+  if (current === null || current === undefined || current.writableFinished) return then();
+  current.once('finish', () => afterQueuedAnswers(socket, then));
+  // Not finished but closed: that request was cut (its client left, or the drain ended).
+  current.once('close', () => {
+    if (!current.writableFinished) socket.destroy();
+  });
 }
 
 const kSentError = Symbol('sluice.sentError');

@@ -295,6 +295,49 @@ test('a malformed request pipelined behind a request still waiting for its answe
   });
 });
 
+test('two requests pipelined, then malformed bytes: both answers, in order, then the 400', async () => {
+  const backend = await startFakeBackend(slowJson(50));
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    let out = '';
+    s.on('data', (c) => (out += c));
+    s.on('error', () => undefined);
+    const closed = new Promise((resolve) => s.on('close', resolve));
+    await new Promise((resolve) => s.once('connect', resolve));
+    const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
+    s.write(keepAlive + keepAlive + 'GARBAGE /\x00 HTTP/9\r\n\r\n');
+    await closed;
+    const answers = out.split(/(?=HTTP\/1\.1 )/);
+    assert.deepEqual(answers.map((a) => a.slice(0, 12)), ['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 400'], out);
+    assert.equal(backend.received.length, 2);
+    await nothingInFlight(gw);
+  });
+});
+
+test('bytes after a request that says Connection: close are ignored: that request is answered, then the connection closes', async () => {
+  const backend = await startFakeBackend(slowJson(20));
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    for (const [first, after] of [
+      [post('/v1/chat/completions'), post('/v1/chat/completions')],
+      [post('/v1/chat/completions').replace('HTTP/1.1', 'HTTP/1.0').replace('connection: close\r\n', ''), 'GARBAGE /\x00 HTTP/9\r\n\r\n'],
+      [post('/v1/chat/completions').replace('connection: close\r\n', '') + post('/v1/chat/completions'), post('/v1/chat/completions')],
+    ] as const) {
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      let out = '';
+      s.on('data', (c) => (out += c));
+      s.on('error', () => undefined);
+      const closed = new Promise((resolve) => s.on('close', resolve));
+      await new Promise((resolve) => s.once('connect', resolve));
+      s.write(first + after);
+      await closed;
+      const statuses = out.split(/(?=HTTP\/1\.[01] )/).map((a) => a.slice(9, 12));
+      assert.ok(statuses.length >= 1 && statuses.every((st) => st === '200'), `${JSON.stringify(first.slice(0, 40))}: ${out}`);
+      assert.equal(statuses.length, first.split('POST ').length - 1, out);
+    }
+    await nothingInFlight(gw);
+  });
+});
+
 describe('a model server that stalls its answer past upstream.bodyTimeout: 504 (SPEC §2)', () => {
   const config = (port: number) => fleetConfig([{ name: 'b', port }]).replace('retries: 2 }', 'retries: 2, bodyTimeout: 300ms }');
 
