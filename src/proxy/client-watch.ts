@@ -77,14 +77,29 @@ export function unwatchClient(res: ServerResponse, w: ClientWatcher): void {
  * response, so nobody would hear it: the connection's close is relayed to the response instead.
  */
 export function watchPipelined(socket: Socket, res: ServerResponse): void {
-  const onSocketClose = (): void => {
-    if (res.writableFinished) return;
-    res.destroy();
-    onResponseClose.call(res as Watched);
-  };
-  socket.once('close', onSocketClose);
-  res.once('close', () => socket.off('close', onSocketClose));
+  // One listener per connection, however many requests a client pipelines on it (a listener each
+  // would make Node warn of a leak from the 11th on).
+  let waiting = pipelinedOn.get(socket);
+  if (waiting === undefined) {
+    const responses = new Set<ServerResponse>();
+    waiting = responses;
+    pipelinedOn.set(socket, responses);
+    socket.once('close', () => {
+      pipelinedOn.delete(socket);
+      for (const r of responses) {
+        if (r.writableFinished) continue;
+        r.destroy();
+        onResponseClose.call(r as Watched);
+      }
+    });
+  }
+  waiting.add(res);
+  const pending = waiting;
+  res.once('close', () => pending.delete(res));
 }
+
+/** Per connection: its pipelined answers not yet closed (watchPipelined). */
+const pipelinedOn = new WeakMap<Socket, Set<ServerResponse>>();
 
 /**
  * Node's server has no time-out for an answer it is still writing, so a client that never reads the

@@ -247,6 +247,33 @@ describe('clients that leave or stall', () => {
     }
   });
 
+  test('a client that pipelines a dozen requests and leaves: all dropped upstream, and no listener-leak warning', async () => {
+    const backend = await startFakeBackend(() => undefined); // holds every request
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    const warnings: string[] = [];
+    const onWarning = (w: Error): void => void warnings.push(`${w.name}: ${w.message}`);
+    process.on('warning', onWarning);
+    try {
+      await waitForMetrics(gw);
+      const body = chat(false);
+      const one = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      s.on('data', () => undefined);
+      s.on('error', () => undefined);
+      s.write(one.repeat(12));
+      await until(async () => ((await (await request(`${gw.metricsUrl}/debug/requests`)).body.json()) as { total: number }).total === 12, 3000, 'all twelve received');
+      s.destroy();
+      await nothingInFlight(gw);
+      await until(async () => ((await (await request(`${gw.metricsUrl}/debug/requests`)).body.json()) as { total: number }).total === 0, 3000, 'all twelve ended');
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(warnings.filter((w) => /MaxListeners/.test(w)), []);
+    } finally {
+      process.off('warning', onWarning);
+      await gw.close();
+      await backend.close();
+    }
+  });
+
   test('a client that stops reading a stream is cut after upstream.bodyTimeout, and its slot freed', async () => {
     const chunk = `data: ${'x'.repeat(64 * 1024)}\n\n`;
     const backend = await startFakeBackend((_r, res) => {
