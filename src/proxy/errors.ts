@@ -2,7 +2,8 @@
  * Every error Sluice itself produces is OpenAI-shaped JSON (SPEC §5):
  * {"error":{"message","type","param","code"}} with `content-type: application/json`.
  */
-import type { ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 
 export const DROPPED_REASON_HEADER = 'x-llm-d-request-dropped-reason';
@@ -50,9 +51,22 @@ export function errorBody(status: number, message: string, param: string | null 
 }
 
 /** A whole §5 error response as raw HTTP, for a socket that has no ServerResponse (malformed HTTP, CONNECT); it closes the connection. */
-export function rawErrorResponse(status: number, reason: string, message: string): string {
+export function rawErrorResponse(status: number, reason: string, message: string, requestId: string): string {
   const body = errorBody(status, message);
-  return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`;
+  return `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`;
+}
+
+/** The client's `x-request-id` (a sane one), else a new one. */
+export function requestIdOf(req: IncomingMessage): string {
+  const id = req.headers['x-request-id'];
+  return typeof id === 'string' && id.length > 0 && id.length <= 256 ? id : randomUUID();
+}
+
+const kRequestId = Symbol('sluice.requestId');
+
+/** Notes the request id on its response, for an answer Node's `clientError` makes in its stead (a 408 mid-body). */
+export function noteRequestId(res: ServerResponse, requestId: string): void {
+  (res as ServerResponse & { [kRequestId]?: string })[kRequestId] = requestId;
 }
 
 /**
@@ -70,7 +84,8 @@ export function answerClientError(
   // Whose request broke: a later one, pipelined behind a request received whole (its answer goes
   // first), or the request being received (its own answer, unless that has begun).
   const later = current !== null && current !== undefined && current.req?.complete === true && !current.writableFinished;
-  if (!socket.writable || err.code === 'ECONNRESET' || (!later && current?.headersSent === true)) {
+  // HPE_INVALID_EOF_STATE: the client closed its side mid-request (it left): nobody to answer, nothing malformed.
+  if (!socket.writable || err.code === 'ECONNRESET' || err.code === 'HPE_INVALID_EOF_STATE' || (!later && current?.headersSent === true)) {
     socket.destroy();
     return undefined;
   }
@@ -80,7 +95,9 @@ export function answerClientError(
       : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? ([408, 'Request Timeout', 'request not received in time', 'request_timeout'] as const)
         : ([400, 'Bad Request', 'malformed HTTP request', 'malformed_http'] as const);
-  const answer = rawErrorResponse(status, reason, message);
+  // The request that broke: its id when it had reached the API (its headers were read), else a new one.
+  const ownId = !later ? (current as (ServerResponse & { [kRequestId]?: string }) | null | undefined)?.[kRequestId] : undefined;
+  const answer = rawErrorResponse(status, reason, message, ownId ?? randomUUID());
   if (later) afterQueuedAnswers(socket, () => socket.end(answer));
   else socket.end(answer);
   return why;

@@ -6,7 +6,6 @@
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
@@ -14,7 +13,7 @@ import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody } from './body.js';
-import { GatewayError, answerClientError, errorBody, rawErrorResponse, sendError, sendGatewayError, sentError } from './errors.js';
+import { GatewayError, answerClientError, errorBody, noteRequestId, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
@@ -88,7 +87,7 @@ export class ApiServer {
     this.server.on('connect', (req: IncomingMessage, socket: Duplex) => {
       socket.on('error', () => socket.destroy());
       this.deps.metrics.requestRejected('unknown_route');
-      socket.end(rawErrorResponse(404, 'Not Found', `no route for CONNECT ${String(req.url).slice(0, 256)}`));
+      socket.end(rawErrorResponse(404, 'Not Found', `no route for CONNECT ${String(req.url).slice(0, 256)}`, requestIdOf(req)));
     });
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
       const why = answerClientError(err, socket);
@@ -177,6 +176,7 @@ export class ApiServer {
         return this.logDone(res, requestId, 415);
       }
       let raw: Buffer;
+      noteRequestId(res, requestId);
       const receiving: ReceivingBody = { res, requestId, older: undefined, newer: undefined };
       this.receiving.push(receiving);
       try {
@@ -437,11 +437,6 @@ function originForm(target: string): string {
 }
 
 /** The client's `x-request-id` when it is 1–256 characters (longer ones are not trusted into logs and headers), else a new UUID. */
-function requestIdOf(req: IncomingMessage): string {
-  const id = req.headers['x-request-id'];
-  return typeof id === 'string' && id.length > 0 && id.length <= 256 ? id : randomUUID();
-}
-
 /** `the pool stayed saturated: prefill 1.00, decode 0.20; 1 endpoint with stale metrics` ('' without a snapshot). */
 function describeSaturation(s: SaturationSnapshot | undefined): string {
   if (s === undefined) return '';

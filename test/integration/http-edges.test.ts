@@ -107,12 +107,14 @@ describe('requests Node would answer on its own', () => {
     await until(async () => (await debugRequests(gw)).receivingBodies === 1, 3000, 'the body is arriving');
     s.destroy();
     await until(async () => /sluice_request_body_incomplete_total 1\b/.test(await metricsText(gw)), 3000, 'counted');
+    // A client that leaves is no malformed request: nobody got a 400.
+    assert.match(await metricsText(gw), /^sluice_request_rejected_total\{reason="malformed_http",code="400"\} 0$/m);
   });
 });
 
 test("the gateway's own refusals before a request counts (no model known yet) are in sluice_request_rejected_total, by reason and status", async () => {
   const backend = await startFakeBackend();
-  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 4Ki\n  requestHeadersTimeout: 200ms'), async (gw) => {
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 4Ki\n  requestHeadersTimeout: 200ms\n  requestTimeout: 400ms'), async (gw) => {
     const rejected = async () =>
       Object.fromEntries(
         (await metricsText(gw))
@@ -140,17 +142,24 @@ test("the gateway's own refusals before a request counts (no model known yet) ar
     assertSpecError(await send(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] })), 413);
     assertSpecError(await send(CHAT, 'content-encoding: gzip\r\n'), 415);
     assertSpecError(await send(CHAT, 'expect: 200-ok\r\n'), 417);
-    // Refusals Node reports at the HTTP level: malformed, headers too large, headers too slow; and CONNECT.
-    assertSpecError(await raw(gw.apiPort, 'GARBAGE /\x00 HTTP/9\r\n\r\n'), 400);
-    assertSpecError(await raw(gw.apiPort, `GET /health HTTP/1.1\r\nHost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`), 431);
-    assertSpecError(await raw(gw.apiPort, 'GET /health HTTP/1.1\r\nHost: x\r\n'), 408);
-    assertSpecError(await raw(gw.apiPort, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n'), 404);
+    // Refusals Node reports at the HTTP level: malformed, headers too large, headers too slow; and
+    // CONNECT. Each with an x-request-id, as every answer of the API port.
+    const withId = (response: string, status: number, id = /^x-request-id: [0-9a-f-]{36}\r$/m): void => {
+      assertSpecError(response, status);
+      assert.match(response.slice(0, response.indexOf('\r\n\r\n') + 2), id);
+    };
+    withId(await raw(gw.apiPort, 'GARBAGE /\x00 HTTP/9\r\n\r\n'), 400);
+    withId(await raw(gw.apiPort, `GET /health HTTP/1.1\r\nHost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`), 431);
+    withId(await raw(gw.apiPort, 'GET /health HTTP/1.1\r\nHost: x\r\n'), 408);
+    withId(await raw(gw.apiPort, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n'), 404);
+    // A request whose body never comes: its 408 carries the request's own id.
+    withId(await raw(gw.apiPort, post('/v1/chat/completions', 'x-request-id: mine-408\r\n').slice(0, -5)), 408, /^x-request-id: mine-408\r$/m);
     assert.deepEqual(await rejected(), {
       ...zero,
       'invalid_request 400': 2,
       'malformed_http 400': 1,
       'unknown_route 404': 2,
-      'request_timeout 408': 1,
+      'request_timeout 408': 2,
       'body_too_large 413': 1,
       'compressed_body 415': 1,
       'expectation_failed 417': 1,
