@@ -42,6 +42,17 @@ function assertSpecError(response: string, status: number): { message: string } 
   return body.error;
 }
 
+/** A raw client connection, open: what it has received so far, and its close. */
+async function connectRaw(port: number): Promise<{ socket: net.Socket; received: () => string; closed: Promise<unknown> }> {
+  const socket = net.connect(port, '127.0.0.1');
+  let out = '';
+  socket.on('data', (c) => (out += c));
+  socket.on('error', () => undefined);
+  const closed = new Promise((resolve) => socket.on('close', resolve));
+  await new Promise((resolve) => socket.once('connect', resolve));
+  return { socket, received: () => out, closed };
+}
+
 const CHAT = '{"model":"m","messages":[{"role":"user","content":"h"}]}';
 const post = (path: string, extra = '') =>
   `POST ${path} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${CHAT.length}\r\nconnection: close\r\n${extra}\r\n${CHAT}`;
@@ -285,20 +296,15 @@ test('a malformed request pipelined behind a request still waiting for its answe
   let answer: (() => void) | undefined;
   const backend = await startFakeBackend((r, res) => (answer = () => okJson(r, res)));
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-    const s = net.connect(gw.apiPort, '127.0.0.1');
-    let out = '';
-    s.on('data', (c) => (out += c));
-    s.on('error', () => undefined);
-    const closed = new Promise((resolve) => s.on('close', resolve));
-    await new Promise((resolve) => s.once('connect', resolve));
+    const { socket: s, received, closed } = await connectRaw(gw.apiPort);
     s.write(post('/v1/chat/completions').replace('connection: close\r\n', ''));
     await until(() => answer !== undefined, 3000, 'the request at the model server');
     s.write('GARBAGE /\x00 HTTP/9\r\n\r\n');
     await new Promise((r) => setTimeout(r, 100));
-    assert.equal(out, '', 'nothing before the first answer');
+    assert.equal(received(), '', 'nothing before the first answer');
     answer!();
     await closed;
-    const answers = out.split(/(?=HTTP\/1\.1 )/);
+    const answers = received().split(/(?=HTTP\/1\.1 )/);
     assert.deepEqual(answers.map((a) => a.slice(0, 12)), ['HTTP/1.1 200', 'HTTP/1.1 400']);
     await nothingInFlight(gw);
   });
@@ -307,17 +313,12 @@ test('a malformed request pipelined behind a request still waiting for its answe
 test('two requests pipelined, then malformed bytes: both answers, in order, then the 400', async () => {
   const backend = await startFakeBackend(slowJson(50));
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-    const s = net.connect(gw.apiPort, '127.0.0.1');
-    let out = '';
-    s.on('data', (c) => (out += c));
-    s.on('error', () => undefined);
-    const closed = new Promise((resolve) => s.on('close', resolve));
-    await new Promise((resolve) => s.once('connect', resolve));
+    const { socket: s, received, closed } = await connectRaw(gw.apiPort);
     const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
     s.write(keepAlive + keepAlive + 'GARBAGE /\x00 HTTP/9\r\n\r\n');
     await closed;
-    const answers = out.split(/(?=HTTP\/1\.1 )/);
-    assert.deepEqual(answers.map((a) => a.slice(0, 12)), ['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 400'], out);
+    const answers = received().split(/(?=HTTP\/1\.1 )/);
+    assert.deepEqual(answers.map((a) => a.slice(0, 12)), ['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 400'], received());
     assert.equal(backend.received.length, 2);
     await nothingInFlight(gw);
   });
@@ -331,14 +332,10 @@ test('bytes after a request that says Connection: close are ignored: that reques
       [post('/v1/chat/completions').replace('HTTP/1.1', 'HTTP/1.0').replace('connection: close\r\n', ''), 'GARBAGE /\x00 HTTP/9\r\n\r\n'],
       [post('/v1/chat/completions').replace('connection: close\r\n', '') + post('/v1/chat/completions'), post('/v1/chat/completions')],
     ] as const) {
-      const s = net.connect(gw.apiPort, '127.0.0.1');
-      let out = '';
-      s.on('data', (c) => (out += c));
-      s.on('error', () => undefined);
-      const closed = new Promise((resolve) => s.on('close', resolve));
-      await new Promise((resolve) => s.once('connect', resolve));
+      const { socket: s, received, closed } = await connectRaw(gw.apiPort);
       s.write(first + after);
       await closed;
+      const out = received();
       const statuses = out.split(/(?=HTTP\/1\.[01] )/).map((a) => a.slice(9, 12));
       assert.ok(statuses.length >= 1 && statuses.every((st) => st === '200'), `${JSON.stringify(first.slice(0, 40))}: ${out}`);
       assert.equal(statuses.length, first.split('POST ').length - 1, out);
