@@ -5,8 +5,8 @@
  * (the "roofline"). An endpoint whose metrics are missing or older than `metricsStalenessThreshold`
  * (strict >), or that refused a request since its last good scrape began (Sluice: the server is
  * gone, whatever its last page said), scores 1.0 — fail closed — unless `stalenessPolicy: ignore`,
- * which leaves it out of the mean (all left out → 0.0, so dispatch goes on, as llm-d #2492). Pool value = unweighted mean;
- * empty list = 1.0; never clamped.
+ * which leaves it out of the mean (all left out → 0.0, so dispatch goes on, as llm-d #2492). Pool
+ * value = unweighted mean; empty list = 1.0; never clamped.
  * `stale` in the reading counts stale endpoints under either policy (visibility, SPEC §6). While any
  * endpoint is stale, one warning naming them and their last scrape error is logged at most every 30 s.
  *
