@@ -118,25 +118,35 @@ describe('nixlv2 bodies', () => {
 
   test('decode leg: the original bytes plus exactly the prefiller\'s kv_transfer_params', () => {
     const raw = Buffer.from(JSON.stringify(CHAT, null, 2) + '\n');
-    const out = nixlDecodeBody(raw, CHAT, KV_FROM_PREFILL);
+    const kv = JSON.stringify(KV_FROM_PREFILL);
+    const out = nixlDecodeBody(raw, CHAT, kv);
     const text = out.toString();
     const end = raw.toString().trimEnd().length - 1; // index of the final "}"
     assert.ok(text.startsWith(raw.toString().slice(0, end)), 'client bytes kept as they were');
     assert.deepEqual(JSON.parse(text), { ...CHAT, kv_transfer_params: KV_FROM_PREFILL });
     // Absent in the prefill answer → null; a client kv_transfer_params is replaced, not duplicated.
-    assert.equal(JSON.parse(nixlDecodeBody(raw, CHAT, null).toString()).kv_transfer_params, null);
+    assert.equal(JSON.parse(nixlDecodeBody(raw, CHAT, 'null').toString()).kv_transfer_params, null);
     const own = { ...CHAT, kv_transfer_params: { mine: true } };
-    const replaced = nixlDecodeBody(Buffer.from(JSON.stringify(own)), own, KV_FROM_PREFILL).toString();
+    const replaced = nixlDecodeBody(Buffer.from(JSON.stringify(own)), own, kv).toString();
     assert.deepEqual(JSON.parse(replaced), { ...CHAT, kv_transfer_params: KV_FROM_PREFILL });
     assert.equal(replaced.split('kv_transfer_params').length, 2);
-    // Degenerate: an empty object.
-    assert.deepEqual(JSON.parse(nixlDecodeBody(Buffer.from('{}'), {}, { a: 1 }).toString()), { kv_transfer_params: { a: 1 } });
+    // Degenerate: an empty object, and one with only the client's kv_transfer_params.
+    assert.deepEqual(JSON.parse(nixlDecodeBody(Buffer.from('{}'), {}, '{"a":1}').toString()), { kv_transfer_params: { a: 1 } });
+    assert.deepEqual(JSON.parse(nixlDecodeBody(Buffer.from('{"kv_transfer_params":1}'), { kv_transfer_params: 1 }, '2').toString()), { kv_transfer_params: 2 });
+  });
+
+  test('the prefiller\'s kv_transfer_params reach the decode leg as its text: ids past 2^53 and 1.0 unchanged', () => {
+    const kv = '{"remote_engine_id":"e","remote_block_ids":[12345678901234567890, 1.0, 1e2],"remote_port":8000}';
+    const answer = Buffer.from(`{"id":"p","usage":{"prompt_tokens":3,"prompt_tokens_details":{"cached_tokens":0}},"kv_transfer_params":${kv}}`);
+    const out = readPrefillAnswer(answer)!;
+    assert.equal(out.kvTransferParams, kv);
+    assert.ok(nixlDecodeBody(Buffer.from(JSON.stringify(CHAT)), CHAT, out.kvTransferParams).toString().endsWith(`"kv_transfer_params":${kv}}`));
   });
 
   test('prefill answer: kv_transfer_params as returned, cached_tokens (absent/null → 0), not JSON → undefined', () => {
-    assert.deepEqual(readPrefillAnswer(prefillAnswer()), { kvTransferParams: KV_FROM_PREFILL, cachedTokens: 32, missingParams: false });
+    assert.deepEqual(readPrefillAnswer(prefillAnswer()), { kvTransferParams: JSON.stringify(KV_FROM_PREFILL), cachedTokens: 32, missingParams: false });
     const noDetails = prefillAnswer({ usage: { prompt_tokens: 1, prompt_tokens_details: null }, kv_transfer_params: undefined });
-    assert.deepEqual(readPrefillAnswer(noDetails), { kvTransferParams: null, cachedTokens: 0, missingParams: true });
+    assert.deepEqual(readPrefillAnswer(noDetails), { kvTransferParams: 'null', cachedTokens: 0, missingParams: true });
     assert.equal(readPrefillAnswer(Buffer.from('not json')), undefined);
     assert.equal(readPrefillAnswer(Buffer.from('[1]')), undefined);
   });
@@ -186,9 +196,27 @@ describe('nixlv2 connector outcomes', () => {
       if (step.kind !== 'decode') return;
       assert.equal(JSON.parse(step.leg.body.toString()).kv_transfer_params, null);
       assert.equal(step.leg.recomputesPrompt, true);
+      // The decoder computed the prompt: its own cached_tokens stands, not the prefill leg's.
+      assert.equal(step.leg.cachedTokens, undefined);
       assert.match(step.warning ?? '', /no kv_transfer_params/);
     });
   }
+
+  test('several sequences (n > 1) or a prompt batch → decode-only, no prefill leg: one kv_transfer_params serves one', async () => {
+    const completion = { model: 'm', prompt: 'one prompt', max_tokens: 5 };
+    for (const body of [{ ...CHAT, n: 2 }, { ...completion, prompt: ['a', 'b'] }, { ...completion, prompt: [[1, 2], [3, 4]] }]) {
+      const bytes = Buffer.from(JSON.stringify(body));
+      const { step, sent } = await carry(nixlv2Connector, body, answer(200), bytes);
+      assert.equal(sent.length, 0, JSON.stringify(body));
+      assert.equal(step.kind, 'decode');
+      if (step.kind === 'decode') assert.equal(step.leg.body, bytes);
+    }
+    // One prompt given as token ids, or n = 1, is one sequence.
+    for (const body of [{ ...completion, prompt: [1, 2, 3] }, { ...CHAT, n: 1 }]) {
+      const { sent } = await carry(nixlv2Connector, body, answer(200), Buffer.from(JSON.stringify(body)));
+      assert.equal(sent.length, 1, JSON.stringify(body));
+    }
+  });
 
   test('client gone during the prefill leg → aborted, nothing else', async () => {
     const { step } = await carry(nixlv2Connector, CHAT, { kind: 'aborted' }, raw);

@@ -11,12 +11,17 @@
  *    the prompt itself) and `usage.prompt_tokens_details.cached_tokens` (absent → 0); 4xx → that
  *    answer goes to the client; anything else (5xx, connection error, time-out, unreadable 2xx) →
  *    decode-only with the client's body unchanged.
- * 3. Decode leg → decode endpoint: the client's body byte for byte plus exactly the
- *    `kv_transfer_params` the prefill answer returned (appended; re-serialised only when the client
- *    sent its own `kv_transfer_params`). The answer streams to the client with
- *    `usage.prompt_tokens_details.cached_tokens` replaced by the prefill leg's value: the decoder
- *    counts every transferred prompt token as cached.
+ * 3. Decode leg → decode endpoint: the client's body byte for byte plus the `kv_transfer_params`
+ *    the prefill answer returned, as its text (appended; the client's body is re-serialised only
+ *    when it sent its own `kv_transfer_params`): parsed and written again, an id past 2^53 would
+ *    change. The answer streams to the client with `usage.prompt_tokens_details.cached_tokens`
+ *    replaced by the prefill leg's value: the decoder counts every transferred prompt token as
+ *    cached (not when the prefill returned no `kv_transfer_params`: the decoder computed the prompt).
+ *
+ * A request for several sequences (`n` > 1) or several prompts (a `/v1/completions` batch) runs
+ * decode-only: one `kv_transfer_params` names the KV of one prompt for one sequence.
  */
+import { topLevelMemberText } from '../json-member.js';
 import { decodeOnly, isClientError, jsonBuffer, oneTokenBody, type Connector, type PdInput, type PdStep, type SendPrefill } from './types.js';
 
 /** The kv_transfer_params of a prefill leg (vLLM NixlConnector). */
@@ -40,8 +45,8 @@ export function nixlPrefillBody(body: Readonly<Record<string, unknown>>): Buffer
 
 /** What the decode leg needs from a 2xx prefill answer; undefined when it is not a JSON object. */
 export interface PrefillOutput {
-  /** Exactly what the prefiller returned; null when absent. */
-  kvTransferParams: unknown;
+  /** Exactly what the prefiller returned, as its JSON text; `null` when absent. */
+  kvTransferParams: string;
   /** The prefill leg's `usage.prompt_tokens_details.cached_tokens` (0 when absent). */
   cachedTokens: number;
   /** The answer had no `kv_transfer_params` (worth a warning: the decoder will recompute). */
@@ -50,8 +55,9 @@ export interface PrefillOutput {
 
 export function readPrefillAnswer(body: Buffer): PrefillOutput | undefined {
   let parsed: unknown;
+  const text = body.toString('utf8');
   try {
-    parsed = JSON.parse(body.toString('utf8'));
+    parsed = JSON.parse(text);
   } catch {
     return undefined;
   }
@@ -62,7 +68,7 @@ export function readPrefillAnswer(body: Buffer): PrefillOutput | undefined {
   const usage = obj.usage as { prompt_tokens_details?: { cached_tokens?: unknown } | null } | null | undefined;
   const cached = usage?.prompt_tokens_details?.cached_tokens;
   return {
-    kvTransferParams: has ? obj.kv_transfer_params : null,
+    kvTransferParams: has ? (topLevelMemberText(text, 'kv_transfer_params') ?? JSON.stringify(obj.kv_transfer_params)) : 'null',
     cachedTokens: typeof cached === 'number' && Number.isFinite(cached) ? cached : 0,
     missingParams: !has,
   };
@@ -70,25 +76,35 @@ export function readPrefillAnswer(body: Buffer): PrefillOutput | undefined {
 
 /**
  * A decode-body builder prepared before the prefill answer arrives, so that between the prefill
- * answer and the decode request the gateway only serialises `kv_transfer_params` and joins buffers.
+ * answer and the decode request the gateway only joins buffers. Takes `kv_transfer_params` as text.
  */
-export function nixlDecodeBodyBuilder(raw: Buffer, body: Readonly<Record<string, unknown>>): (kvTransferParams: unknown) => Buffer {
-  const end = lastNonSpace(raw);
-  const splice = !Object.prototype.hasOwnProperty.call(body, 'kv_transfer_params') && end >= 0 && raw[end] === 0x7d; /* } */
-  if (!splice) {
-    return (kv) => jsonBuffer({ ...body, kv_transfer_params: kv });
+export function nixlDecodeBodyBuilder(raw: Buffer, body: Readonly<Record<string, unknown>>): (kvTransferParams: string) => Buffer {
+  let source = raw;
+  let end = lastNonSpace(raw);
+  if (Object.prototype.hasOwnProperty.call(body, 'kv_transfer_params') || end < 0 || raw[end] !== 0x7d /* } */) {
+    // The client's own kv_transfer_params is replaced: the rest of its body is written again.
+    const rest: Record<string, unknown> = { ...body };
+    delete rest.kv_transfer_params;
+    source = jsonBuffer(rest);
+    end = source.length - 1;
   }
-  const head = Buffer.concat([
-    raw.subarray(0, end),
-    Buffer.from(Object.keys(body).length > 0 ? ',"kv_transfer_params":' : '"kv_transfer_params":', 'utf8'),
-  ]);
-  const tail = raw.subarray(end);
-  return (kv) => Buffer.concat([head, Buffer.from(JSON.stringify(kv ?? null), 'utf8'), tail]);
+  const members = Object.keys(body).some((key) => key !== 'kv_transfer_params');
+  const head = Buffer.concat([source.subarray(0, end), Buffer.from(members ? ',"kv_transfer_params":' : '"kv_transfer_params":', 'utf8')]);
+  const tail = source.subarray(end);
+  return (kv) => Buffer.concat([head, Buffer.from(kv, 'utf8'), tail]);
 }
 
-/** Body of the decode leg: the client's body plus exactly the prefiller's kv_transfer_params. */
-export function nixlDecodeBody(raw: Buffer, body: Readonly<Record<string, unknown>>, kvTransferParams: unknown): Buffer {
+/** Body of the decode leg: the client's body plus exactly the prefiller's kv_transfer_params (text). */
+export function nixlDecodeBody(raw: Buffer, body: Readonly<Record<string, unknown>>, kvTransferParams: string): Buffer {
   return nixlDecodeBodyBuilder(raw, body)(kvTransferParams);
+}
+
+/** One prompt, one sequence: what a single prefill leg's KV can serve. */
+function singleSequence(body: Readonly<Record<string, unknown>>): boolean {
+  const n = body.n;
+  if (typeof n === 'number' && n > 1) return false;
+  const prompt = body.prompt;
+  return !(Array.isArray(prompt) && prompt.length > 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])));
 }
 
 function lastNonSpace(buf: Buffer): number {
@@ -101,6 +117,7 @@ export const nixlv2Connector: Connector = {
   name: 'nixlv2',
   runsPrefill: true,
   async carryOut(input: PdInput, sendPrefill: SendPrefill): Promise<PdStep> {
+    if (!singleSequence(input.body)) return decodeOnly(input.raw);
     const decodeBody = nixlDecodeBodyBuilder(input.raw, input.body);
     const leg = await sendPrefill(nixlPrefillBody(input.body));
     if (leg.kind === 'aborted') return leg;
@@ -113,7 +130,8 @@ export const nixlv2Connector: Connector = {
     if (out === undefined) return decodeOnly(input.raw, `prefill ${input.prefill.name} answered a body that is not a JSON object`);
     return {
       kind: 'decode',
-      leg: { body: decodeBody(out.kvTransferParams), cachedTokens: out.cachedTokens, ...(out.missingParams ? { recomputesPrompt: true } : {}) },
+      // Without kv_transfer_params the decoder computes the prompt: its own cached count is the true one.
+      leg: { body: decodeBody(out.kvTransferParams), ...(out.missingParams ? { recomputesPrompt: true } : { cachedTokens: out.cachedTokens }) },
       ...(out.missingParams ? { warning: `prefill ${input.prefill.name} returned no kv_transfer_params; the decoder recomputes the prompt` } : {}),
     };
   },
