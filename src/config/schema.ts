@@ -325,8 +325,8 @@ function normalizedAddress(address: string): string {
  * Endpoint names, and address:port pairs, are unique (SPEC §3.1). Reads the pool defensively: with
  * other issues, entries or fields may not have parsed.
  */
-function reportDuplicateEndpoints(pool: { targetPort?: unknown; endpoints?: unknown }, ctx: z.RefinementCtx): void {
-  if (!Array.isArray(pool.endpoints)) return;
+function reportDuplicateEndpoints(pool: { targetPort?: unknown; endpoints?: unknown } | null, ctx: z.RefinementCtx): void {
+  if (typeof pool !== 'object' || pool === null || !Array.isArray(pool.endpoints)) return;
   const byName = new Map<string, number>();
   const byHostPort = new Map<string, number>();
   pool.endpoints.forEach((e: unknown, i) => {

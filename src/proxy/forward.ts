@@ -1,7 +1,7 @@
 /**
  * Scheduling + forwarding of one admitted request, with retries on connection failures that
- * happen before any byte reached the client (SPEC §2), each on another endpoint, except that one
- * whose connection was lost (not refused) stays eligible once. The answer streams back chunk by chunk
+ * happen before any byte reached the client (SPEC §2), each on another endpoint; when none is left,
+ * one whose connection was lost (not refused) is tried once more. The answer streams back chunk by chunk
  * with backpressure (SSE event by event, never held); a small non-streamed answer of known length
  * is collected and written in one go with its headers. A client disconnect aborts the upstream
  * request at once; the endpoint's in-flight count is released exactly once whatever happens.
@@ -84,7 +84,8 @@ const NO_CONNECTION_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREAC
  * Errors of a connection lost before any answer byte: a pooled keep-alive connection the server had
  * closed (the request never reached it), or a server that died while working on the request. The
  * two cannot be told apart, so both are retried on another endpoint, as a connection failure is
- * (SPEC §2): the second case runs the generation twice. Counted apart (`reset`).
+ * (SPEC §2): the second case runs the generation twice. With no other endpoint left, the same one
+ * gets one more try (the first case). Counted apart (`reset`).
  */
 const LOST_CONNECTION_CODES = new Set(['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED']);
 
@@ -202,13 +203,16 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
       if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`);
       // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
-      // without the servers already tried. A server that lost a connection stays eligible once: it
-      // most likely closed an idle keep-alive connection just as the request went out, and a fresh
-      // connection works (as nginx retries). A second loss, or a refusal, rules it out.
+      // without the servers already tried. When no other is left, a server that lost a connection
+      // (not refused it) is tried once more: it most likely closed an idle keep-alive connection just
+      // as the request went out, and a fresh connection works (as nginx retries). A second loss rules
+      // it out.
       if (r.lost && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
       else (failedOrigins ??= []).push(ep.origin);
-      const tried = failedOrigins;
-      candidates = tried === undefined ? pool.endpoints : pool.endpoints.filter((c) => !tried.includes(c.origin));
+      const failed = failedOrigins ?? [];
+      const lost = lostOnce ?? [];
+      const untried = pool.endpoints.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
+      candidates = untried.length > 0 ? untried : pool.endpoints.filter((c) => !failed.includes(c.origin));
     }
   } finally {
     if (decision !== undefined) metrics.disaggDecision(ctx.sreq.model, decision);

@@ -89,7 +89,7 @@ export class UtilizationDetector implements SaturationDetector {
   carryOver(previous: Plugin): void {
     if (!(previous instanceof UtilizationDetector)) return;
     this.lastStaleWarningAt = previous.lastStaleWarningAt;
-    this.warnedAtLast = previous.warnedAtLast;
+    this.warnedAtLast = new Set(previous.warnedAtLast);
   }
 
   /** The queue length the formulas read: reckoned since the scrape, or as scraped (llm-d). */
