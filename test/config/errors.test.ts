@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { ConfigError, formatPath, loadConfigFile, loadConfigText } from '../../src/config/load.js';
-import { closestMatch } from '../../src/config/schema.js';
+import { closestMatch, poolSchema } from '../../src/config/schema.js';
 import { featureEnabled } from '../../src/config/defaults.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { load, problems, registry, yaml } from './helpers.js';
@@ -187,6 +187,10 @@ describe('pool and objectives', () => {
       'c.yaml:5:13: pool.endpoints[2].name: duplicate endpoint name "b" (first used by pool.endpoints[1])',
       'c.yaml:5:25: pool.endpoints[2].address: duplicate address 127.0.0.2 port 8000 (already endpoint "b")',
     ]);
+  });
+
+  test('a pool that is no object is a schema error, not a throw (the duplicate check runs on what parsed)', () => {
+    for (const pool of [null, 5, 'x', []]) assert.equal(poolSchema.safeParse(pool).success, false, JSON.stringify(pool));
   });
 
   test('addresses with a port or a scheme', () => {
