@@ -30,18 +30,24 @@ export type SampleCallback = (name: string, labels: Record<string, string>, valu
  */
 export interface LazySamples {
   names: NameFilter;
-  /** `at`: where the line starts, for `labelsAt`. */
-  onSample: (name: string, value: number, at: number) => void;
+  /** `at`: where the line starts, and `line` its number, for `labelsAt`. */
+  onSample: (name: string, value: number, at: number, line: number) => void;
 }
 
-/** The labels of the sample line starting at `at` of a text `forEachSample` read. */
-export function labelsAt(text: string, at: number): Record<string, string> {
+/** The labels of the sample line starting at `at` (line number `line`) of a text `forEachSample` read. */
+export function labelsAt(text: string, at: number, line: number): Record<string, string> {
   let labels: Record<string, string> | undefined;
   let eol = text.indexOf('\n', at);
   if (eol === -1) eol = text.length;
-  forEachSample(text.slice(at, eol), undefined, (_name, l) => {
-    labels = l;
-  });
+  try {
+    forEachSample(text.slice(at, eol), undefined, (_name, l) => {
+      labels = l;
+    });
+  } catch (err) {
+    // Read alone, the line is line 1: the page's number is the one to report.
+    if (err instanceof PromParseError) throw new PromParseError(line, err.reason);
+    throw err;
+  }
   if (labels === undefined) throw new Error(`no sample line at ${at}`);
   return labels;
 }
@@ -52,10 +58,12 @@ const LAZY = 2;
 
 export class PromParseError extends Error {
   readonly line: number;
+  readonly reason: string;
   constructor(line: number, reason: string) {
     super(`metrics text line ${line}: ${reason}`);
     this.name = 'PromParseError';
     this.line = line;
+    this.reason = reason;
   }
 }
 
@@ -236,7 +244,7 @@ export function forEachSample(text: string, wanted: NameFilter | undefined, onSa
     }
 
     if (labels !== undefined) onSample(name, labels, sampleValue);
-    else lazy!.onSample(name, sampleValue, lineStart);
+    else lazy!.onSample(name, sampleValue, lineStart, lineNo);
   }
 }
 

@@ -130,16 +130,18 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
   // labels are built (a long-running LoRA server prints tens of thousands of these series).
   let loraValue = -Infinity;
   let loraAt = -1;
+  let loraLine = 0;
   const loraName = names.lora;
   const lazyLora: LazySamples | undefined =
     loraName === undefined
       ? undefined
       : {
           names: (name) => name === loraName,
-          onSample: (_name, value, at) => {
+          onSample: (_name, value, at, line) => {
             if (value > loraValue) {
               loraValue = value;
               loraAt = at;
+              loraLine = line;
             }
           },
         };
@@ -198,7 +200,7 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
 
   const metrics: EndpointMetrics = { waiting, running, kvUsage: kvSum[kvIndex]! / kvSeries[kvIndex]! };
   if (loraAt >= 0) {
-    const loraLabels = labelsAt(text, loraAt);
+    const loraLabels = labelsAt(text, loraAt, loraLine);
     const maxLora = parseCount(loraLabels['max_lora']);
     if (maxLora !== undefined) {
       const lora: LoraInfo = {

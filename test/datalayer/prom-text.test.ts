@@ -16,7 +16,7 @@ function parseLazily(text: string): { name: string; value: number; labels: Recor
   const out: { name: string; value: number; labels: Record<string, string> }[] = [];
   forEachSample(text, () => false, () => assert.fail('no line is read in full'), {
     names: () => true,
-    onSample: (name, value, at) => out.push({ name, value, labels: labelsAt(text, at) }),
+    onSample: (name, value, at, line) => out.push({ name, value, labels: labelsAt(text, at, line) }),
   });
   return out;
 }
@@ -190,6 +190,8 @@ describe('parsePromText: malformed input throws PromParseError with the line num
     // A lazy line's labels are checked for syntax only: labelsAt finds a label named twice.
     assertParseError('m{a="1",a="2"} 1', 1, /duplicate label a/, true);
     assert.throws(() => parseLazily('m{a="1",a="2"} 1'), /duplicate label a/);
+    // labelsAt reports the line's number on the page.
+    assert.throws(() => parseLazily('# c\nm 1\nm{a="1",a="2"} 1'), (err: unknown) => err instanceof PromParseError && err.line === 3);
   });
 
   test('unterminated quote and invalid escapes', () => {
