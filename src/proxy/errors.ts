@@ -62,12 +62,6 @@ export function requestIdOf(req: IncomingMessage): string {
   return typeof id === 'string' && id.length > 0 && id.length <= 256 ? id : randomUUID();
 }
 
-const kRequestId = Symbol('sluice.requestId');
-
-/** Notes the request id on its response, for an answer Node's `clientError` makes in its stead (a 408 mid-body). */
-export function noteRequestId(res: ServerResponse, requestId: string): void {
-  (res as ServerResponse & { [kRequestId]?: string })[kRequestId] = requestId;
-}
 
 /**
  * Node's `clientError` (malformed or oversized HTTP, a request not received in time), on either
@@ -79,6 +73,7 @@ export function noteRequestId(res: ServerResponse, requestId: string): void {
 export function answerClientError(
   err: NodeJS.ErrnoException,
   socket: Duplex & { _httpMessage?: ServerResponse | null },
+  requestIdOfAnswer?: (res: ServerResponse) => string | undefined,
 ): 'headers_too_large' | 'request_timeout' | 'malformed_http' | undefined {
   const current = socket._httpMessage;
   // Whose request broke: a later one, pipelined behind a request received whole (its answer goes
@@ -96,7 +91,7 @@ export function answerClientError(
         ? ([408, 'Request Timeout', 'request not received in time', 'request_timeout'] as const)
         : ([400, 'Bad Request', 'malformed HTTP request', 'malformed_http'] as const);
   // The request that broke: its id when it had reached the API (its headers were read), else a new one.
-  const ownId = !later ? (current as (ServerResponse & { [kRequestId]?: string }) | null | undefined)?.[kRequestId] : undefined;
+  const ownId = !later && current !== null && current !== undefined ? requestIdOfAnswer?.(current) : undefined;
   const answer = rawErrorResponse(status, reason, message, ownId ?? randomUUID());
   if (later) afterQueuedAnswers(socket, () => socket.end(answer));
   else socket.end(answer);

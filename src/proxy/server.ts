@@ -13,7 +13,7 @@ import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody } from './body.js';
-import { GatewayError, answerClientError, errorBody, noteRequestId, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError } from './errors.js';
+import { GatewayError, answerClientError, errorBody, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
@@ -90,10 +90,16 @@ export class ApiServer {
       socket.end(rawErrorResponse(404, 'Not Found', `no route for CONNECT ${String(req.url).slice(0, 256)}`, requestIdOf(req)));
     });
     this.server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-      const why = answerClientError(err, socket);
+      const why = answerClientError(err, socket, this.receivingRequestId);
       if (why !== undefined) this.deps.metrics.requestRejected(why);
     });
   }
+
+  /** The id of the request whose body is still arriving for `res` (Node's 408 mid-body answers in its stead). */
+  private readonly receivingRequestId = (res: ServerResponse): string | undefined => {
+    for (let r = this.receiving.oldest; r !== undefined; r = r.newer) if (r.res === res) return r.requestId;
+    return undefined;
+  };
 
   /** Resolves when no request is being handled. */
   whenIdle(): Promise<void> {
@@ -176,7 +182,6 @@ export class ApiServer {
         return this.logDone(res, requestId, 415);
       }
       let raw: Buffer;
-      noteRequestId(res, requestId);
       const receiving: ReceivingBody = { res, requestId, older: undefined, newer: undefined };
       this.receiving.push(receiving);
       try {
