@@ -196,6 +196,9 @@ flowControl:
       const second = post(gw);
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'fairness_id="default-flow"') ?? 0) === 1, 3000, 'the next request waits');
       assert.equal(gauge(await metricsText(gw), 'llm_d_epp_flow_control_stale_endpoints', 'detector='), 1);
+      const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { stale: boolean; connectFailure: string | null }[] };
+      assert.equal(pool.endpoints[0]!.stale, true);
+      assert.match(pool.endpoints[0]!.connectFailure ?? '', /could not connect: .*ECONNREFUSED/);
       // The server comes back: a scrape begun after the refusal reads it, and the request goes.
       server = http.createServer(serve);
       await new Promise<void>((r) => server.listen(port, '127.0.0.1', r));
