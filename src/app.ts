@@ -243,8 +243,6 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const lastErrorLog = new Map<string, number>();
   /** When each endpoint's current run of failed scrapes began (for the recovery line). */
   const failingSince = new Map<string, number>();
-  /** Endpoints whose current run of failed scrapes was logged: only that run's recovery is. */
-  const failureLogged = new Set<string>();
   const newScraper = (config: SluiceConfig) =>
     new Scraper(pool, {
       path: config.pool.metrics.path,
@@ -260,15 +258,15 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         if (!failingSince.has(ep.name)) failingSince.set(ep.name, now);
         if ((lastErrorLog.get(ep.name) ?? -Infinity) + 30_000 <= now) {
           lastErrorLog.set(ep.name, now);
-          failureLogged.add(ep.name);
           logger.warn({ endpoint: ep.name, err }, 'metrics scrape failed');
         }
       },
       onRecovered: (ep) => {
         const since = failingSince.get(ep.name);
         failingSince.delete(ep.name);
-        if (!failureLogged.delete(ep.name)) return;
-        logger.info({ endpoint: ep.name, failingMs: since === undefined ? undefined : clock.now() - since }, 'metrics scrape recovered');
+        // Only the recovery of a run whose failure was logged is news.
+        if (since === undefined || (lastErrorLog.get(ep.name) ?? -Infinity) < since) return;
+        logger.info({ endpoint: ep.name, failingMs: clock.now() - since }, 'metrics scrape recovered');
       },
     });
   let scraper = newScraper(live.config);
