@@ -210,6 +210,9 @@ describe('slowloris', () => {
 
 describe('clients that leave or stall', () => {
   const chat = (stream: boolean) => JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: 'hi' }] });
+  /** A whole chat completion request as raw HTTP/1.1 bytes (keep-alive), to pipeline on one socket. */
+  const rawPost = (body: string): string =>
+    `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
   /** Answers the first request slowly, every later one at once with ~3 MiB of SSE. */
   function bigSecondAnswer(): Promise<FakeBackend> {
     let n = 0;
@@ -231,8 +234,7 @@ describe('clients that leave or stall', () => {
     const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
     try {
       await waitForMetrics(gw);
-      const body = chat(true);
-      const one = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+      const one = rawPost(chat(true));
       const s = net.connect(gw.apiPort, '127.0.0.1');
       s.on('data', () => undefined);
       s.write(one + one);
@@ -255,8 +257,7 @@ describe('clients that leave or stall', () => {
     process.on('warning', onWarning);
     try {
       await waitForMetrics(gw);
-      const body = chat(false);
-      const one = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+      const one = rawPost(chat(false));
       const s = net.connect(gw.apiPort, '127.0.0.1');
       s.on('data', () => undefined);
       s.on('error', () => undefined);
@@ -294,7 +295,7 @@ describe('clients that leave or stall', () => {
       const s = net.connect(gw.apiPort, '127.0.0.1');
       const closed = new Promise<void>((r) => s.on('close', () => r()));
       s.on('error', () => undefined);
-      s.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+      s.write(rawPost(body));
       s.pause(); // reads nothing
       await until(() => backend.received.length === 1, 3000, 'forwarded');
       await until(() => gw.pool.endpoints[0]!.inFlight === 0 && backend.active === 0, 5000, 'slot freed, upstream aborted');
@@ -328,8 +329,7 @@ describe('clients that leave or stall', () => {
     let ticker: NodeJS.Timeout | undefined;
     try {
       await waitForMetrics(gw);
-      const body = chat(false);
-      const one = `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+      const one = rawPost(chat(false));
       const s = net.connect(gw.apiPort, '127.0.0.1');
       const closed = new Promise<void>((r) => s.on('close', () => r()));
       s.on('error', () => undefined);
@@ -398,7 +398,7 @@ describe('clients that leave or stall', () => {
       await waitForMetrics(gw);
       const one = (content: string, stream: boolean): string => {
         const body = JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content }] });
-        return `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+        return rawPost(body);
       };
       const s = net.connect(gw.apiPort, '127.0.0.1');
       s.on('error', () => undefined);
