@@ -98,8 +98,9 @@ class Locator {
     private readonly lines: LineCounter,
   ) {}
 
-  offsetOf(path: readonly PathSegment[], atKey: boolean): number {
-    if (!this.doc) return 0;
+  /** Where `path` was written (or the deepest part of it that was), and whether all of it was. */
+  private walk(path: readonly PathSegment[], atKey: boolean): { offset: number; found: boolean } {
+    if (!this.doc) return { offset: 0, found: false };
     let node: unknown = this.doc.contents;
     let offset = startOf(node) ?? 0;
     for (let i = 0; i < path.length; i++) {
@@ -107,9 +108,9 @@ class Locator {
       if (isAlias(node)) node = node.resolve(this.doc);
       if (isMap(node)) {
         const pair = node.items.find((p) => (isScalar(p.key) ? String(p.key.value) : String(p.key)) === String(seg));
-        if (!pair) break;
+        if (!pair) return { offset, found: false };
         const keyStart = startOf(pair.key);
-        if (atKey && i === path.length - 1) return keyStart ?? offset;
+        if (atKey && i === path.length - 1) return { offset: keyStart ?? offset, found: true };
         node = pair.value;
         const valueStart = startOf(node);
         // A key with no value (`pool:`) has no useful value position: point at the key.
@@ -117,13 +118,18 @@ class Locator {
       } else if (isSeq(node) && typeof seg === 'number' && seg < node.items.length) {
         node = node.items[seg];
         offset = startOf(node) ?? offset;
-      } else break;
+      } else return { offset, found: false };
     }
-    return offset;
+    return { offset, found: true };
+  }
+
+  /** Whether the file itself holds `path` (not a value the loader filled in or copied there). */
+  written(path: readonly PathSegment[]): boolean {
+    return this.walk(path, true).found;
   }
 
   position(path: readonly PathSegment[], atKey = false): { line: number; col: number } {
-    return this.lines.linePos(this.offsetOf(path, atKey));
+    return this.lines.linePos(this.walk(path, atKey).offset);
   }
 }
 
@@ -206,6 +212,10 @@ class ProblemSink {
 
   warn(path: readonly PathSegment[], message: string, atKey = false): void {
     this.warnings.push(this.make(path, message, atKey));
+  }
+
+  written(path: readonly PathSegment[]): boolean {
+    return this.locator.written(path);
   }
 
   /**
@@ -796,6 +806,7 @@ function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfi
     const index = rawPlugins.findIndex((p) => isPlainObject(p) && (p.name ?? p.type) === spec.name);
     // Only called on a config without problems: every plugin's parameters are parsed, defaults filled.
     for (const w of def.configWarnings(spec.parameters ?? {}, context)) {
+      if (w.whereWritten === true && (index < 0 || !sink.written(['plugins', index, 'parameters', w.parameter ?? '']))) continue;
       const at: readonly PathSegment[] =
         w.setting !== undefined && rawHas(raw, w.setting)
           ? w.setting

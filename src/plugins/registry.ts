@@ -116,6 +116,11 @@ export interface PluginConfigContext {
 export interface PluginConfigWarning {
   /** The plugin's parameter the warning is about. */
   parameter?: string;
+  /**
+   * Shown only where `parameter` is written in this plugin's entry: a parameter another plugin lent
+   * (PluginDefinition.lendsParameters) is warned about at the lender, which checks its own.
+   */
+  whereWritten?: boolean;
   /** The setting outside the plugin it conflicts with (a config path): shown there when the user wrote it. */
   setting?: readonly string[];
   message: string;

@@ -165,7 +165,7 @@ export function blockHashes(text: string, seed: number, opts: PrefixHashOptions)
   let i = 0;
   for (let start = 0; start < end; start += blockChars) {
     const blockEnd = Math.min(start + blockChars, end);
-    // An odd start (only the deprecated `blockSize` can make blocks of odd length) reads the string.
+    // An odd start (blocks of odd length: the scorer's are 4 characters a token, other callers' may not be) reads the string.
     previous = copied && (start & 1) === 0 ? hashUnits(copied, words, start, blockEnd, previous) : hashRange(text, start, blockEnd, previous);
     hashes[i++] = previous;
   }

@@ -61,11 +61,13 @@ describe('llm-d compatibility', () => {
       [pluginParams(r, 'prefix-cache-scorer')?.blockSizeTokens, pluginParams(r, 'prefix-cache-scorer')?.maxPrefixBlocksToMatch, pluginParams(r, 'prefix-cache-scorer')?.lruCapacityPerServer],
       [32, 128, 999],
     );
-    // The block count alone sets the window, as in the producer's llm-d file.
-    assert.equal(pluginParams(r, 'prefix-cache-scorer')?.maxPrefixTokensToMatch, 0);
+    // The block count alone does not set the window: the token window wins, as in llm-d (warned below).
+    assert.equal(pluginParams(r, 'prefix-cache-scorer')?.maxPrefixTokensToMatch, 131_072);
     assert.equal(pluginParams(r, 'other')?.blockSizeTokens, 16, 'a scorer naming another producer keeps its own');
     assert.deepEqual(warnings(r), [
       '2: plugins[0].type: approx-prefix-cache-producer: its parameters apply to "prefix-cache-scorer" (in Sluice the prefix-cache-scorer keeps the index itself)',
+      // Said where the user wrote it, not on the scorer it was lent to.
+      '3: plugins[0].parameters.maxPrefixBlocksToMatch: ignored: maxPrefixTokensToMatch (131072 tokens) takes precedence, as in llm-d; set maxPrefixTokensToMatch: 0 to cap the match by blocks',
       // A producer name nobody declared (a typo, say): said, since no producer's parameters reach that scorer.
       '6: plugins[2].parameters.prefixMatchInfoProducerName: no plugin named "someone-else" is declared: no approx-prefix-cache-producer lends its parameters to this scorer',
     ]);

@@ -424,16 +424,21 @@ describe('prefix-cache-scorer', () => {
   });
 
   test('block size and match limits', () => {
-    const tokens = setup({ blockSizeTokens: 32, maxPrefixBlocksToMatch: 3 });
+    const tokens = setup({ blockSizeTokens: 32, maxPrefixTokensToMatch: 0, maxPrefixBlocksToMatch: 3 });
     assert.deepEqual(tokens.scorer.hashOptions, { blockChars: 128, maxBlocks: 3 });
+    // A block count alone is ignored: the default token window wins (llm-d).
+    assert.deepEqual(setup({ maxPrefixBlocksToMatch: 3 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 8192 });
     const byTokens = setup({ blockSizeTokens: 16, maxPrefixTokensToMatch: 160 });
     assert.deepEqual(byTokens.scorer.hashOptions, { blockChars: 64, maxBlocks: 10 });
-    const deprecated = setup({ blockSize: 256 });
+    // The deprecated blockSize is tokens (llm-d's code), unless blockSizeTokens is set.
+    const deprecated = setup({ blockSize: 64 });
     assert.deepEqual(deprecated.scorer.hashOptions, { blockChars: 256, maxBlocks: 131_072 / 64 });
+    assert.deepEqual(setup({ blockSize: 64, blockSizeTokens: 32 }).scorer.hashOptions, { blockChars: 128, maxBlocks: 131_072 / 32 });
     // The token window wins when both are set (llm-d); by default it is 131 072 tokens.
     assert.deepEqual(setup({ maxPrefixBlocksToMatch: 3, maxPrefixTokensToMatch: 160 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 10 });
     assert.deepEqual(setup({}).scorer.hashOptions, { blockChars: 64, maxBlocks: 8192 });
-    assert.deepEqual(setup({ maxPrefixTokensToMatch: 0 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 256 });
+    assert.deepEqual(setup({ maxPrefixTokensToMatch: 0 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 2048 });
+    assert.deepEqual(setup({ maxPrefixTokensToMatch: 0, maxPrefixBlocksToMatch: 0 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 0 });
     const { req } = byTokens.score(text(1, 64 * 40));
     assert.equal((req.state.get(byTokens.scorer.stateKey) as number[]).length, 10);
   });
@@ -471,14 +476,21 @@ describe('prefix-cache-scorer', () => {
     assert.deepEqual(p.parse({}), {
       autoTune: true,
       blockSizeTokens: 16,
-      maxPrefixBlocksToMatch: 256,
       maxPrefixTokensToMatch: 131_072,
       lruCapacityPerServer: 31250,
       matchLengthWeight: 0,
       matchLengthScaleTokens: 8192,
     });
-    // A block count set alone is the window (an older llm-d config), not overridden by the token default.
-    assert.deepEqual(p.parse({ maxPrefixBlocksToMatch: 64 }), { ...p.parse({}), maxPrefixBlocksToMatch: 64, maxPrefixTokensToMatch: 0 });
+    // A block count is kept where written (to be warned about) or where it decides (token window 0).
+    assert.deepEqual(p.parse({ maxPrefixBlocksToMatch: 64 }), { ...p.parse({}), maxPrefixBlocksToMatch: 64 });
+    assert.deepEqual(p.parse({ maxPrefixTokensToMatch: 0 }), { ...p.parse({}), maxPrefixTokensToMatch: 0, maxPrefixBlocksToMatch: 2048 });
+    const warnings = (raw: object) =>
+      prefixCacheScorerDefinition.configWarnings!(p.parse(raw), { metricsIntervalMs: 50 }).map((w) => `${w.parameter}: ${w.message}`);
+    assert.deepEqual(warnings({}), []);
+    assert.deepEqual(warnings({ maxPrefixTokensToMatch: 0, maxPrefixBlocksToMatch: 64 }), []);
+    assert.match(warnings({ maxPrefixBlocksToMatch: 256 }).join(), /^maxPrefixBlocksToMatch: ignored: maxPrefixTokensToMatch \(131072 tokens\) takes precedence/);
+    assert.match(warnings({ blockSize: 64 }).join(), /^blockSize: deprecated: read as blockSizeTokens: 64 \(tokens/);
+    assert.match(warnings({ blockSize: 64, blockSizeTokens: 32 }).join(), /^blockSize: deprecated and ignored/);
     assert.equal(p.safeParse({ blockSizeTokens: 0 }).success, false);
     assert.equal(p.safeParse({ autoTune: 'yes' }).success, false);
     assert.equal(p.safeParse({ hashSeed: 1 }).success, false);

@@ -8,12 +8,12 @@
  * `token-load-scorer` and `prefix-based-pd-decider` read, and scores only where a profile names it.
  *
  * Parameters: those of the prefix index, with `prefix-cache-scorer`'s defaults — `autoTune` true,
- * `blockSizeTokens` 16, `maxPrefixTokensToMatch` 131072, `maxPrefixBlocksToMatch` 256,
- * `lruCapacityPerServer` 31250, `blockSize` (deprecated).
+ * `blockSizeTokens` 16, `maxPrefixTokensToMatch` 131072, `maxPrefixBlocksToMatch` 2048 (only when
+ * the token window is 0), `lruCapacityPerServer` 31250, `blockSize` (deprecated: tokens).
  */
 import { z } from 'zod';
 import type { PluginDefinition } from '../../plugins/registry.js';
-import { PREFIX_CACHE_SCORER_TYPE, prefixIndexParamsShape, resolveMatchWindow } from './prefix-cache-scorer.js';
+import { matchWindowWarnings, PREFIX_CACHE_SCORER_TYPE, prefixIndexParamsShape, resolveMatchWindow } from './prefix-cache-scorer.js';
 
 export const APPROX_PREFIX_CACHE_PRODUCER_TYPE = 'approx-prefix-cache-producer';
 
@@ -24,5 +24,6 @@ export const approxPrefixCacheProducerDefinition: PluginDefinition<z.infer<typeo
   kinds: [],
   params,
   lendsParameters: { to: PREFIX_CACHE_SCORER_TYPE, referencedBy: 'prefixMatchInfoProducerName' },
+  configWarnings: matchWindowWarnings,
   create: (name) => ({ type: APPROX_PREFIX_CACHE_PRODUCER_TYPE, name }),
 };

@@ -19,10 +19,12 @@
  *   num_gpu_blocks × block_size tokens, in blocks of blockSizeTokens
  * - `blockSizeTokens` 16 — tokens per block (≈ 4 characters per token)
  * - `maxPrefixTokensToMatch` 131072 — tokens matched at most: max blocks = tokens / blockSizeTokens;
- *   0 = the block count below decides (the default when only `maxPrefixBlocksToMatch` is set)
- * - `maxPrefixBlocksToMatch` 256 — blocks hashed at most when `maxPrefixTokensToMatch` is 0 (0 = unlimited)
+ *   takes precedence over `maxPrefixBlocksToMatch` unless 0 (llm-d)
+ * - `maxPrefixBlocksToMatch` 2048 — blocks hashed at most when `maxPrefixTokensToMatch` is 0
+ *   (deprecated in llm-d; 0 = unlimited). Set while the token window applies, it is ignored with a warning
  * - `lruCapacityPerServer` 31250 — blocks remembered per endpoint (when not auto-tuned)
- * - `blockSize` — deprecated: characters per block; overrides blockSizeTokens × 4 when set
+ * - `blockSize` — deprecated: read as `blockSizeTokens` when that is left at 16 (llm-d's code; GIE's
+ *   documentation called it characters), with a warning
  * - `matchLengthWeight` 0 — in [0, 1]; weight of the absolute match-length term
  * - `matchLengthScaleTokens` 8192 — > 0; matched tokens at which the length term saturates
  * - `prefixMatchInfoProducerName` — llm-d's reference to an `approx-prefix-cache-producer`, whose
@@ -31,7 +33,7 @@
 import { z } from 'zod';
 import { didYouMean } from '../../config/schema.js';
 import type { Endpoint } from '../../datalayer/endpoint.js';
-import type { PluginDefinition, PoolView } from '../../plugins/registry.js';
+import type { PluginConfigWarning, PluginDefinition, PoolView } from '../../plugins/registry.js';
 import type { Clock } from '../../util/clock.js';
 import type {
   CycleContext,
@@ -57,22 +59,53 @@ export const DEFAULT_MAX_PREFIX_TOKENS = 131_072;
 export const prefixIndexParamsShape = {
   autoTune: z.boolean().default(true),
   blockSizeTokens: z.number().int().positive().default(16),
-  maxPrefixBlocksToMatch: z.number().int().min(0).optional(),
   maxPrefixTokensToMatch: z.number().int().min(0).optional(),
+  maxPrefixBlocksToMatch: z.number().int().min(0).optional(),
   lruCapacityPerServer: z.number().int().positive().default(31250),
   blockSize: z.number().int().positive().optional(),
 };
 
-/** The token window wins when > 0 (llm-d); a block count set alone applies (an older llm-d config's). */
-export function resolveMatchWindow<P extends { maxPrefixBlocksToMatch?: number; maxPrefixTokensToMatch?: number }>(
+/** llm-d's block cap, consulted only when `maxPrefixTokensToMatch` is 0. */
+const DEFAULT_MAX_PREFIX_BLOCKS = 2048;
+const DEFAULT_BLOCK_SIZE_TOKENS = 16;
+
+/**
+ * The match window and block size as llm-d resolves them: the token window (default 131 072) wins
+ * unless 0; the block count is kept only where the user wrote it or where it decides (token window
+ * 0), so configWarnings can tell an ignored one. A deprecated `blockSize` becomes blockSizeTokens
+ * when that is at its default.
+ */
+export function resolveMatchWindow<P extends { blockSizeTokens: number; blockSize?: number; maxPrefixBlocksToMatch?: number; maxPrefixTokensToMatch?: number }>(
   p: P,
-): P & { maxPrefixBlocksToMatch: number; maxPrefixTokensToMatch: number } {
-  const { maxPrefixBlocksToMatch, maxPrefixTokensToMatch } = p;
-  return {
-    ...p,
-    maxPrefixBlocksToMatch: maxPrefixBlocksToMatch ?? 256,
-    maxPrefixTokensToMatch: maxPrefixTokensToMatch ?? (maxPrefixBlocksToMatch === undefined ? DEFAULT_MAX_PREFIX_TOKENS : 0),
-  };
+): P & { maxPrefixTokensToMatch: number } {
+  const maxPrefixTokensToMatch = p.maxPrefixTokensToMatch ?? DEFAULT_MAX_PREFIX_TOKENS;
+  const resolved = { ...p, maxPrefixTokensToMatch };
+  if (maxPrefixTokensToMatch === 0) resolved.maxPrefixBlocksToMatch = p.maxPrefixBlocksToMatch ?? DEFAULT_MAX_PREFIX_BLOCKS;
+  if (p.blockSize !== undefined && p.blockSizeTokens === DEFAULT_BLOCK_SIZE_TOKENS) resolved.blockSizeTokens = p.blockSize;
+  return resolved;
+}
+
+/** What the prefix index's parameters resolved to that the user may not expect (deprecated keys). */
+export function matchWindowWarnings(p: z.infer<z.ZodObject<typeof prefixIndexParamsShape>> & { maxPrefixTokensToMatch: number }): PluginConfigWarning[] {
+  const warnings: PluginConfigWarning[] = [];
+  if (p.maxPrefixTokensToMatch > 0 && p.maxPrefixBlocksToMatch !== undefined) {
+    warnings.push({
+      parameter: 'maxPrefixBlocksToMatch',
+      whereWritten: true,
+      message: `ignored: maxPrefixTokensToMatch (${p.maxPrefixTokensToMatch} tokens) takes precedence, as in llm-d; set maxPrefixTokensToMatch: 0 to cap the match by blocks`,
+    });
+  }
+  if (p.blockSize !== undefined) {
+    warnings.push({
+      parameter: 'blockSize',
+      whereWritten: true,
+      message:
+        p.blockSizeTokens === p.blockSize
+          ? `deprecated: read as blockSizeTokens: ${p.blockSize} (tokens per block, as llm-d reads it; GIE's documentation called it characters)`
+          : 'deprecated and ignored: blockSizeTokens is set',
+    });
+  }
+  return warnings;
 }
 
 export const prefixCacheScorerParams = z
@@ -114,12 +147,12 @@ export class PrefixCacheScorer implements Scorer, PreRequest, PrefixMatcher, Pre
     /** Records each scheduled request's expected hit (llm-d's hit-ratio and hit-bytes histograms). */
     private readonly recordMatch?: (matchedBytes: number, totalBytes: number) => void,
   ) {
-    const blockChars = params.blockSize ?? params.blockSizeTokens * CHARS_PER_TOKEN;
-    this.blockSizeTokens = blockChars / CHARS_PER_TOKEN;
+    this.blockSizeTokens = params.blockSizeTokens;
+    const blockChars = params.blockSizeTokens * CHARS_PER_TOKEN;
     const maxBlocks =
       params.maxPrefixTokensToMatch > 0
         ? Math.max(1, Math.floor(params.maxPrefixTokensToMatch / this.blockSizeTokens))
-        : params.maxPrefixBlocksToMatch;
+        : (params.maxPrefixBlocksToMatch ?? 0);
     this.hashOptions = { blockChars, maxBlocks };
     this.autoTune = params.autoTune;
     this.lruCapacity = params.lruCapacityPerServer;
@@ -250,14 +283,14 @@ export const prefixCacheScorerDefinition: PluginDefinition<PrefixCacheScorerPara
   kinds: ['scorer'],
   params: prefixCacheScorerParams,
   configWarnings: (params, { declaredNames }) => {
+    const warnings = matchWindowWarnings(params);
     const producer = params.prefixMatchInfoProducerName;
-    if (producer === undefined || declaredNames === undefined || declaredNames.has(producer)) return [];
-    return [
-      {
-        parameter: 'prefixMatchInfoProducerName',
-        message: `no plugin named "${producer}" is declared${didYouMean(producer, [...declaredNames])}: no approx-prefix-cache-producer lends its parameters to this scorer`,
-      },
-    ];
+    if (producer === undefined || declaredNames === undefined || declaredNames.has(producer)) return warnings;
+    warnings.push({
+      parameter: 'prefixMatchInfoProducerName',
+      message: `no plugin named "${producer}" is declared${didYouMean(producer, [...declaredNames])}: no approx-prefix-cache-producer lends its parameters to this scorer`,
+    });
+    return warnings;
   },
   create: (name, params, deps) =>
     new PrefixCacheScorer(name, params, deps.clock, deps.pool, deps.prefixIndexerMatch?.(name, PREFIX_CACHE_SCORER_TYPE)),
