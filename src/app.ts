@@ -9,6 +9,7 @@ import type { LoadedConfig, SluiceConfig } from './config/types.js';
 import { formatProblem, type ConfigProblem } from './config/load.js';
 import { effectiveConfigDigest } from './config/print.js';
 import { Pool } from './datalayer/pool.js';
+import type { EndpointSpec } from './datalayer/endpoint.js';
 import { Scraper } from './datalayer/scraper.js';
 import { GatewayMetrics, type PrefixIndexerSnapshot, type SaturationSnapshot } from './metrics/metrics.js';
 import { builtinRegistry } from './plugins/builtin.js';
@@ -202,7 +203,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const registry = opts.registry ?? builtinRegistry();
 
   for (const w of loaded.warnings ?? []) logger.warn({ config: formatProblem(w) }, 'config warning');
-  const pool = new Pool(loaded.config.pool.endpoints, {
+  const pool = new Pool(endpointSpecs(loaded.config), {
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
   });
   const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
@@ -347,7 +348,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       if (restartOnly.length > 0) logger.warn({ keys: restartOnly }, 'config reload: these settings need a restart; the rest is applied');
       // Build first: if the new runtime cannot be built, nothing has changed yet.
       const nextLive = build(config, previous);
-      const { removed } = pool.setEndpoints(config.pool.endpoints);
+      const { removed } = pool.setEndpoints(endpointSpecs(config));
       // A removed (or moved) endpoint's scrape failures are history: a later one is news again.
       for (const ep of removed) {
         failingSince.delete(ep.name);
@@ -406,4 +407,10 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       return closing;
     },
   };
+}
+
+/** The pool's endpoints as the Pool takes them: each with the engine type of the unlabelled. */
+function endpointSpecs(config: SluiceConfig): EndpointSpec[] {
+  const { defaultEngine } = config.pool.metrics;
+  return config.pool.endpoints.map((e) => ({ ...e, defaultEngine }));
 }

@@ -47,10 +47,11 @@ export const FEATURE_GATE_DEFAULTS: Readonly<Record<string, boolean>> = {
   // GIE's gates, accepted with a warning (they change nothing here).
   dataLayer: false,
   enableLegacyMetrics: false,
+  prepareDataPlugins: false,
 };
 
 /** Gates accepted only so that llm-d and GIE files load: setting one changes nothing. */
-export const NO_EFFECT_FEATURE_GATES: ReadonlySet<string> = new Set(['dataLayer', 'enableLegacyMetrics']);
+export const NO_EFFECT_FEATURE_GATES: ReadonlySet<string> = new Set(['dataLayer', 'enableLegacyMetrics', 'prepareDataPlugins']);
 
 // ---------------------------------------------------------------------------------------------
 // Suggestions
@@ -294,6 +295,11 @@ export const endpointSchema = z.strictObject({
   labels: z.record(z.string(), z.string()).default({}),
 });
 
+/** An engine type whose metric names Sluice knows. */
+export const engineTypeField = z.string().refine((e) => KNOWN_ENGINE_TYPES.includes(e), {
+  error: (issue) => `unknown engine type ${JSON.stringify(issue.input)}${didYouMean(String(issue.input), KNOWN_ENGINE_TYPES)}; known: ${KNOWN_ENGINE_TYPES.join(', ')}`,
+});
+
 export const poolMetricsSchema = z
   .strictObject({
     path: z
@@ -305,6 +311,7 @@ export const poolMetricsSchema = z
     // vLLM's LoRA info family keeps a series per adapter combination ever seen: a long-running LoRA
     // server's page grows.
     maxBytes: quantityField({ positive: true }).prefault('4Mi'),
+    defaultEngine: engineTypeField.default('vllm'),
   })
   .prefault({});
 

@@ -40,8 +40,11 @@ export interface EndpointConfig {
 export interface PoolConfig {
   name: string; // default "default-pool"
   targetPort: number; // default 8000
-  /** "/metrics", 50ms, 1s; maxBytes: the largest page read (4Mi), past it the scrape fails. */
-  metrics: { path: string; interval: number; timeout: number; maxBytes: number };
+  /**
+   * "/metrics", 50ms, 1s; maxBytes: the largest page read (4Mi), past it the scrape fails;
+   * defaultEngine: the engine type of an endpoint without an engine-type label (vllm).
+   */
+  metrics: { path: string; interval: number; timeout: number; maxBytes: number; defaultEngine: string };
   endpoints: EndpointConfig[];
 }
 

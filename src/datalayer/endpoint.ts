@@ -16,6 +16,12 @@ export function engineLabelOf(labels: Readonly<Record<string, string>>): typeof 
   return labels[ENGINE_LABEL] !== undefined ? ENGINE_LABEL : labels[LEGACY_ENGINE_LABEL] !== undefined ? LEGACY_ENGINE_LABEL : undefined;
 }
 
+/** The engine type an endpoint's labels name, else the pool's default (`pool.metrics.defaultEngine`). */
+export function engineTypeOf(labels: Readonly<Record<string, string>>, defaultEngine = 'vllm'): string {
+  const label = engineLabelOf(labels);
+  return label === undefined ? defaultEngine : labels[label]!;
+}
+
 export type Stage = 'prefill' | 'decode' | 'interleaved';
 
 /** The `llm-d.ai/role` values llm-d knows (SPEC §6); any other reads as decode. */
@@ -76,6 +82,8 @@ export interface EndpointSpec {
   address: string;
   port: number;
   labels: Record<string, string>;
+  /** The engine type when the labels name none (`pool.metrics.defaultEngine`; vllm when unset). */
+  defaultEngine?: string;
 }
 
 /**
@@ -145,7 +153,7 @@ export class Endpoint {
     this.name = spec.name;
     this.address = spec.address;
     this.port = spec.port;
-    this.relabel(spec.labels);
+    this.relabel(spec.labels, spec.defaultEngine);
     const host = spec.address.includes(':') && !spec.address.startsWith('[') ? `[${spec.address}]` : spec.address;
     this.hostPort = `${host}:${spec.port}`;
     this.origin = `http://${this.hostPort}`;
@@ -156,12 +164,11 @@ export class Endpoint {
    * follow them, while its in-flight count, metrics and learned slots stay — requests in flight
    * release against this object, so replacing it would let a limit be exceeded.
    */
-  relabel(labels: Readonly<Record<string, string>>): void {
+  relabel(labels: Readonly<Record<string, string>>, defaultEngine?: string): void {
     this.labels = Object.freeze({ ...labels });
     this.role = roleOf(this.labels);
     this.stage = stageOf(this.role);
-    const engineLabel = engineLabelOf(this.labels);
-    this.engineType = engineLabel === undefined ? 'vllm' : this.labels[engineLabel]!;
+    this.engineType = engineTypeOf(this.labels, defaultEngine);
   }
 
   /** Age of the last good metrics in ms (Infinity when never scraped). */

@@ -16,12 +16,13 @@
  * `core-metrics-extractor` — the engine-specific metric names. Parameters (llm-d's):
  * - `engineLabelKey` "llm-d.ai/engine-type" — only that label (or GIE's legacy
  *   `inference.networking.k8s.io/engine-type`, which Sluice also reads)
- * - `defaultEngine` "vllm" — only `vllm`
+ * - `defaultEngine` "vllm" — the engine type of an endpoint without that label: `vllm`, `sglang` or
+ *   `trtllm-serve`; stands for `pool.metrics.defaultEngine`
  * - `engineConfigs` — custom metric names per engine: not supported (error); Sluice reads the
  *   built-in names of vllm, sglang and trtllm-serve (docs/configuration.md "Engine type")
  */
 import { z } from 'zod';
-import { durationField } from '../config/schema.js';
+import { durationField, engineTypeField } from '../config/schema.js';
 import { formatDuration } from '../config/units.js';
 import type { PluginDefinition } from '../plugins/registry.js';
 import { ENGINE_LABEL, LEGACY_ENGINE_LABEL } from './endpoint.js';
@@ -63,10 +64,7 @@ const coreMetricsExtractorParams = z.strictObject({
       message: `only "${ENGINE_LABEL}" (or "${LEGACY_ENGINE_LABEL}") is supported: Sluice reads the engine type from that label`,
     })
     .optional(),
-  defaultEngine: z
-    .string()
-    .refine((e) => e === 'vllm', { message: 'only "vllm" is supported: an endpoint without an engine-type label is read as vllm' })
-    .optional(),
+  defaultEngine: engineTypeField.optional(),
   engineConfigs: z
     .unknown()
     .refine((v) => v === undefined, {
@@ -79,5 +77,7 @@ export const coreMetricsExtractorDefinition: PluginDefinition<z.infer<typeof cor
   type: 'core-metrics-extractor',
   kinds: [],
   params: coreMetricsExtractorParams,
+  standsFor: (p) =>
+    p.defaultEngine === undefined ? [] : [{ parameter: 'defaultEngine', setting: ['pool', 'metrics', 'defaultEngine'], value: p.defaultEngine, written: p.defaultEngine }],
   create: (name) => ({ type: 'core-metrics-extractor', name }),
 };

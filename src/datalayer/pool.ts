@@ -6,7 +6,7 @@
  * when anything that could change saturation changes.
  */
 import type { PoolView } from '../plugins/registry.js';
-import { Endpoint, type EndpointMetrics, type EndpointSpec } from './endpoint.js';
+import { Endpoint, engineTypeOf, type EndpointMetrics, type EndpointSpec } from './endpoint.js';
 
 export type PoolChangeReason = 'metrics' | 'endpoints' | 'inflight';
 export type PoolListener = (reason: PoolChangeReason, ep?: Endpoint) => void;
@@ -84,8 +84,8 @@ export class Pool implements PoolView {
     for (const spec of specs) {
       const existing = this.byNameMap.get(spec.name);
       if (existing !== undefined && sameServer(existing, spec)) {
-        if (!sameLabels(existing.labels, spec.labels)) {
-          existing.relabel(spec.labels);
+        if (!sameLabels(existing.labels, spec.labels) || existing.engineType !== engineTypeOf(spec.labels, spec.defaultEngine)) {
+          existing.relabel(spec.labels, spec.defaultEngine);
           relabelled.push(existing);
         }
         next.push(existing);

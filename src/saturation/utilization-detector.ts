@@ -33,6 +33,7 @@
  * - `stalenessPolicy` "saturated" — `saturated` | `ignore` (Sluice addition)
  * - `countRecentDispatches` true — Sluice addition: `waiting'` above; false reads the scraped queue
  *   only, as llm-d does
+ * - `inFlightLoadProducerName` — llm-d's; accepted and ignored (Sluice keeps the in-flight counts itself)
  */
 import { z } from 'zod';
 import { durationField } from '../config/schema.js';
@@ -54,6 +55,7 @@ export const utilizationDetectorParams = z.strictObject({
   headroom: z.number().min(0).default(0),
   stalenessPolicy: z.enum(['saturated', 'ignore']).default('saturated'),
   countRecentDispatches: z.boolean().default(true),
+  inFlightLoadProducerName: z.string().optional(),
 });
 
 export type UtilizationDetectorParams = z.infer<typeof utilizationDetectorParams>;

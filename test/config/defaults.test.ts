@@ -67,7 +67,7 @@ describe('§3.5 defaults with no plugins', () => {
     assert.deepEqual(config.pool, {
       name: 'default-pool',
       targetPort: 8000,
-      metrics: { path: '/metrics', interval: 50, timeout: 1000, maxBytes: 4 * 1024 * 1024 },
+      metrics: { path: '/metrics', interval: 50, timeout: 1000, maxBytes: 4 * 1024 * 1024, defaultEngine: 'vllm' },
       endpoints: [],
     });
     assert.deepEqual(config.objectives, []);

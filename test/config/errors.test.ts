@@ -79,7 +79,7 @@ describe('syntax and shape', () => {
 
   test('unknown key without a close match lists the valid keys', () => {
     assert.deepEqual(problems(yaml('pool:', '  metrics: { zzz: 1 }')), [
-      'c.yaml:2:14: pool.metrics.zzz: unknown key "zzz" (valid keys: path, interval, timeout, maxBytes)',
+      'c.yaml:2:14: pool.metrics.zzz: unknown key "zzz" (valid keys: path, interval, timeout, maxBytes, defaultEngine)',
     ]);
   });
 
@@ -224,7 +224,7 @@ describe('pool and objectives', () => {
 describe('feature gates', () => {
   test('unknown feature gate with suggestion', () => {
     assert.deepEqual(problems(yaml('featureGates: ["flowcontrol"]')), [
-      'c.yaml:1:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics',
+      'c.yaml:1:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics, prepareDataPlugins',
     ]);
   });
 
@@ -455,7 +455,7 @@ describe('collection and reporting', () => {
     assert.deepEqual(problems(text), [
       'c.yaml:6:40: schedulingProfiles[0].plugins[0].weight: must be >= 0, got number -2',
       'c.yaml:7:18: schedulingProfiles[0].plugins[1].pluginRef: no plugin named "quee-scorer" is declared (did you mean "queue-scorer"?)',
-      'c.yaml:8:16: featureGates[0]: unknown feature gate "flowControll" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics',
+      'c.yaml:8:16: featureGates[0]: unknown feature gate "flowControll" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics, prepareDataPlugins',
       'c.yaml:8:30: featureGates[1]: expected a string, got number 7',
     ]);
   });
@@ -484,7 +484,7 @@ describe('collection and reporting', () => {
       'c.yaml:7:27: plugins[1].parameters.headroom: plugin "sat" (utilization-detector): must be >= 0, got number -1',
       'c.yaml:11:16: schedulingProfiles[0].plugins[0].pluginRef: no plugin named "nope" is declared',
       'c.yaml:14:22: flowControl.defaultRequestTTL: expected a duration string with a unit, e.g. "200ms", "1.5s", "5m"; got number 5',
-      'c.yaml:15:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics',
+      'c.yaml:15:16: featureGates[0]: unknown feature gate "flowcontrol" (did you mean "flowControl"?); known gates: flowControl, haPopulateNonLeaderDatastore, dataLayer, enableLegacyMetrics, prepareDataPlugins',
     ]);
   });
 
@@ -619,7 +619,15 @@ describe('what a file means, said where it is written', () => {
       'c.yaml',
       builtin,
     );
-    assert.deepEqual([r.config.pool.metrics.path, r.config.pool.metrics.interval], ['/prometheus/metrics', 100]);
+    assert.deepEqual([r.config.pool.metrics.path, r.config.pool.metrics.interval, r.config.pool.metrics.defaultEngine], ['/prometheus/metrics', 100, 'vllm']);
+    // The llm-d router chart renders defaultEngine for sglang and trtllm-serve fleets: the unlabelled endpoints' engine.
+    for (const engine of ['sglang', 'trtllm-serve']) {
+      const other = load(yaml('plugins:', '- type: core-metrics-extractor', `  parameters: { defaultEngine: ${engine} }`), 'c.yaml', builtin);
+      assert.equal(other.config.pool.metrics.defaultEngine, engine);
+    }
+    assert.deepEqual(problems(yaml('plugins:', '- type: core-metrics-extractor', '  parameters: { defaultEngine: SGLang }'), 'c.yaml', builtin), [
+      'c.yaml:3:32: plugins[0].parameters.defaultEngine: plugin "core-metrics-extractor" (core-metrics-extractor): unknown engine type "SGLang" (did you mean "sglang"?); known: vllm, sglang, trtllm-serve',
+    ]);
     // Written in both places with one value: fine.
     const same = load(yaml('pool: { metrics: { interval: 1s } }', 'plugins:', '- type: metrics-data-source', '  parameters: { interval: 1s }'), 'c.yaml', builtin);
     assert.equal(same.config.pool.metrics.interval, 1000);

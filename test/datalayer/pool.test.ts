@@ -284,4 +284,11 @@ test("the engine type comes from llm-d.ai/engine-type, else from GIE's legacy la
     spec('none', 3),
   ]);
   assert.deepEqual(pool.endpoints.map((e) => e.engineType), ['trtllm-serve', 'sglang', 'vllm']);
+  // pool.metrics.defaultEngine names the unlabelled ones' engine; a reload changing only it re-reads them.
+  const before = pool.byName('none')!;
+  const { relabelled } = pool.setEndpoints([spec('legacy', 1, { 'inference.networking.k8s.io/engine-type': 'trtllm-serve' }), { ...spec('none', 3), defaultEngine: 'sglang' }]);
+  assert.deepEqual(relabelled.map((e) => e.name), ['none']);
+  assert.equal(pool.byName('none'), before, 'the same object: its in-flight requests release against it');
+  assert.deepEqual(pool.endpoints.map((e) => e.engineType), ['trtllm-serve', 'sglang']);
+  assert.equal(new Pool([{ ...spec('labelled', 1, { 'llm-d.ai/engine-type': 'vllm' }), defaultEngine: 'sglang' }]).endpoints[0]!.engineType, 'vllm');
 });

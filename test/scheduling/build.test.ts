@@ -23,7 +23,7 @@ function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfi
       profiling: true,
       upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 0 },
     },
-    pool: { name: 'pool', targetPort: 8000, metrics: { path: '/metrics', interval: 50, timeout: 1000, maxBytes: 4 * 1024 * 1024 }, endpoints: [] },
+    pool: { name: 'pool', targetPort: 8000, metrics: { path: '/metrics', interval: 50, timeout: 1000, maxBytes: 4 * 1024 * 1024, defaultEngine: 'vllm' }, endpoints: [] },
     objectives: [],
     featureGates: [],
     plugins: plugins.map((p) => ({ type: p.type!, name: p.name ?? p.type!, parameters: p.parameters ?? {} })),

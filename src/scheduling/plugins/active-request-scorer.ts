@@ -12,6 +12,7 @@
  * - `idleThreshold` 0 — integer ≥ 0; at or below it an endpoint counts as idle
  * - `maxBusyScore` 1.0 — in [0, 1]; the best score a busy endpoint can get
  * - `requestTimeout` — deprecated in llm-d and ignored; accepted so llm-d configs load unchanged
+ * - `inFlightLoadProducerName` — llm-d's; accepted and ignored (Sluice keeps the in-flight counts itself)
  */
 import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
@@ -24,6 +25,7 @@ export const activeRequestScorerParams = z.strictObject({
   idleThreshold: z.number().int().min(0).default(0),
   maxBusyScore: z.number().min(0).max(1).default(1),
   requestTimeout: z.union([z.string(), z.number()]).optional(),
+  inFlightLoadProducerName: z.string().optional(),
 });
 
 const ignoredTimeout = (p: ActiveRequestScorerParams) =>

@@ -27,6 +27,8 @@
  * - `prefixPluginType` "prefix-cache-scorer" — its type, used when no plugin has that name
  * - `prefillProfile` "prefill" — profile whose target is also recorded (P/D)
  * - `lruSize` 1024 — integer > 0; endpoints remembered
+ * - `prefixMatchInfoProducerName` — llm-d's (the producer of the prefix index); accepted and ignored:
+ *   the index is the prefix-cache scorer's, found as above
  */
 import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
@@ -42,6 +44,7 @@ export const noHitLruScorerParams = z.strictObject({
   prefixPluginType: z.string().min(1).default(PREFIX_CACHE_SCORER_TYPE),
   prefillProfile: z.string().min(1).default('prefill'),
   lruSize: z.number().int().positive().default(1024),
+  prefixMatchInfoProducerName: z.string().optional(),
 });
 
 export type NoHitLruScorerParams = z.infer<typeof noHitLruScorerParams>;
