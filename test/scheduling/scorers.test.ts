@@ -11,6 +11,7 @@ import {
   KvCacheUtilizationScorer,
 } from '../../src/scheduling/plugins/kv-cache-utilization-scorer.js';
 import { QueueScorer, queueScorerDefinition } from '../../src/scheduling/plugins/queue-scorer.js';
+import { LoadAwareScorer, loadAwareScorerDefinition } from '../../src/scheduling/plugins/load-aware-scorer.js';
 import { makeContext, makeEndpoint, makeRequest } from './helpers.js';
 
 function scores(scorer: Scorer, endpoints: Endpoint[]): number[] {
@@ -109,6 +110,34 @@ describe('kv-cache-utilization-scorer', () => {
 
   test('strict parameters', () => {
     assert.equal(kvCacheUtilizationScorerDefinition.params.safeParse({ x: true }).success, false);
+  });
+});
+
+describe('load-aware-scorer', () => {
+  test('0.5 for an empty queue, falling to 0 at the threshold; missing metrics → 0', () => {
+    approx(
+      scores(new LoadAwareScorer('l', 8), [
+        makeEndpoint('a', { waiting: 0, running: 8 }),
+        makeEndpoint('b', { waiting: 2 }),
+        makeEndpoint('c', { waiting: 8 }),
+        makeEndpoint('d', { waiting: 100 }),
+        makeEndpoint('e', { noMetrics: true }),
+      ]),
+      [0.5, 0.375, 0, 0, 0],
+    );
+  });
+
+  test("parameters: threshold 128 by default; not positive → 128 with a warning (llm-d's reading)", () => {
+    const p = loadAwareScorerDefinition.params;
+    assert.deepEqual(p.parse({}), { threshold: 128 });
+    approx(scores(loadAwareScorerDefinition.create('l', p.parse({}), {} as never) as Scorer, [makeEndpoint('a', { waiting: 32 })]), [0.375]);
+    approx(scores(new LoadAwareScorer('l', 0), [makeEndpoint('a', { waiting: 64 })]), [0.25]);
+    assert.deepEqual(loadAwareScorerDefinition.configWarnings!(p.parse({ threshold: -1 }), { metricsIntervalMs: 50 }), [
+      { parameter: 'threshold', message: 'threshold -1 is not positive: read as 128 (as llm-d does)' },
+    ]);
+    assert.deepEqual(loadAwareScorerDefinition.configWarnings!(p.parse({ threshold: 4 }), { metricsIntervalMs: 50 }), []);
+    assert.equal(p.safeParse({ threshold: 1.5 }).success, false);
+    assert.equal(p.safeParse({ queueThreshold: 4 }).success, false);
   });
 });
 
