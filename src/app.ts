@@ -326,7 +326,9 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const apiPort = (api.server.address() as AddressInfo).port;
   const metricsPort = (admin.server.address() as AddressInfo).port;
   const displayHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
-  logger.info({ apiPort, metricsPort, endpoints: pool.endpoints.length }, 'sluice gateway listening');
+  // Said at start: llm-d and GIE leave flow control off, so a team moving over should see it is on.
+  const flowControl = featureEnabled(live.config, 'flowControl') ? 'on' : 'off';
+  logger.info({ apiPort, metricsPort, endpoints: pool.endpoints.length, flowControl }, 'sluice gateway listening');
 
   let closing: Promise<void> | undefined;
   return {

@@ -18,6 +18,7 @@ import {
   DEPRECATED_API_VERSION,
   describeValue,
   didYouMean,
+  unknownPluginTypeMessage,
   NO_EFFECT_FEATURE_GATES,
   parseFeatureGate,
   pluginSpecSchema,
@@ -509,7 +510,7 @@ function parsePlugins(value: unknown, registry: PluginRegistry, sink: ProblemSin
     const name = spec.value.name ?? type;
     const def = registry.get(type);
     if (!def) {
-      sink.error([...path, 'type'], `unknown plugin type "${type}"${didYouMean(type, registry.types())}`);
+      sink.error([...path, 'type'], unknownPluginTypeMessage(type, registry.types()));
       state.invalidNames.add(name);
       return { type, name, parameters: parameters ?? {} };
     }

@@ -120,9 +120,50 @@ const EXCLUSIVE_WORDS = [
 
 /** Keys llm-d replaced: what to write instead (where the valid keys include `among`, when given). */
 const REPLACED_KEYS: Readonly<Record<string, { hint: string; among?: string }>> = {
-  hashBlockSize: { hint: 'llm-d replaced it by blockSizeTokens (tokens per block) on prefix-cache-scorer' },
-  threshold: { hint: 'llm-d replaced it by nonCachedTokens on a prefix-based-pd-decider, named in deciders.prefill', among: 'deciders' },
+  hashBlockSize: { hint: 'llm-d replaced it by blockSizeTokens on prefix-cache-scorer: tokens per block, a quarter of hashBlockSize, which counted characters' },
+  threshold: {
+    hint: 'llm-d replaced it by a decider named in deciders.prefill: threshold 0 (always disaggregate) is always-disagg-pd-decider, any other a prefix-based-pd-decider with nonCachedTokens: <threshold>',
+    among: 'deciders',
+  },
 };
+
+/**
+ * llm-d plugin types Sluice does not implement, with what comes nearest here: an error that says so
+ * reads better than "unknown", and no suggestion of a near name that means something else
+ * (`ed-profile-handler` is not `pd-profile-handler`).
+ */
+const LLMD_UNIMPLEMENTED: Readonly<Record<string, string>> = {
+  'precise-prefix-cache-scorer': 'the precise prefix cache (KV events from vLLM) is not implemented; prefix-cache-scorer keeps an approximate index',
+  'precise-prefix-cache-producer': 'the precise prefix cache (KV events from vLLM) is not implemented; prefix-cache-scorer keeps an approximate index',
+  'kvcache-aware-scorer': 'the precise prefix cache (KV events from vLLM) is not implemented; prefix-cache-scorer keeps an approximate index',
+  'burst-prefix-cache-producer': 'prefix-cache-scorer keeps the prefix index itself (approx-prefix-cache-producer lends it its parameters)',
+  'token-producer': 'Sluice does not tokenize: it counts 4 characters a token',
+  'passthrough-parser': 'Sluice parses the OpenAI request bodies itself',
+  'data-parallel-profile-handler': 'data-parallel routing is not supported: list each rank that serves its own port as an endpoint',
+  'context-length-aware': 'not implemented; a label-selector-filter can split endpoints by labels you give them',
+  'agent-identity': 'the agentic-serving plugins are not implemented',
+  'program-aware-fairness': 'the agentic-serving plugins are not implemented; the fairness policies are global-strict-fairness-policy and round-robin-fairness-policy',
+  'thunder-agent': 'the agentic-serving plugins are not implemented',
+  'probabilistic-admitter': 'admission is flow control here (featureGates: flowControl)',
+  'encoder-header-handler': 'encode/prefill/decode (E/PD) disaggregation is not implemented; prefill/decode is (disagg-profile-handler)',
+  'always-encode-decider': 'encode/prefill/decode (E/PD) disaggregation is not implemented; prefill/decode is (disagg-profile-handler)',
+  'ed-profile-handler': 'encode/prefill/decode (E/PD) disaggregation is not implemented; prefill/decode is (disagg-profile-handler)',
+  'models-data-source': 'Sluice answers /v1/models itself, from the endpoints',
+  'models-data-extractor': 'Sluice answers /v1/models itself, from the endpoints',
+  'dcgm-data-source': 'GPU (DCGM) metrics are not read; Sluice reads the model servers\' own metrics',
+  'dcgm-extractor': 'GPU (DCGM) metrics are not read; Sluice reads the model servers\' own metrics',
+  'endpoint-attribute-filter': 'not implemented; label-selector-filter selects endpoints by their labels',
+  'endpoint-attribute-scorer': 'not implemented',
+  'lmetric-scorer': 'not implemented',
+  'decode-progress-scorer': 'not implemented; active-request-scorer reads the requests in flight on each endpoint',
+};
+
+/** The error for a plugin type the registry does not know. */
+export function unknownPluginTypeMessage(type: string, known: readonly string[]): string {
+  const nearest = Object.hasOwn(LLMD_UNIMPLEMENTED, type) ? LLMD_UNIMPLEMENTED[type] : undefined;
+  if (nearest !== undefined) return `plugin type "${type}" is llm-d's and Sluice does not implement it: ${nearest}`;
+  return `unknown plugin type "${type}"${didYouMean(type, known)}`;
+}
 
 /** ` (did you mean "x"?)` or '' when nothing is close. */
 export function didYouMean(word: string, candidates: readonly string[]): string {

@@ -302,12 +302,21 @@ describe('llm-d compatibility', () => {
       ),
     );
     const text = lines.join('\n');
-    assert.match(text, /hashBlockSize: .*unknown key "hashBlockSize" \(llm-d replaced it by blockSizeTokens \(tokens per block\) on prefix-cache-scorer\)/);
-    assert.match(text, /plugins\[1\]\.parameters\.threshold: .*\(llm-d replaced it by nonCachedTokens on a prefix-based-pd-decider, named in deciders\.prefill\)/);
+    assert.match(text, /hashBlockSize: .*unknown key "hashBlockSize" \(llm-d replaced it by blockSizeTokens on prefix-cache-scorer: tokens per block, a quarter of hashBlockSize, which counted characters\)/);
+    // KServe's "threshold: 0" meant always: the hint must not send it to nonCachedTokens 0 (P/D off).
+    assert.match(text, /plugins\[1\]\.parameters\.threshold: .*threshold 0 \(always disaggregate\) is always-disagg-pd-decider, any other a prefix-based-pd-decider with nonCachedTokens: <threshold>\)/);
     assert.match(text, /unknown plugin type "encode-scorer"$/m, 'no decode-… suggestion for an encode name');
-    assert.match(text, /unknown plugin type "precise-prefix-cache-producer"$/m, 'not the approximate one');
+    assert.match(text, /plugins\[3\]\.type: plugin type "precise-prefix-cache-producer" is llm-d's and Sluice does not implement it: the precise prefix cache/, 'not the approximate one');
     assert.match(text, /plugins\[4\]\.parameters\.threshold: .*unknown key "threshold"/);
     assert.doesNotMatch(text, /plugins\[4\]\.parameters\.threshold: .*nonCachedTokens/, 'the P/D hint is only for a profile handler');
+  });
+
+  test("llm-d plugin types Sluice does not implement say so and what comes nearest, never a near name that means something else", () => {
+    const text = problems(yaml('plugins:', '- type: ed-profile-handler', '- type: burst-prefix-cache-producer', '- type: load-aware-scorr')).join('\n');
+    assert.match(text, /plugins\[0\]\.type: plugin type "ed-profile-handler" is llm-d's and Sluice does not implement it: encode\/prefill\/decode \(E\/PD\) disaggregation is not implemented/);
+    assert.doesNotMatch(text, /did you mean "pd-profile-handler"|did you mean "approx-prefix-cache-producer"/);
+    assert.match(text, /plugins\[1\]\.type: plugin type "burst-prefix-cache-producer" is llm-d's/);
+    assert.match(text, /plugins\[2\]\.type: unknown plugin type "load-aware-scorr" \(did you mean "load-aware-scorer"\?\)/, 'a typo still gets its suggestion');
   });
 
   test('validate says whether flow control is on, since llm-d defaults it off', () => {

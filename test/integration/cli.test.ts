@@ -143,17 +143,18 @@ describe('sluice CLI', () => {
     const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', file, '--log-level', 'info']);
     try {
       let out = '';
-      const listening = await new Promise<{ apiPort: number; metricsPort: number }>((resolve, reject) => {
+      const listening = await new Promise<{ apiPort: number; metricsPort: number; flowControl: string }>((resolve, reject) => {
         const t = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 15000);
         p.stdout.on('data', (c) => {
           out += c;
           const line = out.split('\n').find((l) => l.includes('listening'));
           if (line) {
             clearTimeout(t);
-            resolve(JSON.parse(line) as { apiPort: number; metricsPort: number });
+            resolve(JSON.parse(line) as { apiPort: number; metricsPort: number; flowControl: string });
           }
         });
       });
+      assert.equal(listening.flowControl, 'on', "said at start: llm-d's default is off");
       const r = await request(`http://127.0.0.1:${listening.apiPort}/health`);
       assert.equal(r.statusCode, 200);
       await r.body.dump();
