@@ -24,8 +24,22 @@ export const FAIRNESS_HEADERS = ['x-llm-d-inference-fairness-id', 'x-gateway-inf
 export const SLO_TTFT_HEADERS = [SLO_TTFT_HEADER, SLO_TTFT_HEADER_DEPRECATED] as const;
 export const PREFILLER_HEADER = 'x-prefiller-host-port';
 
-/** Headers consumed by Sluice that must not reach the model server. */
-const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...SLO_TTFT_HEADERS, PREFILLER_HEADER]);
+/**
+ * llm-d's control headers that Sluice does not read, stripped as llm-d strips them: a client's
+ * claim of a routing decision or of a refusal is not the model server's business.
+ */
+const LLMD_CONTROL = [
+  'x-llm-d-slo-tpot-ms',
+  'x-slo-tpot-ms',
+  'x-llm-d-model-name-rewrite',
+  'x-gateway-model-name-rewrite',
+  'x-gateway-destination-endpoint',
+  'x-gateway-destination-endpoint-subset',
+  'x-llm-d-request-dropped-reason',
+];
+
+/** Headers consumed by Sluice, or llm-d's control headers, that must not reach the model server. */
+const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...SLO_TTFT_HEADERS, PREFILLER_HEADER, ...LLMD_CONTROL]);
 
 /**
  * Request headers sent upstream: minus hop-by-hop (incl. those named in `Connection`), host, length,

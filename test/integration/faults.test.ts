@@ -178,6 +178,9 @@ schedulingProfiles:
               'x-llm-d-inference-objective': 'interactive',
               'x-llm-d-inference-fairness-id': 'tenant-a',
               'x-gateway-inference-objective': 'interactive',
+              'x-llm-d-request-dropped-reason': 'rejected-saturated',
+              'x-gateway-destination-endpoint': '10.0.0.9:8000',
+              'x-llm-d-slo-tpot-ms': '50',
               'x-custom': 'kept',
               'x-hop': 'named in Connection',
               connection: 'keep-alive, x-hop',
@@ -198,6 +201,10 @@ schedulingProfiles:
       assert.equal(got.headers['x-llm-d-inference-objective'], undefined);
       assert.equal(got.headers['x-llm-d-inference-fairness-id'], undefined);
       assert.equal(got.headers['x-gateway-inference-objective'], undefined);
+      // llm-d's other control headers: stripped as llm-d strips them.
+      assert.equal(got.headers['x-llm-d-request-dropped-reason'], undefined);
+      assert.equal(got.headers['x-gateway-destination-endpoint'], undefined);
+      assert.equal(got.headers['x-llm-d-slo-tpot-ms'], undefined);
       assert.equal(got.headers['keep-alive'], undefined);
       assert.equal(got.headers['x-hop'], undefined);
       assert.equal(got.headers['x-custom'], 'kept');
