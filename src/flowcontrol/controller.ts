@@ -352,6 +352,15 @@ function sloDeadline(req: FlowRequest): number {
   return slo !== undefined && slo >= 0 ? req.receivedAt + slo : Infinity;
 }
 
+/**
+ * `saturation ≥ ceiling`, give or take rounding: a set point reached exactly stops the band whatever
+ * the last bit of either side (4 of 6 in flight reads 0.6666666666666666, a rank ceiling of 2/3
+ * 0.6666666666666667, which let a fifth request through).
+ */
+function atCeiling(saturation: number, ceiling: number): boolean {
+  return saturation >= ceiling - 1e-9;
+}
+
 export class FlowController {
   /** onOutcome / metrics-hook calls that threw (each swallowed: the controller must keep going). */
   callbackErrors = 0;
@@ -514,7 +523,7 @@ export class FlowController {
 
   /** No band down to `bandIndex` is at its ceiling (a lower band never passes a waiting higher one). */
   private passesGate(saturation: number, bandIndex: number): boolean {
-    for (let i = 0; i <= bandIndex; i++) if (saturation >= this.ceilings[i]!) return false;
+    for (let i = 0; i <= bandIndex; i++) if (atCeiling(saturation, this.ceilings[i]!)) return false;
     return true;
   }
 
@@ -776,7 +785,7 @@ export class FlowController {
     const ceilings = this.ceilings;
     for (let i = 0; i < bands.length; i++) {
       // Gate before selection, even for an empty band: no lower band passes a waiting higher one.
-      if (saturation >= ceilings[i]!) return false;
+      if (atCeiling(saturation, ceilings[i]!)) return false;
       const band = bands[i]!;
       if (band.requests === 0) continue;
       let chosen: FlowView | undefined;

@@ -47,6 +47,16 @@ describe('dispatch gating (reference §2.6, §6.4)', () => {
     assert.deepEqual(h.labels(), ['a']);
   });
 
+  test('a set point reached exactly stops the band whatever the rounding of either side', () => {
+    // 4 of 6 in flight against priority-holdback's ceiling 1 − 2 × 0.5/3 for the third of four bands.
+    const h = new Harness({ saturation: 4 / 6, usageLimit: staticCeiling(1 - (2 * (1 - 0.5)) / 3) });
+    assert.ok(4 / 6 < 1 - (2 * (1 - 0.5)) / 3, 'the two sides differ in their last bit');
+    h.submit('a');
+    assert.deepEqual(h.labels(), []);
+    h.unblock(3 / 6);
+    assert.deepEqual(h.labels(), ['a']);
+  });
+
   test('saturation above 1 is reported unclamped and passed to the policy as is', () => {
     const seen: number[] = [];
     const policy: UsageLimitPolicy = {
