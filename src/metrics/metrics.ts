@@ -601,7 +601,7 @@ export class GatewayMetrics {
     });
     this.requestRejectedTotal = counter({
       name: 'sluice_request_rejected_total',
-      help: 'Requests the gateway answered itself before they counted as inference requests (no model known yet, so not in request_total or request_error_total), by reason and the HTTP status sent: invalid_request 400 (invalid JSON or fields), unknown_route 404, body_too_large 413, compressed_body 415, expectation_failed 417, shutting_down 503 (arrived during the drain).',
+      help: 'Requests the gateway answered itself before they counted as inference requests (no model known yet, so not in request_total or request_error_total), by reason and the HTTP status sent: invalid_request 400 (invalid JSON or fields), malformed_http 400 (not parseable HTTP), unknown_route 404, request_timeout 408, body_too_large 413, compressed_body 415, expectation_failed 417, headers_too_large 431, shutting_down 503 (arrived during the drain).',
       labelNames: ['reason', 'code'],
     });
     // Every series from the start, so a rate over them reads 0 rather than nothing.
@@ -620,13 +620,13 @@ export class GatewayMetrics {
     });
     this.requestInputTokens = fastHistogram({
       name: 'llm_d_epp_request_input_tokens',
-      help: 'Prompt tokens per request (usage.prompt_tokens of the answer), in tokens.',
+      help: 'Prompt tokens per request (usage.prompt_tokens of the answer; input_tokens of a Responses API answer), in tokens.',
       labelNames: modelLabels,
       buckets: TOKEN_BUCKETS,
     });
     this.requestOutputTokens = fastHistogram({
       name: 'llm_d_epp_request_output_tokens',
-      help: 'Generated tokens per request (usage.completion_tokens of the answer), in tokens.',
+      help: 'Generated tokens per request (usage.completion_tokens of the answer; output_tokens of a Responses API answer; none for an answer without a count, such as embeddings), in tokens.',
       labelNames: modelLabels,
       buckets: TOKEN_BUCKETS,
     });

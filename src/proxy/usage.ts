@@ -1,26 +1,37 @@
 /**
  * Token usage read from upstream answers, for metrics: the `usage` object of a JSON answer, or the
  * usage chunk of an SSE stream (`stream_options.include_usage`). The SSE scanner is chunk-boundary
- * safe: a line split across reads (even inside a multi-byte character) is reassembled.
+ * safe: a line split across reads (even inside a multi-byte character) is reassembled. The Responses
+ * API names its counts `input_tokens`/`output_tokens`, and streams them in the `response` of its
+ * `response.completed` event.
  */
 
 export interface Usage {
   promptTokens: number;
-  completionTokens: number;
+  /** Absent for answers that generate nothing (embeddings): no output-token sample is taken. */
+  completionTokens?: number;
   cachedTokens?: number;
 }
 
+const numberOr = (a: unknown, b: unknown): number | undefined => (typeof a === 'number' ? a : typeof b === 'number' ? b : undefined);
+
 function usageFrom(obj: unknown): Usage | undefined {
   if (typeof obj !== 'object' || obj === null) return undefined;
-  const u = (obj as { usage?: unknown }).usage;
-  if (typeof u !== 'object' || u === null) return undefined;
-  const { prompt_tokens, completion_tokens, prompt_tokens_details } = u as Record<string, unknown>;
-  if (typeof prompt_tokens !== 'number') return undefined;
-  const usage: Usage = {
-    promptTokens: prompt_tokens,
-    completionTokens: typeof completion_tokens === 'number' ? completion_tokens : 0,
-  };
-  const cached = (prompt_tokens_details as { cached_tokens?: unknown } | null | undefined)?.cached_tokens;
+  let u = (obj as { usage?: unknown }).usage;
+  if (typeof u !== 'object' || u === null) {
+    const response = (obj as { response?: unknown }).response;
+    if (typeof response !== 'object' || response === null) return undefined;
+    u = (response as { usage?: unknown }).usage;
+    if (typeof u !== 'object' || u === null) return undefined;
+  }
+  const counts = u as Record<string, unknown>;
+  const promptTokens = numberOr(counts.prompt_tokens, counts.input_tokens);
+  if (promptTokens === undefined) return undefined;
+  const usage: Usage = { promptTokens };
+  const completionTokens = numberOr(counts.completion_tokens, counts.output_tokens);
+  if (completionTokens !== undefined) usage.completionTokens = completionTokens;
+  const details = (counts.prompt_tokens_details ?? counts.input_tokens_details) as { cached_tokens?: unknown } | null | undefined;
+  const cached = details?.cached_tokens;
   if (typeof cached === 'number') usage.cachedTokens = cached;
   return usage;
 }

@@ -86,6 +86,14 @@ describe('LabelCap', () => {
 });
 
 describe('GatewayMetrics', () => {
+  test("sluice_request_rejected_total's help names every reason it exports (the help texts are the docs' source of truth)", async () => {
+    const text = await makeMetrics([]).registry.metrics();
+    const help = /^# HELP sluice_request_rejected_total (.*)$/m.exec(text)![1]!;
+    const reasons = [...text.matchAll(/^sluice_request_rejected_total\{reason="(\w+)",code="(\d+)"\}/gm)].map((m) => `${m[1]} ${m[2]}`);
+    assert.ok(reasons.length >= 9, reasons.join());
+    for (const reason of reasons) assert.ok(help.includes(reason), `${reason} in: ${help}`);
+  });
+
   test('records request metrics with model labels', async () => {
     const metrics = makeMetrics([]);
     const series = metrics.forModel('llama', 'llama-lora');

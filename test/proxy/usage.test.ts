@@ -1,0 +1,52 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { SseUsageScanner, usageFromJson } from '../../src/proxy/usage.js';
+
+/** Feeds `text` to a scanner in pieces of `size` bytes (splitting lines and multi-byte characters). */
+function scan(text: string, size: number): SseUsageScanner {
+  const scanner = new SseUsageScanner();
+  const bytes = Buffer.from(text, 'utf8');
+  for (let i = 0; i < bytes.length; i += size) scanner.feed(bytes.subarray(i, i + size));
+  return scanner;
+}
+
+describe('usage of an answer', () => {
+  test('chat and completions: prompt, completion and cached tokens', () => {
+    const body = JSON.stringify({ id: 'x', choices: [{ text: '"usage" in a string' }], usage: { prompt_tokens: 12, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 8 } } });
+    assert.deepEqual(usageFromJson(body), { promptTokens: 12, completionTokens: 3, cachedTokens: 8 });
+    assert.equal(usageFromJson('{"id":"x"}'), undefined);
+    assert.equal(usageFromJson('not json'), undefined);
+  });
+
+  test('embeddings: no completion count, so no output-token sample', () => {
+    assert.deepEqual(usageFromJson(JSON.stringify({ data: [], usage: { prompt_tokens: 7, total_tokens: 7 } })), { promptTokens: 7 });
+  });
+
+  test("the Responses API's input_tokens and output_tokens, usage not last", () => {
+    const body = JSON.stringify({
+      id: 'resp_1',
+      object: 'response',
+      output: [{ type: 'message', content: [{ type: 'output_text', text: 'hi' }] }],
+      usage: { input_tokens: 13, input_tokens_details: { cached_tokens: 4 }, output_tokens: 4, total_tokens: 17 },
+      user: null,
+    });
+    assert.deepEqual(usageFromJson(body), { promptTokens: 13, completionTokens: 4, cachedTokens: 4 });
+  });
+
+  test('SSE: the include_usage chunk, whatever the read boundaries', () => {
+    const stream =
+      'data: {"choices":[{"delta":{"content":"é"}}],"usage":null}\n\n' +
+      'data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}\n\n' +
+      'data: [DONE]\n\n';
+    for (const size of [1, 3, 7, 1000]) assert.deepEqual(scan(stream, size).usage, { promptTokens: 5, completionTokens: 2 }, `pieces of ${size}`);
+  });
+
+  test("SSE: the Responses API's response.completed event carries the usage in its response", () => {
+    const stream =
+      'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1","usage":null}}\n\n' +
+      'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"hi"}\n\n' +
+      'event: response.completed\ndata: {"type":"response.completed","response":{"id":"resp_1","usage":{"input_tokens":13,"output_tokens":4,"total_tokens":17}}}\n\n';
+    for (const size of [2, 1000]) assert.deepEqual(scan(stream, size).usage, { promptTokens: 13, completionTokens: 4 });
+    assert.equal(scan(stream.slice(0, stream.indexOf('event: response.completed')), 1000).usage, undefined);
+  });
+});
