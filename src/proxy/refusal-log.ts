@@ -26,24 +26,34 @@ export class RefusalLog {
     this.counts.set(reason, (this.counts.get(reason) ?? 0) + 1);
   }
 
-  /** Stops the window timer (shutdown); counts not yet logged are dropped. */
+  /** Stops the window timer (shutdown), first logging the counts of the window it cuts short. */
   close(): void {
     clearTimeout(this.timer);
     this.timer = undefined;
+    this.logCounts(Date.now() - this.windowStartedAt);
   }
 
+  private windowStartedAt = 0;
+
   private startWindow(): void {
+    this.windowStartedAt = Date.now();
     this.timer = setTimeout(this.endWindow, this.windowMs);
     this.timer.unref();
   }
 
   private readonly endWindow = (): void => {
     this.timer = undefined;
-    if (this.counts.size === 0) return; // the spell is over: the next refusal is news again
+    // No refusal since the last line: the spell is over, the next refusal is news again.
+    if (this.logCounts(this.windowMs)) this.startWindow();
+  };
+
+  /** Logs and clears the counts; false when there were none. */
+  private logCounts(windowMs: number): boolean {
+    if (this.counts.size === 0) return false;
     let total = 0;
     for (const n of this.counts.values()) total += n;
-    this.logger.warn({ refused: Object.fromEntries(this.counts), total, windowMs: this.windowMs }, 'requests refused by the gateway in the last window');
+    this.logger.warn({ refused: Object.fromEntries(this.counts), total, windowMs }, 'requests refused by the gateway in the last window');
     this.counts.clear();
-    this.startWindow();
-  };
+    return true;
+  }
 }

@@ -27,9 +27,14 @@ test('the first refusal of a quiet spell is logged at once, the rest as counts p
     assert.equal(lines().length, 3);
     assert.equal(lines()[2]?.msg, 'the gateway is refusing requests');
     log.note('rejected-no-endpoints', 503, 'n-2');
+    log.note('rejected-shutting-down', 503, 'd-1');
+    // Closing (the end of a drain) logs the window it cuts short: the last refusals are not lost.
     log.close();
+    assert.equal(lines().length, 4);
+    assert.deepEqual(lines()[3]?.refused, { 'rejected-no-endpoints': 1, 'rejected-shutting-down': 1 });
     mock.timers.tick(5000);
-    assert.equal(lines().length, 3, 'closed: nothing more');
+    log.close();
+    assert.equal(lines().length, 4, 'closed: nothing more');
   } finally {
     mock.timers.reset();
   }
