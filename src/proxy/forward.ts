@@ -124,11 +124,31 @@ export function lastEventEnd(buf: Buffer): number {
   return 0;
 }
 
+/**
+ * Whether `buf` holds the first field line of an SSE stream (`data:`, `event:`, …: an event begins),
+ * past the comment lines (`: ping`) and blank lines before it. `state.inComment` carries a comment
+ * line cut across chunks. A keep-alive comment carries no token, so it is no time to first token.
+ */
+export function sseFieldBegins(buf: Buffer, state: { inComment: boolean }): boolean {
+  let inComment = state.inComment;
+  for (let i = 0; i < buf.length; i++) {
+    const c = buf[i];
+    if (c === LF || c === CR) inComment = false;
+    else if (!inComment) {
+      if (c !== COLON) return true;
+      inComment = true;
+    }
+  }
+  state.inComment = inComment;
+  return false;
+}
+
 const MAX_JSON_CAPTURE = 1 << 20;
 /** An SSE event held back this long without its end is relayed as it comes after all. */
 const MAX_HELD_EVENT = 1 << 20;
 const LF = 0x0a;
 const CR = 0x0d;
+const COLON = 0x3a;
 const EMPTY = Buffer.alloc(0);
 /** A JSON decode answer whose cached_tokens is rewritten is held whole up to this size (then relayed as is). */
 const MAX_JSON_REWRITE = 16 << 20;
@@ -335,6 +355,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private captured: Buffer[] | undefined = undefined;
   private capturedBytes = 0;
   private first = true;
+  /** Its TTFT is taken: the first body byte, or of an SSE answer the first event (not a comment). */
+  private answered = false;
+  /** SSE: the comment-only start of the answer so far (sseFieldBegins). */
+  private readonly sseStart = { inComment: false };
   /** Clock time the request left for the endpoint (its first-byte latency runs from here). */
   private sentAt = 0;
   /** A non-SSE answer's status line waits for its first body byte: until then a failure can still be a §5 error. */
@@ -524,8 +548,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const { ctx } = this;
     if (this.first) {
       this.first = false;
-      const now = firstAnswerByte(ctx, this.sse);
-      ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
+      ctx.metrics.endpointFirstByte(this.ep.name, (ctx.clock.now() - this.sentAt) / 1000);
+    }
+    if (!this.answered && (!this.sse || sseFieldBegins(chunk, this.sseStart))) {
+      this.answered = true;
+      firstAnswerByte(ctx, this.sse);
       this.promptDone();
     }
     if (this.mode === Mode.Buffer) {
@@ -740,13 +767,11 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
 /**
  * The request's answer begins (its TTFT, also what marks it as answered by a model server for the
  * duration histogram). `streaming` is what the answer is, an SSE stream or not, as llm-d labels it:
- * a JSON error to a stream request is not one. Returns the clock reading.
+ * a JSON error to a stream request is not one.
  */
-function firstAnswerByte(ctx: ForwardContext, streaming: boolean): number {
-  const now = ctx.clock.now();
-  ctx.ttftMs = now - ctx.started;
+function firstAnswerByte(ctx: ForwardContext, streaming: boolean): void {
+  ctx.ttftMs = ctx.clock.now() - ctx.started;
   ctx.modelMetrics.ttft(ctx.ttftMs / 1000, streaming);
-  return now;
 }
 
 /** A prefill answer the client gets instead of a decode answer (a prefill 4xx). Returns the status. */

@@ -202,6 +202,27 @@ test('TTFT is labelled by what the answer is: a JSON error to a stream request c
   });
 });
 
+test("TTFT of a stream is its first event, not a keep-alive comment before it; the endpoint's first byte is the comment", async () => {
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(': ping\n\n');
+    setTimeout(() => res.end('data: {"choices":[]}\n\ndata: [DONE]\n\n'), 300);
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'h' }] }),
+    });
+    assert.equal(await r.body.text(), ': ping\n\ndata: {"choices":[]}\n\ndata: [DONE]\n\n');
+    const m = await metricsText(gw);
+    // Bounds, not timings: the event cannot come before the server's 300 ms pause, the comment came well before it.
+    const sum = (name: string) => Number(new RegExp(`^${name}_sum\\{[^}]*\\} (\\S+)$`, 'm').exec(m)![1]);
+    assert.ok(sum('llm_d_epp_request_ttft_seconds') >= 0.29, m);
+    assert.ok(sum('sluice_endpoint_first_byte_seconds') < sum('llm_d_epp_request_ttft_seconds'), m);
+  });
+});
+
 test('a request arriving during the drain on a connection kept alive by a stream gets 503, counted as rejected shutting_down', async () => {
   // A stream whose headers left before the drain keeps its connection alive: the client may send its next request on it.
   const backend = await startFakeBackend((_r, res) => {

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { lastEventEnd } from '../../src/proxy/forward.js';
+import { lastEventEnd, sseFieldBegins } from '../../src/proxy/forward.js';
 
 test('lastEventEnd: past the last blank line, whatever the SSE line ends (LF, CR LF, CR)', () => {
   const end = (s: string) => lastEventEnd(Buffer.from(s, 'latin1'));
@@ -16,4 +16,16 @@ test('lastEventEnd: past the last blank line, whatever the SSE line ends (LF, CR
   assert.equal(end('data: a\ndata: b'), 0);
   assert.equal(end(''), 0);
   assert.equal(end('\n\n'), 2);
+});
+
+test('sseFieldBegins: an event begins at the first field line, past comments and blank lines, whatever the chunks', () => {
+  const begins = (...chunks: string[]) => {
+    const state = { inComment: false };
+    return chunks.map((c) => sseFieldBegins(Buffer.from(c, 'latin1'), state));
+  };
+  assert.deepEqual(begins('data: a\n\n'), [true]);
+  assert.deepEqual(begins(': ping\n\n', 'data: a\n\n'), [false, true]);
+  assert.deepEqual(begins(': pi', 'ng: data: x\r\n', '\r\n', 'event: e\n'), [false, false, false, true], 'a comment cut across chunks');
+  assert.deepEqual(begins(':\r:\n\r\n', 'id: 1\n'), [false, true]);
+  assert.deepEqual(begins('\n'), [false]);
 });
