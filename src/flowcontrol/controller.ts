@@ -715,6 +715,8 @@ export class FlowController {
 
   snapshot(): FlowControlDebug {
     const now = this.clock.now();
+    // Sampled by dispatch cycles, which run only with something queued: an idle pool's may be old.
+    if (!this.shuttingDown) this.observeRegime(now);
     return {
       saturation: this.lastSaturation,
       saturationSampledAt: this.lastSaturationAt,

@@ -57,6 +57,14 @@ describe('dispatch gating (reference §2.6, §6.4)', () => {
     assert.deepEqual(h.labels(), ['a']);
   });
 
+  test('/debug/flowcontrol reads whether the pool is empty now, not at the last dispatch cycle (none run while idle)', () => {
+    const h = new Harness({ saturation: 0.2, poolEmpty: true, start: 5000 });
+    assert.equal(h.fc.snapshot().poolEmpty, true, 'an empty pool from the start, before any request');
+    h.poolEmpty = false;
+    h.clock.advance(10);
+    assert.deepEqual([h.fc.snapshot().poolEmpty, h.fc.snapshot().poolEmptyChangedAt], [false, 5010]);
+  });
+
   test('saturation above 1 is reported unclamped and passed to the policy as is', () => {
     const seen: number[] = [];
     const policy: UsageLimitPolicy = {
