@@ -71,6 +71,11 @@ export interface ForwardContext {
   usage: Usage | undefined;
   /** The answer relayed is an event stream (its status line and headers have gone to the client). */
   sseAnswer: boolean;
+  /**
+   * Part of an unfinished SSE event has gone to the client (one longer than the gateway holds back):
+   * no error event can follow it, so a failure cuts the connection, as for a JSON answer.
+   */
+  sseMidEvent: boolean;
   /** Set when the gateway itself ended the request (shutdown grace period over): counted as a 503. */
   endedByGateway: boolean;
   /** Neighbours in the API server's list of requests in flight (intrusive: no hashing per request). */
@@ -611,23 +616,29 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
    * on an event boundary, so the usual case neither copies nor holds anything.
    */
   private wholeEvents(buf: Buffer): Buffer {
+    if (buf.length === 0) return buf; // (an empty read ends no event, and starts none)
     const held = this.partialEvent;
     const all = held === undefined ? buf : Buffer.concat([held, buf]);
     const end = lastEventEnd(all);
+    const { ctx } = this;
     if (end === all.length) {
       this.partialEvent = undefined;
+      ctx.sseMidEvent = false;
       return all;
     }
-    // No boundary yet: hold it, unless an event grows past any sensible size (then relay as it comes).
+    // No boundary yet: hold it, unless an event grows past any sensible size, or part of it went
+    // out already (then relay as it comes: what is held back would be lost to a failure).
     if (end === 0) {
-      if (all.length > MAX_HELD_EVENT) {
+      if (ctx.sseMidEvent || all.length > MAX_HELD_EVENT) {
         this.partialEvent = undefined;
+        ctx.sseMidEvent = true;
         return all;
       }
       this.partialEvent = all;
       return EMPTY;
     }
     this.partialEvent = all.subarray(end);
+    ctx.sseMidEvent = false;
     return all.subarray(0, end);
   }
 
@@ -715,7 +726,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId });
     // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
-    else if (this.sse) res.end(`data: ${errorBody(status, `upstream ${ep.name} ${what}`)}\n\n`);
+    else if (this.sse && !ctx.sseMidEvent) res.end(`data: ${errorBody(status, `upstream ${ep.name} ${what}`)}\n\n`);
     else res.destroy();
     this.done({ kind: 'done', status });
   }

@@ -298,7 +298,7 @@ export class ApiServer {
       c.endedByGateway = true;
       interruptWatcher(res);
       if (!res.headersSent) sendError(res, 503, message, { ...refusal, requestId: c.requestId });
-      else if (c.sseAnswer) res.end(`data: ${errorBody(503, message)}\n\n`);
+      else if (c.sseAnswer && !c.sseMidEvent) res.end(`data: ${errorBody(503, message)}\n\n`);
     }
     // Still uploading: not yet a request of any model, but answered all the same.
     for (let r = this.receiving.oldest; r !== undefined; r = r.newer) {
@@ -408,6 +408,7 @@ export class ApiServer {
       ttftMs: undefined,
       usage: undefined,
       sseAnswer: false,
+      sseMidEvent: false,
       endedByGateway: false,
       older: undefined,
       newer: undefined,

@@ -5,6 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import net, { type AddressInfo, type Socket } from 'node:net';
 import zlib from 'node:zlib';
 import OpenAI from 'openai';
@@ -165,6 +166,37 @@ for (const [how, status] of [['reset', 502], ['stall', 504]] as const) {
     });
   });
 }
+
+test('an event too long to hold back (over 1 MiB) cut by a reset: every byte of it relayed, then the connection cut, no error event glued to it', async () => {
+  const piece = 'x'.repeat(256 * 1024);
+  const server = await rawServer((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n');
+    s.write(chunk(EVENT));
+    s.write(chunk('data: {"choices":[{"delta":{"content":"'));
+    // Six pieces: past the 1 MiB held back, then two more that must not be held again.
+    let n = 0;
+    const next = () => (n++ < 6 ? s.write(chunk(piece), () => setTimeout(next, 20)) : setTimeout(() => s.resetAndDestroy(), 50));
+    next();
+  });
+  await withGateway(server, fleetConfig([{ name: 'e0', port: server.port }]), async (gw) => {
+    const received = await new Promise<{ text: string; aborted: boolean }>((resolve, reject) => {
+      const req = http.request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+        let text = '';
+        res.setEncoding('latin1');
+        res.on('data', (c: string) => (text += c));
+        res.on('aborted', () => resolve({ text, aborted: true }));
+        res.on('end', () => resolve({ text, aborted: false }));
+      });
+      req.on('error', reject);
+      req.end(JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] }));
+    });
+    assert.equal(received.aborted, true, `cut, as a JSON answer under way is; ended with ${JSON.stringify(received.text.slice(-120))}`);
+    assert.ok(received.text.startsWith(EVENT));
+    assert.equal(received.text.length, EVENT.length + 'data: {"choices":[{"delta":{"content":"'.length + 6 * piece.length, 'nothing held back and lost');
+    assert.doesNotMatch(received.text, /error/);
+    await nothingInFlight(gw);
+  });
+});
 
 test('an SSE stream mid-event when the shutdown grace period ends: the client reads the 503 event', async () => {
   const server = await brokenStream(() => undefined);
