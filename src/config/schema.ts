@@ -293,7 +293,7 @@ const addressField = z.string().superRefine((v, ctx) => {
 export const upstreamSchema = z
   .strictObject({
     connectTimeout: durationField({ positive: true }).prefault('5s'),
-    headersTimeout: durationField({ positive: true }).prefault('5m'),
+    headersTimeout: durationField({ positive: true }).prefault('10m'),
     bodyTimeout: durationField({ positive: true }).prefault('5m'),
     retries: z.number().int().min(0).default(2),
     connections: z.number().int().min(0).default(0),

@@ -125,7 +125,7 @@ export function sendError(
   res: ServerResponse,
   status: number,
   message: string,
-  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean } = {},
+  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean; mayHaveRun?: boolean } = {},
 ): void {
   if (res.headersSent) {
     res.destroy();
@@ -140,6 +140,9 @@ export function sendError(
   if (opts.droppedReason) headers[DROPPED_REASON_HEADER] = opts.droppedReason;
   if (opts.requestId) headers['x-request-id'] = opts.requestId;
   if (opts.close) headers.connection = 'close';
+  // A model server took the request and may have run it, and Sluice has made its own retries: the
+  // OpenAI clients' convention tells them not to run it again (they retry every 5xx otherwise).
+  if (opts.mayHaveRun) headers['x-should-retry'] = 'false';
   res.writeHead(status, headers);
   res.end(body);
 }

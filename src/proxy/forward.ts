@@ -198,7 +198,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
       if (!outcome.ok) {
         // A retry with nowhere left to go is the connection failure's 502/504, not a scheduling refusal.
-        if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`);
+        if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`, lostOnce !== undefined);
         metrics.schedulerAttempt('failure', '');
         if (outcome.reason === 'no-endpoints') {
           sendError(res, 503, outcome.message, { droppedReason: 'rejected-no-endpoints', requestId });
@@ -226,7 +226,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       lastTimedOut = r.timedOut;
       failedOn = ep;
       ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
-      if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`);
+      if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`, r.lost || lostOnce !== undefined);
       // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
       // without the servers already tried. When no other is left, a server that lost a connection
       // (not refused it) is tried once more: it most likely closed an idle keep-alive connection just
@@ -245,10 +245,11 @@ export async function forward(ctx: ForwardContext): Promise<number> {
 }
 
 /** The last attempt could not connect: 504 when its connect timed out (an upstream time-out, SPEC §2), else 502. */
-function connectFailed(ctx: ForwardContext, timedOut: boolean, detail: string): number {
+/** `mayHaveRun`: a server lost a connection the request went out on (not refused it): it may have run it. */
+function connectFailed(ctx: ForwardContext, timedOut: boolean, detail: string, mayHaveRun: boolean): number {
   const status = timedOut ? 504 : 502;
   const what = timedOut ? 'upstream connection timed out' : 'upstream connection failed';
-  sendError(ctx.res, status, `${what} ${detail}`, { requestId: ctx.requestId });
+  sendError(ctx.res, status, `${what} ${detail}`, { requestId: ctx.requestId, mayHaveRun });
   return status;
 }
 
@@ -709,12 +710,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       if (err instanceof undiciErrors.HeadersTimeoutError) {
         ctx.metrics.endpointUpstreamError(ep.name, 'headers_timeout');
         ctx.logger.warn({ requestId, endpoint: ep.name, headersTimeoutMs: ctx.rt.config.server.upstream.headersTimeout }, 'upstream did not answer within upstream.headersTimeout: 504');
-        sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId });
+        sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId, mayHaveRun: true });
         return this.done({ kind: 'done', status: 504 });
       }
       ctx.metrics.endpointUpstreamError(ep.name, 'failed');
       ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message }, 'upstream failed before answering: 502');
-      sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId });
+      sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId, mayHaveRun: true });
       return this.done({ kind: 'done', status: 502 });
     }
     // The upstream failed mid-answer: when the status line is gone, end the stream visibly. A
@@ -724,7 +725,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const what = timedOut ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)` : `failed mid-response: ${err.message}`;
     ctx.metrics.endpointUpstreamError(ep.name, timedOut ? 'body_timeout' : 'cut');
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
-    if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId });
+    if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
     // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
     else if (this.sse && !ctx.sseMidEvent) res.end(`data: ${errorBody(status, `upstream ${ep.name} ${what}`)}\n\n`);
     else res.destroy();

@@ -62,7 +62,7 @@ describe('§3.5 defaults with no plugins', () => {
       requestHeadersTimeout: 30_000,
       requestTimeout: 300_000,
       profiling: true,
-      upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 0 },
+      upstream: { connectTimeout: 5000, headersTimeout: 600_000, bodyTimeout: 300_000, retries: 2, connections: 0 },
     });
     assert.deepEqual(config.pool, {
       name: 'default-pool',

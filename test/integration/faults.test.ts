@@ -6,6 +6,7 @@ import net from 'node:net';
 import { spawn } from 'node:child_process';
 import { gzipSync } from 'node:zlib';
 import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
 import { request } from 'undici';
 import { captureLogger, fleetConfig, gatewayFor, startFleet, withGateway } from '../helpers/fleet.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
@@ -247,6 +248,33 @@ schedulingProfiles:
     }
   });
 
+  test("the openai client does not retry on top of Sluice's retries when a server took the request and dropped it", async () => {
+    // Reads each request, then resets: a model server that crashed on it (it may have run).
+    let taken = 0;
+    const dropper = net.createServer((socket) =>
+      socket.once('data', (d: Buffer) => {
+        if (d.toString('latin1').startsWith('POST')) taken++; // not the scrapes
+        socket.resetAndDestroy();
+      }),
+    );
+    await new Promise<void>((r) => dropper.listen(0, '127.0.0.1', r));
+    const gw = await gatewayFor(fleetConfig([{ name: 'crashing', port: (dropper.address() as AddressInfo).port }], 'featureGates: ["flowControl=false"]\n'));
+    try {
+      const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 2 });
+      const err = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof OpenAI.InternalServerError, String(err));
+      assert.equal(err.status, 502);
+      // Sluice's own two tries (a lost connection gets one more on a fresh one), not three times that.
+      assert.equal(taken, 2);
+    } finally {
+      await gw.close();
+      dropper.close();
+    }
+  });
+
   test('all endpoints dropping connections → 502 after the retries, OpenAI-shaped; each retry counted once', async () => {
     // Listening servers that reset every connection at once (a closed port could be taken meanwhile
     // by another test's server, running in parallel).
@@ -273,6 +301,8 @@ schedulingProfiles:
       assert.equal(r.status, 502);
       assert.equal(JSON.parse(r.text).error.type, 'BadGatewayError');
       assert.match(JSON.parse(r.text).error.message, /after 3 attempt\(s\)/);
+      // The servers took the request (may have run it) and Sluice has retried: the openai client must not run it a fourth time.
+      assert.equal(r.headers['x-should-retry'], 'false');
       assert.equal(await retries(four), 2, 'retries: 2 → two retries, the third failure is not retried');
       // Each lost connection is counted against its endpoint: three attempts, three endpoints (the
       // untried ones first). The servers accepted and reset: `reset` (the request may have reached
@@ -283,6 +313,7 @@ schedulingProfiles:
       const alone = await post(`${one.apiUrl}/v1/chat/completions`, chat());
       assert.equal(alone.status, 502);
       assert.match(JSON.parse(alone.text).error.message, /no other endpoint is eligible/);
+      assert.equal(alone.headers['x-should-retry'], 'false');
       assert.equal(await retries(one), 1, 'alone, it gets one more try on a fresh connection, then nowhere to retry');
       // The endpoint was scheduled twice; the retry that found no other is the connection's 502, not a refusal.
       const attempts = (await (await request(`${one.metricsUrl}/metrics`)).body.text()).split('\n').filter((l) => l.startsWith('llm_d_epp_scheduler_attempts_total{'));
@@ -348,6 +379,7 @@ schedulingProfiles:
       const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
       assert.equal(r.status, 504, r.text);
       assert.equal(JSON.parse(r.text).error.type, 'GatewayTimeoutError');
+      assert.equal(r.headers['x-should-retry'], undefined, 'never connected, nothing ran: the client may try again later');
       assert.match(JSON.parse(r.text).error.message, /upstream connection timed out/);
     } finally {
       await gw.close();
@@ -440,6 +472,7 @@ schedulingProfiles:
       assert.equal(r.status, 504);
       assert.equal(JSON.parse(r.text).error.type, 'GatewayTimeoutError');
       assert.equal(backend.received.length, 1, 'a time-out is not retried (the server may be working on it)');
+      assert.equal(r.headers['x-should-retry'], 'false', 'nor by the openai client');
       assert.deepEqual(await endpointErrors(gw2), { 'b/headers_timeout': 1 });
       // Said at warn level, with the request and the endpoint: not only in a counter.
       const warned = log.lines().find((l) => l.msg === 'upstream did not answer within upstream.headersTimeout: 504');
