@@ -57,29 +57,37 @@ export class ModelsCache {
   private async fetchAll(authorization: string | undefined, requestId: string): Promise<ModelsAnswer> {
     const headers: Record<string, string> = { 'x-request-id': requestId };
     if (authorization !== undefined) headers.authorization = authorization;
-    const byId = new Map<string, ModelEntry>();
-    let listed = 0;
-    let refusal: ModelsAnswer | undefined;
     const endpoints = this.endpoints();
-    await Promise.all(
-      endpoints.map(async (ep) => {
+    // Each server's answer in its slot, merged in configuration order, not in order of arrival: the
+    // list, and which server's entry stands for a model several serve, are the same on every call.
+    const answers = await Promise.all(
+      endpoints.map(async (ep): Promise<ModelEntry[] | ModelsAnswer | undefined> => {
         try {
           const r = await this.upstreams.get(ep).request({ method: 'GET', path: '/v1/models', headers, signal: AbortSignal.timeout(2000) });
           const text = await r.body.text();
           if (r.statusCode !== 200) {
             const type = r.headers['content-type'];
-            refusal ??= { status: r.statusCode, body: text, contentType: typeof type === 'string' ? type : undefined };
-            return;
+            return { status: r.statusCode, body: text, contentType: typeof type === 'string' ? type : undefined };
           }
           const data = (JSON.parse(text) as { data?: unknown }).data;
-          if (!Array.isArray(data)) return;
-          listed++;
-          for (const m of data as ModelEntry[]) if (typeof m?.id === 'string' && !byId.has(m.id)) byId.set(m.id, m);
+          return Array.isArray(data) ? (data as ModelEntry[]) : undefined;
         } catch {
-          // unreachable, timed out or not JSON: this endpoint contributes nothing
+          return undefined; // unreachable, timed out or not JSON: this endpoint contributes nothing
         }
       }),
     );
+    const byId = new Map<string, ModelEntry>();
+    let listed = 0;
+    let refusal: ModelsAnswer | undefined;
+    for (const answer of answers) {
+      if (answer === undefined) continue;
+      if (!Array.isArray(answer)) {
+        refusal ??= answer;
+        continue;
+      }
+      listed++;
+      for (const m of answer) if (typeof m?.id === 'string' && !byId.has(m.id)) byId.set(m.id, m);
+    }
     if (listed === 0 && endpoints.length > 0) {
       return refusal ?? { status: 502, body: errorBody(502, 'no model server of the pool listed its models') };
     }

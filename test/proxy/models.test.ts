@@ -43,3 +43,22 @@ test('answers are cached per authorization value for the TTL; past 64 values the
   await cache.list(key(64), 'r');
   assert.equal(asked.at(-1), key(64), 'expired after the TTL');
 });
+
+test('the list is merged in configuration order, whichever server answers first', async () => {
+  // The first server answers last; both list `shared`, each with its own owner.
+  const lists: Record<string, { id: string; owned_by: string }[]> = {
+    a: [{ id: 'only-a', owned_by: 'a' }, { id: 'shared', owned_by: 'a' }],
+    b: [{ id: 'only-b', owned_by: 'b' }, { id: 'shared', owned_by: 'b' }],
+  };
+  const upstreams = {
+    get: (ep: { name: string }) => ({
+      request: async () => {
+        await new Promise((r) => setTimeout(r, ep.name === 'a' ? 30 : 0));
+        return { statusCode: 200, body: { text: async () => JSON.stringify({ object: 'list', data: lists[ep.name] }) } };
+      },
+    }),
+  } as unknown as Upstreams;
+  const cache = new ModelsCache(() => [makeEndpoint('a'), makeEndpoint('b')], upstreams, new ManualClock(), 0);
+  const data = (JSON.parse((await cache.list(undefined, 'r')).body) as { data: { id: string; owned_by: string }[] }).data;
+  assert.deepEqual(data.map((m) => `${m.id}/${m.owned_by}`), ['only-a/a', 'shared/a', 'only-b/b']);
+});
