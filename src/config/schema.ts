@@ -132,26 +132,31 @@ const REPLACED_KEYS: Readonly<Record<string, { hint: string; among?: string }>> 
  * reads better than "unknown", and no suggestion of a near name that means something else
  * (`ed-profile-handler` is not `pd-profile-handler`).
  */
+const PRECISE = 'the precise prefix cache (KV events from vLLM) is not implemented; prefix-cache-scorer keeps an approximate index';
+const AGENTIC = 'the agentic-serving plugins are not implemented';
+const EPD = 'encode/prefill/decode (E/PD) disaggregation is not implemented; prefill/decode is (disagg-profile-handler)';
+const MODELS = 'Sluice answers /v1/models itself, from the endpoints';
+const DCGM = "GPU (DCGM) metrics are not read; Sluice reads the model servers' own metrics";
 const LLMD_UNIMPLEMENTED: Readonly<Record<string, string>> = {
-  'precise-prefix-cache-scorer': 'the precise prefix cache (KV events from vLLM) is not implemented; prefix-cache-scorer keeps an approximate index',
-  'precise-prefix-cache-producer': 'the precise prefix cache (KV events from vLLM) is not implemented; prefix-cache-scorer keeps an approximate index',
-  'kvcache-aware-scorer': 'the precise prefix cache (KV events from vLLM) is not implemented; prefix-cache-scorer keeps an approximate index',
+  'precise-prefix-cache-scorer': PRECISE,
+  'precise-prefix-cache-producer': PRECISE,
+  'kvcache-aware-scorer': PRECISE,
   'burst-prefix-cache-producer': 'prefix-cache-scorer keeps the prefix index itself (approx-prefix-cache-producer lends it its parameters)',
   'token-producer': 'Sluice does not tokenize: it counts 4 characters a token',
   'passthrough-parser': 'Sluice parses the OpenAI request bodies itself',
   'data-parallel-profile-handler': 'data-parallel routing is not supported: list each rank that serves its own port as an endpoint',
   'context-length-aware': 'not implemented; a label-selector-filter can split endpoints by labels you give them',
-  'agent-identity': 'the agentic-serving plugins are not implemented',
-  'program-aware-fairness': 'the agentic-serving plugins are not implemented; the fairness policies are global-strict-fairness-policy and round-robin-fairness-policy',
-  'thunder-agent': 'the agentic-serving plugins are not implemented',
+  'agent-identity': AGENTIC,
+  'program-aware-fairness': `${AGENTIC}; the fairness policies are global-strict-fairness-policy and round-robin-fairness-policy`,
+  'thunder-agent': AGENTIC,
   'probabilistic-admitter': 'admission is flow control here (featureGates: flowControl)',
-  'encoder-header-handler': 'encode/prefill/decode (E/PD) disaggregation is not implemented; prefill/decode is (disagg-profile-handler)',
-  'always-encode-decider': 'encode/prefill/decode (E/PD) disaggregation is not implemented; prefill/decode is (disagg-profile-handler)',
-  'ed-profile-handler': 'encode/prefill/decode (E/PD) disaggregation is not implemented; prefill/decode is (disagg-profile-handler)',
-  'models-data-source': 'Sluice answers /v1/models itself, from the endpoints',
-  'models-data-extractor': 'Sluice answers /v1/models itself, from the endpoints',
-  'dcgm-data-source': 'GPU (DCGM) metrics are not read; Sluice reads the model servers\' own metrics',
-  'dcgm-extractor': 'GPU (DCGM) metrics are not read; Sluice reads the model servers\' own metrics',
+  'encoder-header-handler': EPD,
+  'always-encode-decider': EPD,
+  'ed-profile-handler': EPD,
+  'models-data-source': MODELS,
+  'models-data-extractor': MODELS,
+  'dcgm-data-source': DCGM,
+  'dcgm-extractor': DCGM,
   'endpoint-attribute-filter': 'not implemented; label-selector-filter selects endpoints by their labels',
   'endpoint-attribute-scorer': 'not implemented',
   'lmetric-scorer': 'not implemented',
