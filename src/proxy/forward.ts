@@ -244,8 +244,10 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   }
 }
 
-/** The last attempt could not connect: 504 when its connect timed out (an upstream time-out, SPEC §2), else 502. */
-/** `mayHaveRun`: a server lost a connection the request went out on (not refused it): it may have run it. */
+/**
+ * The last attempt could not connect: 504 when its connect timed out (an upstream time-out, SPEC §2),
+ * else 502. `mayHaveRun`: a server lost a connection the request went out on (not refused it).
+ */
 function connectFailed(ctx: ForwardContext, timedOut: boolean, detail: string, mayHaveRun: boolean): number {
   const status = timedOut ? 504 : 502;
   const what = timedOut ? 'upstream connection timed out' : 'upstream connection failed';
@@ -554,13 +556,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const { ctx } = this;
     if (this.first) {
       this.first = false;
-      ctx.metrics.endpointFirstByte(this.ep.name, (ctx.clock.now() - this.sentAt) / 1000);
-    }
-    if (!this.answered && (!this.sse || sseFieldBegins(chunk, this.sseStart))) {
-      this.answered = true;
-      firstAnswerByte(ctx, this.sse);
-      this.promptDone();
-    }
+      const now = ctx.clock.now();
+      ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
+      if (!this.sse || sseFieldBegins(chunk, this.sseStart)) this.answer(now);
+    } else if (!this.answered && sseFieldBegins(chunk, this.sseStart)) this.answer(ctx.clock.now());
     if (this.mode === Mode.Buffer) {
       this.captured!.push(chunk);
       this.capturedBytes += chunk.length;
@@ -606,6 +605,13 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       if (ctx.res.socket === null) ctx.res.once('socket', (this.onSocket ??= () => this.startStallTimer()));
       else this.startStallTimer();
     }
+  }
+
+  /** The answer's first token (its first byte, or an SSE answer's first event) reached the gateway. */
+  private answer(now: number): void {
+    this.answered = true;
+    firstAnswerByte(this.ctx, this.sse, now);
+    this.promptDone();
   }
 
   private startStallTimer(): void {
@@ -781,8 +787,8 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
  * duration histogram). `streaming` is what the answer is, an SSE stream or not, as llm-d labels it:
  * a JSON error to a stream request is not one.
  */
-function firstAnswerByte(ctx: ForwardContext, streaming: boolean): void {
-  ctx.ttftMs = ctx.clock.now() - ctx.started;
+function firstAnswerByte(ctx: ForwardContext, streaming: boolean, now = ctx.clock.now()): void {
+  ctx.ttftMs = now - ctx.started;
   ctx.modelMetrics.ttft(ctx.ttftMs / 1000, streaming);
 }
 
