@@ -162,6 +162,15 @@ refuse "a zero scrape interval (values.schema.json: Sluice refuses it)" "interva
 refuse "a pod label overriding a selector label (the Deployment would not select its pods)" "podLabels" --set 'podLabels.app\.kubernetes\.io/name=other'
 refuse "serviceMonitor.scrapeTimeout above its interval" "must not exceed" --set serviceMonitor.enabled=true --set serviceMonitor.scrapeTimeout=60s
 refuse "config.server.host not a wildcard" "must be" --set config.server.host=127.0.0.1
+# What Sluice refuses at start is refused here too (an install that succeeds, then a pod that crash-loops, is worse).
+refuse "an endpoint address with a scheme (values.schema.json)" "address" --set 'config.pool.endpoints[0].name=a' --set 'config.pool.endpoints[0].address=http://vllm-0.vllm:8000'
+refuse "an endpoint address with a port (values.schema.json)" "address" --set 'config.pool.endpoints[0].name=a' --set 'config.pool.endpoints[0].address=vllm-0.vllm:8000'
+refuse "bodyLimit 16MB, not a quantity (values.schema.json)" "bodyLimit" --set-string config.server.bodyLimit=16MB
+refuse "a misspelt feature gate (values.schema.json)" "featureGates" --set 'config.featureGates[0]=flowcontrol'
+refuse "an unknown engine type (values.schema.json)" "engine-type" --set 'config.pool.endpoints[0].name=a' --set 'config.pool.endpoints[0].address=a' --set 'config.pool.endpoints[0].labels.llm-d\.ai/engine-type=vlm'
+refuse "an unknown role (values.schema.json: the endpoint would get no traffic)" "role" --set 'config.pool.endpoints[0].name=a' --set 'config.pool.endpoints[0].address=a' --set 'config.pool.endpoints[0].labels.llm-d\.ai/role=decod'
+refuse "configRollout neither restart nor reload (values.schema.json)" "configRollout" --set configRollout=live
+refuse "a ServiceMonitor scrapeTimeout of 2d above an interval of 1d" "must not exceed" --set serviceMonitor.enabled=true --set serviceMonitor.interval=1d --set serviceMonitor.scrapeTimeout=2d
 
 # ---- what Sluice accepts, the chart accepts: each shipped config, as `sluice validate` prints it --------
 log "each config/*.yaml, effective form, as values.config"
@@ -179,6 +188,28 @@ for f in config/*.yaml; do
     || die "$f: the chart refuses the configuration sluice validate accepts"
   echo "    accepted: $f (effective form)"
 done
+
+log "accepted as Sluice and Prometheus accept them: a Go duration \"1.s\", feature gates with values, a ServiceMonitor interval of 1d"
+"$HELM" template sluice "$CHART" --kube-version "$KUBE_VERSION" --set-string config.server.shutdownGracePeriod=1.s \
+  --set 'config.featureGates[0]=flowControl=false' --set 'config.featureGates[1]=dataLayer' \
+  --set serviceMonitor.enabled=true --set serviceMonitor.interval=1d --set serviceMonitor.scrapeTimeout=12h >/dev/null \
+  || die "the chart refused values Sluice and Prometheus accept"
+
+log "configRollout: restart rolls the pods on any config change, reload only on what a live reload cannot apply"
+checksums() {
+  local out
+  out=$("$HELM" template sluice "$CHART" --kube-version "$KUBE_VERSION" "$@") || die "configRollout: helm template $* failed"
+  grep -E '^ +checksum/config' <<<"$out" || die "configRollout: no checksum annotation ($*)"
+}
+OBJECTIVE=(--set 'config.objectives[0].name=interactive' --set 'config.objectives[0].priority=20')
+# Assigned first: a failing render then stops the script (set -e), instead of comparing two empty strings.
+restart_base=$(checksums); restart_changed=$(checksums "${OBJECTIVE[@]}")
+reload_base=$(checksums --set configRollout=reload); reload_changed=$(checksums --set configRollout=reload "${OBJECTIVE[@]}")
+reload_restart_only=$(checksums --set configRollout=reload --set config.server.requestTimeout=10m)
+[ "$restart_base" != "$restart_changed" ] || die "restart: a changed objective did not change the checksum"
+grep -q 'checksum/config-restart-only' <<<"$reload_base" || die "reload: no restart-only checksum"
+[ "$reload_base" = "$reload_changed" ] || die "reload: a changed objective (applied live) rolled the pods"
+[ "$reload_base" != "$reload_restart_only" ] || die "reload: a changed requestTimeout (restart only) did not roll the pods"
 
 log "podDisruptionBudget.maxUnavailable 0 renders as 0"
 "$HELM" template sluice "$CHART" --kube-version "$KUBE_VERSION" --set podDisruptionBudget.enabled=true --set podDisruptionBudget.maxUnavailable=0 \

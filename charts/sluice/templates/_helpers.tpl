@@ -51,6 +51,15 @@ The server section of the config (empty map when absent).
 {{- end }}
 
 {{/*
+The server settings a running gateway cannot change (a live reload logs them and goes on without
+them), for configRollout: reload.
+*/}}
+{{- define "sluice.restartOnlyServer" -}}
+{{- $server := include "sluice.server" . | fromYaml }}
+{{- pick $server "host" "port" "metricsPort" "requestHeadersTimeout" "requestTimeout" | toYaml }}
+{{- end }}
+
+{{/*
 API and metrics ports: config.server.port / metricsPort, else Sluice's defaults 8080 / 9090.
 Port 0 ("any free port") cannot be probed or exposed, so it is refused here.
 */}}
@@ -85,7 +94,7 @@ KEY names the value in the error a malformed one fails with.
 {{- $d := index . 0 | toString | trimPrefix "+" }}
 {{- $total := 0.0 }}
 {{- if ne $d "0" }}
-{{- $terms := regexFindAll "[0-9]*\\.?[0-9]+(ns|us|µs|μs|ms|s|m|h)" $d -1 }}
+{{- $terms := regexFindAll "([0-9]+\\.?[0-9]*|\\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)" $d -1 }}
 {{- if or (not $terms) (ne (join "" $terms) $d) }}
 {{- fail (printf "%s: %q is not a duration such as \"30s\" or \"1m30s\"" (index . 1) $d) }}
 {{- end }}
@@ -94,6 +103,20 @@ KEY names the value in the error a malformed one fails with.
 {{- $unit := regexFind "(ns|us|µs|μs|ms|s|m|h)$" . }}
 {{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (get $scale $unit)) }}
 {{- end }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+A Prometheus duration (ms, s, m, h, d, w, y, as values.schema.json checks it) in seconds: the
+ServiceMonitor's interval and scrape timeout are Prometheus', not Go, durations.
+*/}}
+{{- define "sluice.promDuration" -}}
+{{- $total := 0.0 }}
+{{- $scale := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 "w" 604800.0 "y" 31536000.0 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" (toString .) -1 }}
+{{- $unit := regexFind "(ms|s|m|h|d|w|y)$" . }}
+{{- $total = addf $total (mulf (float64 (trimSuffix $unit .)) (get $scale $unit)) }}
 {{- end }}
 {{- $total }}
 {{- end }}
