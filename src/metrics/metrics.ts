@@ -587,7 +587,7 @@ export class GatewayMetrics {
     });
     this.requestErrorTotal = counter({
       name: 'llm_d_epp_request_error_total',
-      help: 'Inference requests that ended in an error, by model and error_code (the HTTP status sent to the client, e.g. 429, 503; not llm-d\'s error-code names).',
+      help: 'Inference requests that ended in an error, by model and error_code (the HTTP status sent to the client, e.g. 429, 503, or the code of the error event a model server ended a 200 stream with; not llm-d\'s error-code names).',
       labelNames: [...modelLabels, 'error_code'],
     });
     this.requestCancelledTotal = counter({

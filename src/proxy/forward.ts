@@ -69,6 +69,8 @@ export interface ForwardContext {
   /** Arrival → first byte of the answer relayed; undefined before it. */
   ttftMs: number | undefined;
   usage: Usage | undefined;
+  /** A stream answered 200 that the model server ended with an error event: that event's code. */
+  streamError: number | undefined;
   /** The answer relayed is an event stream (its status line and headers have gone to the client). */
   sseAnswer: boolean;
   /**
@@ -685,6 +687,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       ctx.usage = usage;
       ctx.modelMetrics.tokens(usage.promptTokens, usage.completionTokens);
     }
+    if (this.scanner?.errorCode !== undefined && this.status < 400) ctx.streamError = this.scanner.errorCode;
     // Usually the kernel took the whole answer already (no closure made for it).
     if (!res.writableFinished) {
       const ep = this.ep.name;

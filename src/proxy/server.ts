@@ -240,6 +240,8 @@ export class ApiServer {
         // as errors) would pull the percentiles down exactly when the fleet is in trouble.
         if (ctx.ttftMs !== undefined) modelMetrics.duration((deps.clock.now() - started) / 1000);
         if (status >= 400) modelMetrics.error(status);
+        // A 200 stream the model server ended with an error event failed all the same.
+        else if (ctx.streamError !== undefined) modelMetrics.error(ctx.streamError);
         else if (status === 0) modelMetrics.cancelled(requestStage(ctx));
         this.logDone(res, requestId, status, ctx);
       }
@@ -361,6 +363,7 @@ export class ApiServer {
         durationMs: ctx !== undefined ? clock.now() - ctx.started : undefined,
         promptTokens: ctx?.usage?.promptTokens,
         completionTokens: ctx?.usage?.completionTokens,
+        streamError: ctx?.streamError,
       },
       'request done',
     );
@@ -407,6 +410,7 @@ export class ApiServer {
       queuedMs: 0,
       ttftMs: undefined,
       usage: undefined,
+      streamError: undefined,
       sseAnswer: false,
       sseMidEvent: false,
       endedByGateway: false,

@@ -115,14 +115,20 @@ const EMPTY = Buffer.alloc(0);
 /** An unfinished line longer than this is dropped, so a stream without newlines cannot grow memory. */
 const MAX_HELD_BYTES = 1 << 20;
 
+const ERROR_KEY = Buffer.from('"error"', 'latin1');
+
 /**
- * Feeds SSE bytes as they stream; remembers the last usage seen. Works on the bytes: only complete
- * lines that mention `"usage"` are decoded and parsed (newlines never occur inside a UTF-8
- * sequence, so splitting at 0x0a is safe); an unfinished line is held until its newline arrives.
+ * Feeds SSE bytes as they stream; remembers the last usage seen, and the first error event (vLLM
+ * ends a stream that fails after its 200 with `data: {"error": {…, "code": 500}}`). Works on the
+ * bytes: only complete lines that mention `"usage"` or `"error"` are decoded and parsed (newlines
+ * never occur inside a UTF-8 sequence, so splitting at 0x0a is safe); an unfinished line is held
+ * until its newline arrives.
  */
 export class SseUsageScanner {
   private held: Buffer = EMPTY;
   usage: Usage | undefined = undefined;
+  /** The status code of the stream's first error event (500 when it names none). */
+  errorCode: number | undefined = undefined;
 
   feed(chunk: Buffer): void {
     const buf = this.held.length === 0 ? chunk : Buffer.concat([this.held, chunk]);
@@ -138,6 +144,28 @@ export class SseUsageScanner {
       const end = buf.indexOf(NL, at);
       this.line(buf.toString('utf8', buf.lastIndexOf(NL, at) + 1, end));
       at = buf.indexOf(USAGE_KEY, end);
+    }
+    if (this.errorCode !== undefined) return;
+    at = buf.indexOf(ERROR_KEY);
+    while (at >= 0 && at < lastNl) {
+      const end = buf.indexOf(NL, at);
+      if (this.errorLine(buf.toString('utf8', buf.lastIndexOf(NL, at) + 1, end))) return;
+      at = buf.indexOf(ERROR_KEY, end);
+    }
+  }
+
+  /** A complete line that mentions "error": true when it is an error event (`data: {"error": {…}}`). */
+  private errorLine(text: string): boolean {
+    if (!text.startsWith('data:')) return false;
+    try {
+      const event = JSON.parse(text.slice(5)) as { error?: unknown };
+      const error = event?.error;
+      if (typeof error !== 'object' || error === null) return false;
+      const code = (error as { code?: unknown }).code;
+      this.errorCode = typeof code === 'number' && code >= 400 && code <= 599 ? code : 500;
+      return true;
+    } catch {
+      return false; // not JSON: a token that says "error"
     }
   }
 

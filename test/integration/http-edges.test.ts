@@ -223,6 +223,25 @@ test("TTFT of a stream is its first event, not a keep-alive comment before it; t
   });
 });
 
+test("a 200 stream the model server ends with an error event (vLLM's mid-generation failure) is relayed as is and counted as an error", async () => {
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.end('data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"error":{"message":"KV load failed","type":"InternalServerError","param":null,"code":500}}\n\ndata: [DONE]\n\n');
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'h' }] }),
+    });
+    assert.equal(r.statusCode, 200);
+    assert.match(await r.body.text(), /KV load failed/);
+    const m = await metricsText(gw);
+    assert.match(m, /^llm_d_epp_request_error_total\{model_name="m",target_model_name="m",error_code="500"\} 1$/m);
+    assert.match(m, /^llm_d_epp_request_total\{model_name="m",target_model_name="m"\} 1$/m);
+  });
+});
+
 test('a request arriving during the drain on a connection kept alive by a stream gets 503, counted as rejected shutting_down', async () => {
   // A stream whose headers left before the drain keeps its connection alive: the client may send its next request on it.
   const backend = await startFakeBackend((_r, res) => {

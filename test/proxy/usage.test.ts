@@ -50,3 +50,21 @@ describe('usage of an answer', () => {
     assert.equal(scan(stream.slice(0, stream.indexOf('event: response.completed')), 1000).usage, undefined);
   });
 });
+
+describe('error events in a stream', () => {
+  test("vLLM's error event after a 200 (a generation that failed): its code, whatever the read boundaries", () => {
+    const stream =
+      'data: {"choices":[{"delta":{"content":"an error message about errors"}}]}\n\n' +
+      'data: {"error":{"message":"KV load failed","type":"InternalServerError","param":null,"code":500}}\n\n' +
+      'data: [DONE]\n\n';
+    for (const size of [3, 1000]) assert.equal(scan(stream, size).errorCode, 500, `pieces of ${size}`);
+    assert.equal(scan('data: {"error":{"message":"x","code":"bad"}}\n\n', 100).errorCode, 500, 'no usable code: 500');
+    assert.equal(scan('data: {"error":{"message":"x","code":503}}\n\ndata: {"error":{"code":400}}\n\n', 100).errorCode, 503, 'the first one');
+  });
+
+  test('a token that says "error", or an error key deeper down, is no error event', () => {
+    assert.equal(scan('data: {"choices":[{"delta":{"content":"\\"error\\": fine"}}]}\n\n', 7).errorCode, undefined);
+    assert.equal(scan('data: {"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"{\\"error\\":1}"}}]}}]}\n\n', 100).errorCode, undefined);
+    assert.equal(scan('data: {"error":null,"choices":[]}\n\n', 100).errorCode, undefined);
+  });
+});
