@@ -31,7 +31,7 @@ const KV_FROM_PREFILL = {
 const PREFILL_CACHED = 12;
 const DECODE_CACHED = 110;
 
-/** A vLLM prefill answer: one token, remote_decode, kv_transfer_params, 12 cached prompt tokens. */
+/** A prefill answer as llm-d-inference-sim and Sluice's sim give it (vLLM says "length"; Sluice reads neither): one token, remote_decode, kv_transfer_params, 12 cached prompt tokens. */
 const prefillOk: Behaviour = (_r, res) => {
   res.writeHead(200, { 'content-type': 'application/json' });
   res.end(
