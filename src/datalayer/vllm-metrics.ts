@@ -8,6 +8,12 @@
  * | sglang        | sglang:num_queue_reqs        | sglang:num_running_reqs      | sglang:token_usage                                     | —                         | sglang:cache_config_info{page_size,num_pages} |
  * | trtllm-serve  | trtllm_num_requests_waiting  | trtllm_num_requests_running  | trtllm_kv_cache_utilization                            | —                         | —                                            |
  *
+ * vLLM's waiting queue counts requests that wait for something else than room on the server: a
+ * decode request pulling its KV from a prefill server (P/D), one waiting for a LoRA slot. Where the
+ * page has `vllm:num_requests_waiting_by_reason` (vLLM V1), its `reason="capacity"` series is read
+ * as the queue instead, so a decode server busy pulling KV does not read as saturated (llm-d reads
+ * `vllm:num_requests_waiting`, and such a decode tier throttles itself under P/D load).
+ *
  * Several series of one family (vLLM data parallel: `engine="0"`, `engine="1"`, ...) are summed for
  * waiting/running and averaged for KV usage — llm-d takes only the first series, which under-counts a
  * DP server's load (GIE #2950).
@@ -23,6 +29,8 @@ import { forEachSample, labelsAt, type LazySamples } from './prom-text.js';
 
 export interface EngineMetricNames {
   waiting: string;
+  /** A family that counts the waiting requests by reason: when present, its series with `label` = `value` are the queue. */
+  waitingForCapacity?: { metric: string; label: string; value: string };
   running: string;
   /** KV-usage families in order of preference; the first one present on the page is used. */
   kvUsage: readonly string[];
@@ -40,6 +48,7 @@ export interface EngineMetricNames {
 export const ENGINE_METRIC_NAMES: Readonly<Record<string, EngineMetricNames>> = {
   vllm: {
     waiting: 'vllm:num_requests_waiting',
+    waitingForCapacity: { metric: 'vllm:num_requests_waiting_by_reason', label: 'reason', value: 'capacity' },
     running: 'vllm:num_requests_running',
     kvUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
     lora: 'vllm:lora_requests_info',
@@ -78,6 +87,7 @@ function wantedSetFor(engineType: string, names: EngineMetricNames): Set<string>
   if (set === undefined) {
     set = new Set([names.waiting, names.running, ...names.kvUsage]);
     if (names.cacheConfig !== undefined) set.add(names.cacheConfig.metric);
+    if (names.waitingForCapacity !== undefined) set.add(names.waitingForCapacity.metric);
     wantedSets.set(engineType, set);
   }
   return set;
@@ -122,6 +132,9 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
 
   let waiting = 0;
   let waitingSeries = 0;
+  const byReason = names.waitingForCapacity;
+  let forCapacity = 0;
+  let forCapacitySeries = 0;
   let running = 0;
   let runningSeries = 0;
   const kvSum = new Array<number>(names.kvUsage.length).fill(0);
@@ -175,6 +188,11 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
         checkGauge(name, value);
         running += value;
         runningSeries++;
+      } else if (byReason !== undefined && name === byReason.metric) {
+        if (labels[byReason.label] !== byReason.value || !countsOnce(name, labels)) return;
+        checkGauge(name, value);
+        forCapacity += value;
+        forCapacitySeries++;
       } else if (names.cacheConfig !== undefined && name === names.cacheConfig.metric) {
         if (cacheConfig === undefined) {
           const blockSize = parseCount(labels[names.cacheConfig.blockSizeLabel]);
@@ -198,7 +216,7 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
   const kvIndex = kvSeries.findIndex((count) => count > 0);
   if (kvIndex < 0) throw new MetricsExtractError(`metric ${names.kvUsage.join(' (or ')}${names.kvUsage.length > 1 ? ')' : ''} is missing`);
 
-  const metrics: EndpointMetrics = { waiting, running, kvUsage: kvSum[kvIndex]! / kvSeries[kvIndex]! };
+  const metrics: EndpointMetrics = { waiting: forCapacitySeries > 0 ? forCapacity : waiting, running, kvUsage: kvSum[kvIndex]! / kvSeries[kvIndex]! };
   if (loraAt >= 0) {
     const loraLabels = labelsAt(text, loraAt, loraLine);
     const maxLora = parseCount(loraLabels['max_lora']);

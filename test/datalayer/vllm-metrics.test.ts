@@ -118,6 +118,27 @@ describe('extractVllmMetrics: pages', () => {
   });
 });
 
+describe('extractVllmMetrics: the queue of requests waiting for capacity', () => {
+  // vLLM V1: a decode request pulling its KV from a prefill server waits as "deferred", not for room.
+  const pd =
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 7.0\n' +
+    'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="capacity"} 1.0\n' +
+    'vllm:num_requests_waiting_by_reason{engine="0",model_name="m",reason="deferred"} 6.0\n' +
+    'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n' +
+    'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.4\n';
+
+  test('reason="capacity" is the queue where the page has it; KV pulls in flight are not', () => {
+    assert.deepEqual(extractVllmMetrics(pd), { waiting: 1, running: 3, kvUsage: 0.4 });
+  });
+
+  test('summed over data-parallel engines, each series once; without the family, num_requests_waiting', () => {
+    const dp = pd + pd.replaceAll('engine="0"', 'engine="1"').replace('reason="capacity"} 1.0', 'reason="capacity"} 2.0');
+    assert.equal(extractVllmMetrics(dp + dp).waiting, 3);
+    assert.equal(extractVllmMetrics(minimal('7', '3', '0.4')).waiting, 7);
+    assert.throws(() => extractVllmMetrics(pd.replace('reason="capacity"} 1.0', 'reason="capacity"} -1')), /num_requests_waiting_by_reason has an invalid value/);
+  });
+});
+
 describe('extractVllmMetrics: a series printed twice', () => {
   test('counts once (a sidecar concatenating pages): Prometheus keeps one sample of a duplicate too', () => {
     const once = 'vllm:num_requests_waiting{engine="0"} 4\nvllm:num_requests_running{engine="0"} 8\nvllm:kv_cache_usage_perc{engine="0"} 0.5\n';
