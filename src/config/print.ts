@@ -108,11 +108,22 @@ export function effectiveConfigYaml(loaded: LoadedConfig): string {
 }
 
 /**
- * A short digest of the effective configuration (the YAML `validate` prints, comments left out):
- * the same for files that differ only in comments, key order or units, so replicas running the same
- * configuration show the same `sluice_config_info{digest}`.
+ * A short digest of the effective configuration (the YAML `validate` prints, comments left out, keys
+ * sorted): the same for files that differ only in comments, key order, units or defaults written out,
+ * so replicas running the same configuration show the same `sluice_config_info{digest}`. Sorted,
+ * because a parameter written at its default keeps the place the user gave it in the printed form,
+ * while a reload rightly finds the two configurations equal.
  */
 export function effectiveConfigDigest(config: SluiceConfig): string {
-  const body = new Document(effectiveConfigObject(config)).toString({ lineWidth: 0 });
+  const body = new Document(withSortedKeys(effectiveConfigObject(config))).toString({ lineWidth: 0 });
   return createHash('sha256').update(body).digest('hex').slice(0, 12);
+}
+
+/** `value` with every mapping's keys in sorted order (lists keep theirs: their order means something). */
+function withSortedKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(withSortedKeys);
+  if (value === null || typeof value !== 'object') return value;
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(value).sort()) out[key] = withSortedKeys((value as Record<string, unknown>)[key]);
+  return out;
 }

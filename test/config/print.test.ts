@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { loadConfigFile } from '../../src/config/load.js';
 import { effectiveConfigDigest, effectiveConfigYaml } from '../../src/config/print.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { load, registry, yaml } from './helpers.js';
 
 const configs: Record<string, string> = {
@@ -94,6 +95,13 @@ describe('effectiveConfigYaml', () => {
     assert.equal(digestLine(b), digestLine(a));
     assert.notEqual(digestLine(c), digestLine(a));
     assert.equal(digestLine(a), `# digest: ${effectiveConfigDigest(load(a, 'x.yaml').config)} (sluice_config_info{digest} of a gateway running it)`);
+    // A plugin parameter written at its default keeps its place in the printed form: the digest is the same,
+    // as a reload finds the two equal; so is the printed form's own, loaded back.
+    const plain = 'pool: { endpoints: [] }\nplugins:\n- type: prefix-cache-scorer\n';
+    const spelled = 'pool: { endpoints: [] }\nplugins:\n- type: prefix-cache-scorer\n  parameters: { blockSizeTokens: 16, maxPrefixTokensToMatch: 131072 }\n';
+    const builtinDigest = (text: string) => effectiveConfigYaml(load(text, 'x.yaml', builtinRegistry())).split('\n')[1];
+    assert.equal(builtinDigest(spelled), builtinDigest(plain));
+    assert.equal(builtinDigest(effectiveConfigYaml(load(plain, 'x.yaml', builtinRegistry()))), builtinDigest(plain), 'the printed form loads back with the same digest');
   });
 
   test('round trip of the shipped configs', () => {
