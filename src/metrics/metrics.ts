@@ -502,6 +502,7 @@ export class GatewayMetrics {
   private readonly attemptChildren = new Map<SchedulerAttemptStatus, Map<string, ValueSeries>>();
   private readonly pollErrorChildren = new Map<string, CounterChild>();
   private readonly retryChildren = new Map<string, CounterChild>();
+  private readonly degradedChildren = new Map<string, CounterChild>();
   private readonly firstByteSeries = new Map<string, HistogramSeries>();
   private readonly upstreamErrorChildren = new Map<string, Map<UpstreamErrorKind, CounterChild>>();
   /** Endpoints out of the pool at the previous exposition: their series go at the next one. */
@@ -557,6 +558,7 @@ export class GatewayMetrics {
   readonly capacityUtilizationRequests: Gauge<'priority' | 'inference_pool'>;
   readonly capacityUtilizationBytes: Gauge<'priority' | 'inference_pool'>;
   readonly disaggDecisionTotal: Counter<'model_name' | 'decision_type'>;
+  readonly pdDegradedTotal: Counter<'connector'>;
 
   constructor(opts: GatewayMetricsOptions) {
     this.poolName = opts.poolName;
@@ -722,7 +724,7 @@ export class GatewayMetrics {
     });
     this.upstreamRetriesTotal = counter({
       name: 'llm_d_epp_upstream_retries_total',
-      help: 'Requests retried on another endpoint because the connection to this endpoint failed before any byte reached the client.',
+      help: 'Requests retried because the connection to this endpoint failed before any byte reached the client: on another endpoint, or once more on this one when it lost (not refused) the connection and no other was left.',
       labelNames: ['endpoint_name'],
     });
     this.configReloadsTotal = counter({
@@ -812,6 +814,11 @@ export class GatewayMetrics {
       name: 'llm_d_epp_disagg_decision_total',
       help: 'Prefill/decode disaggregation decisions of the profile handler, by model and decision_type.',
       labelNames: ['model_name', 'decision_type'],
+    });
+    this.pdDegradedTotal = counter({
+      name: 'sluice_pd_degraded_total',
+      help: 'Requests disaggregated by the profile handler that were served decode-only after all (a prefill leg that failed, timed out or answered without kv_transfer_params; a body the connector could not rewrite), by connector. Counted as prefill-decode in llm_d_epp_disagg_decision_total.',
+      labelNames: ['connector'],
     });
 
     if (opts.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
@@ -989,6 +996,10 @@ export class GatewayMetrics {
   }
 
   /** A request moved off this endpoint because connecting to it failed. */
+  pdDegraded(connector: string): void {
+    cachedCounterChild(this.degradedChildren, this.pdDegradedTotal, connector).inc();
+  }
+
   upstreamRetry(endpointName: string): void {
     cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, endpointName).inc();
   }

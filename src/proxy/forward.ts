@@ -297,6 +297,7 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       if (step.kind === 'aborted' || x.clientGone || ctx.res.destroyed) return DONE_GONE;
       if (step.kind === 'reply') return { kind: 'done', status: relayPrefillReply(ctx, step) };
       if (step.warning !== undefined) {
+        ctx.metrics.pdDegraded(connector.name);
         ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep.name, connector: connector.name, reason: step.warning }, 'P/D degraded');
       }
       leg = step.leg;

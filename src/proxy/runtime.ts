@@ -27,6 +27,7 @@ export type ProxyMetrics = Pick<
   | 'upstreamRetry'
   | 'flowControlOutcome'
   | 'disaggDecision'
+  | 'pdDegraded'
   | 'endpointFirstByte'
   | 'endpointUpstreamError'
   | 'bodyIncomplete'
