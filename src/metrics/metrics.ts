@@ -995,11 +995,12 @@ export class GatewayMetrics {
     this.requestRejectedTotal.inc({ reason, code: REJECTION_CODES[reason] });
   }
 
-  /** A request moved off this endpoint because connecting to it failed. */
+  /** A request decided prefill-decode was served decode-only after all. */
   pdDegraded(connector: string): void {
     cachedCounterChild(this.degradedChildren, this.pdDegradedTotal, connector).inc();
   }
 
+  /** A request moved off this endpoint because connecting to it failed. */
   upstreamRetry(endpointName: string): void {
     cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, endpointName).inc();
   }

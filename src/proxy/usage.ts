@@ -139,18 +139,19 @@ export class SseUsageScanner {
     }
     // Copy the remainder: `chunk` belongs to the HTTP client.
     this.held = lastNl + 1 < buf.length && buf.length - lastNl - 1 <= MAX_HELD_BYTES ? Buffer.from(buf.subarray(lastNl + 1)) : EMPTY;
-    let at = buf.indexOf(USAGE_KEY);
+    this.scanLines(buf, USAGE_KEY, lastNl);
+    if (this.errorCode === undefined) this.scanLines(buf, ERROR_KEY, lastNl);
+  }
+
+  /** Each complete line of `buf` (up to `lastNl`) that mentions `key`: its usage, or an error event (the first one ends the scan). */
+  private scanLines(buf: Buffer, key: Buffer, lastNl: number): void {
+    let at = buf.indexOf(key);
     while (at >= 0 && at < lastNl) {
       const end = buf.indexOf(NL, at);
-      this.line(buf.toString('utf8', buf.lastIndexOf(NL, at) + 1, end));
-      at = buf.indexOf(USAGE_KEY, end);
-    }
-    if (this.errorCode !== undefined) return;
-    at = buf.indexOf(ERROR_KEY);
-    while (at >= 0 && at < lastNl) {
-      const end = buf.indexOf(NL, at);
-      if (this.errorLine(buf.toString('utf8', buf.lastIndexOf(NL, at) + 1, end))) return;
-      at = buf.indexOf(ERROR_KEY, end);
+      const text = buf.toString('utf8', buf.lastIndexOf(NL, at) + 1, end);
+      if (key === USAGE_KEY) this.line(text);
+      else if (this.errorLine(text)) return;
+      at = buf.indexOf(key, end);
     }
   }
 
