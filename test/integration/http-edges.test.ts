@@ -180,6 +180,14 @@ test("the gateway's own refusals before a request counts (no model known yet) ar
   });
 });
 
+/** A `stream: true` chat request through the gateway (`extra` merged into the body). */
+const streamChat = (gw: Gateway, extra: Record<string, unknown> = {}) =>
+  request(`${gw.apiUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'h' }], ...extra }),
+  });
+
 test('TTFT is labelled by what the answer is: a JSON error to a stream request counts as streaming="false"', async () => {
   const backend = await startFakeBackend((r, res) => {
     if (JSON.parse(r.body).max_tokens === 1) {
@@ -189,12 +197,7 @@ test('TTFT is labelled by what the answer is: a JSON error to a stream request c
     res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: {"choices":[]}\n\ndata: [DONE]\n\n');
   });
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-    const stream = (maxTokens: number) =>
-      request(`${gw.apiUrl}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'm', stream: true, max_tokens: maxTokens, messages: [{ role: 'user', content: 'h' }] }),
-      }).then(async (r) => [r.statusCode, await r.body.text()] as const);
+    const stream = (maxTokens: number) => streamChat(gw, { max_tokens: maxTokens }).then(async (r) => [r.statusCode, await r.body.text()] as const);
     assert.equal((await stream(1))[0], 500);
     assert.equal((await stream(5))[0], 200);
     const counts = (await metricsText(gw)).split('\n').filter((l) => l.startsWith('llm_d_epp_request_ttft_seconds_count{'));
@@ -209,11 +212,7 @@ test("TTFT of a stream is its first event, not a keep-alive comment before it; t
     setTimeout(() => res.end('data: {"choices":[]}\n\ndata: [DONE]\n\n'), 300);
   });
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-    const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'h' }] }),
-    });
+    const r = await streamChat(gw);
     assert.equal(await r.body.text(), ': ping\n\ndata: {"choices":[]}\n\ndata: [DONE]\n\n');
     const m = await metricsText(gw);
     // Bounds, not timings: the event cannot come before the server's 300 ms pause, the comment came well before it.
@@ -229,11 +228,7 @@ test("a 200 stream the model server ends with an error event (vLLM's mid-generat
     res.end('data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"error":{"message":"KV load failed","type":"InternalServerError","param":null,"code":500}}\n\ndata: [DONE]\n\n');
   });
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-    const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'h' }] }),
-    });
+    const r = await streamChat(gw);
     assert.equal(r.statusCode, 200);
     assert.match(await r.body.text(), /KV load failed/);
     const m = await metricsText(gw);
