@@ -60,10 +60,12 @@ async function rawServer(answer: (socket: Socket) => void) {
   };
 }
 
-async function post(gw: Gateway, body = CHAT): Promise<{ status: number; text: string }> {
+async function post(gw: Gateway, body = CHAT): Promise<{ status: number; text: string; shouldRetry?: unknown }> {
   try {
     const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
-    return { status: r.statusCode, text: await r.body.text() };
+    const answer: { status: number; text: string; shouldRetry?: unknown } = { status: r.statusCode, text: await r.body.text() };
+    if (r.headers['x-should-retry'] !== undefined) answer.shouldRetry = r.headers['x-should-retry'];
+    return answer;
   } catch (err) {
     return { status: -1, text: String((err as { code?: string }).code ?? err) };
   }
@@ -91,6 +93,7 @@ for (const first of ['HTTP/1.1 100 Continue\r\n\r\n', 'HTTP/1.1 101 Switching Pr
       const r = await post(gw);
       assert.equal(r.status, 502, r.text);
       assert.equal(a.requests() + b.requests(), 1, 'sent to one model server only');
+      assert.equal(r.shouldRetry, 'false', 'it ran: the openai client must not send it again');
       await nothingInFlight(gw);
     } finally {
       await gw.close();
@@ -115,6 +118,7 @@ for (const [name, headers] of [
         const r = await post(gw);
         assert.equal(r.status, how === 'stalls' ? 504 : 502, r.text);
         assert.match(r.text, /"type":"(GatewayTimeout|BadGateway)Error"/);
+        assert.equal(r.shouldRetry, 'false', 'the server took the request: not to be sent again');
         await nothingInFlight(gw);
       });
     });
