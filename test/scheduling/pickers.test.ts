@@ -39,36 +39,62 @@ describe('max-score-picker', () => {
     assert.deepEqual(names(all), ['b', 'a']);
   });
 
-  test('all-equal scores spread uniformly over the endpoints (random tie-break)', () => {
-    for (const seed of [1, 2, 3]) {
-      const counts = draw(new MaxScorePicker('p', { maxNumOfEndpoints: 1 }), [1, 1, 1, 1], 4000, seed);
-      for (const e of eps) {
-        const n = counts.get(e.name) ?? 0;
-        assert.ok(n > 800 && n < 1200, `seed ${seed}: ${e.name} picked ${n}/4000`);
-      }
+  test('equal scores are taken in turn: four picks over four idle endpoints visit each once (llm-d PR #2515)', () => {
+    const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 1 });
+    const ctx = makeContext(7);
+    const picked: string[] = [];
+    for (let i = 0; i < 8; i++) picked.push(picker.pick(ctx, makeRequest(), scoredOf(eps.map((e) => [e, 1])))[0]!.name);
+    assert.deepEqual(picked, ['a', 'b', 'c', 'd', 'a', 'b', 'c', 'd']);
+  });
+
+  test('ties among the best only: lower scores are never picked, the tied ones alternate', () => {
+    const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 1 });
+    const picked: string[] = [];
+    for (let i = 0; i < 4; i++) picked.push(picker.pick(makeContext(), makeRequest(), scoredOf([[a, 2], [b, 1], [c, 2], [d, 0]]))[0]!.name);
+    assert.deepEqual(picked, ['a', 'c', 'a', 'c']);
+  });
+
+  test('a tie broken by a better score in between keeps its turn count (the count is per picker, not per tier)', () => {
+    const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 1 });
+    const tied = () => picker.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1], [c, 1]]))[0]!.name;
+    assert.equal(tied(), 'a');
+    assert.equal(picker.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 3], [c, 1]]))[0]!.name, 'b');
+    assert.equal(tied(), 'c');
+    assert.equal(tied(), 'a');
+  });
+
+  test('two pickers keep separate turns (two profiles do not take each other\'s)', () => {
+    const p1 = new MaxScorePicker('p1', { maxNumOfEndpoints: 1 });
+    const p2 = new MaxScorePicker('p2', { maxNumOfEndpoints: 1 });
+    const got: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      got.push(p1.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1]]))[0]!.name);
+      got.push(p2.pick(makeContext(), makeRequest(), scoredOf([[c, 1], [d, 1]]))[0]!.name);
     }
+    assert.deepEqual(got, ['a', 'c', 'b', 'd']);
   });
 
-  test('ties among the best only: lower scores are never picked', () => {
-    const counts = draw(new MaxScorePicker('p', { maxNumOfEndpoints: 1 }), [2, 2, 1, 0], 2000);
-    assert.equal(counts.get('c'), undefined);
-    assert.equal(counts.get('d'), undefined);
-    assert.ok(counts.get('a')! > 800 && counts.get('b')! > 800, JSON.stringify([...counts]));
-  });
-
-  test('multi-pick tie-break is random too', () => {
+  test('multi-pick rotates each tied tier that reaches the picked places, best tier first', () => {
     const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 2 });
-    const ctx = makeContext(5);
-    const firsts: string[] = [];
-    for (let i = 0; i < 1000; i++) firsts.push(picker.pick(ctx, makeRequest(), scoredOf([[a, 1], [b, 1], [c, 0.5]]))[0]!.name);
-    const counts = tally(firsts);
-    assert.ok(counts.get('a')! > 400 && counts.get('b')! > 400);
-    assert.equal(counts.get('c'), undefined);
+    const firsts: string[][] = [];
+    for (let i = 0; i < 3; i++) firsts.push(names(picker.pick(makeContext(), makeRequest(), scoredOf([[c, 0.5], [a, 1], [b, 1]]))));
+    assert.deepEqual(firsts, [['a', 'b'], ['b', 'a'], ['a', 'b']]);
+    // Tier [b, c] of score 1 follows the lone best d; the third place is not asked for.
+    const three = new MaxScorePicker('p', { maxNumOfEndpoints: 2 });
+    const got: string[][] = [];
+    for (let i = 0; i < 2; i++) got.push(names(three.pick(makeContext(), makeRequest(), scoredOf([[a, 0], [b, 1], [c, 1], [d, 2]]))));
+    assert.deepEqual(got, [['d', 'b'], ['d', 'c']]);
   });
 
   test('parameters', () => {
     assert.deepEqual(maxScorePickerDefinition.params.parse({}), { maxNumOfEndpoints: 1 });
-    assert.equal(maxScorePickerDefinition.params.safeParse({ maxNumOfEndpoints: 0 }).success, false);
+    // ≤ 0 falls back to 1 with a warning, as llm-d's pickers do.
+    for (const def of [maxScorePickerDefinition, randomPickerDefinition, weightedRandomPickerDefinition]) {
+      const zero = def.params.parse({ maxNumOfEndpoints: 0 });
+      assert.match(def.configWarnings!(zero, {} as never)[0]!.message, /maxNumOfEndpoints 0 is not positive: read as 1/);
+      assert.equal((def.create('p', zero, {} as never) as unknown as { maxNumOfEndpoints: number }).maxNumOfEndpoints, 1);
+      assert.deepEqual(def.configWarnings!(def.params.parse({ maxNumOfEndpoints: 2 }), {} as never), []);
+    }
     assert.equal(maxScorePickerDefinition.params.safeParse({ maxNumOfEndpoints: 1.5 }).success, false);
     assert.equal(maxScorePickerDefinition.params.safeParse({ max: 1 }).success, false);
   });
@@ -135,6 +161,6 @@ describe('weighted-random-picker', () => {
 
   test('parameters', () => {
     assert.deepEqual(weightedRandomPickerDefinition.params.parse({}), { maxNumOfEndpoints: 1 });
-    assert.equal(weightedRandomPickerDefinition.params.safeParse({ maxNumOfEndpoints: -1 }).success, false);
+    assert.equal(weightedRandomPickerDefinition.params.safeParse({ maxNumOfEndpoints: 1.5 }).success, false);
   });
 });

@@ -1,74 +1,88 @@
 /**
  * `max-score-picker` — picker.
  *
- * Takes the `maxNumOfEndpoints` highest-scoring endpoints, best first. Ties are broken uniformly at
- * random (ctx.random): as llm-d, shuffle then stable-sort by score descending. For the common
- * single pick a linear scan with reservoir tie-breaking gives the same distribution without sorting.
+ * Takes the `maxNumOfEndpoints` highest-scoring endpoints, best first. Equal scores are taken in
+ * turn, as llm-d does since its PR #2515/#2709 (it broke them at random before): candidates are
+ * stable-sorted by score, then each tier of equal scores that reaches the picked places is rotated
+ * by the picker's pick count. Four idle endpoints get four requests one each, where random draws
+ * leave one of them idle nine times in ten. The common single pick is two linear scans, no sort.
  *
- * Parameters (defaults): `maxNumOfEndpoints` 1 — integer > 0.
+ * Parameters (defaults): `maxNumOfEndpoints` 1 — integer; ≤ 0 is read as 1 with a warning (as llm-d does).
  */
-import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition } from '../../plugins/registry.js';
 import type { CycleContext, Picker, ScoredEndpoint, SchedulingRequest } from '../framework.js';
+import { pickCount, pickerParams, pickerWarnings, type PickerParams } from './picker-params.js';
 
 export const MAX_SCORE_PICKER_TYPE = 'max-score-picker';
 
-export const maxScorePickerParams = z.strictObject({
-  maxNumOfEndpoints: z.number().int().positive().default(1),
-});
-
-export type MaxScorePickerParams = z.infer<typeof maxScorePickerParams>;
+export const maxScorePickerParams = pickerParams;
+export type MaxScorePickerParams = PickerParams;
 
 const byScoreDescending = (a: ScoredEndpoint, b: ScoredEndpoint): number => b.score - a.score;
+
+/** Wraps the pick count well inside the small-integer range (a tier's turn is the count modulo its size). */
+const TURN_MASK = 0x3fffffff;
 
 export class MaxScorePicker implements Picker {
   readonly type = MAX_SCORE_PICKER_TYPE;
   readonly maxNumOfEndpoints: number;
+  /** Picks made so far (masked): which of the tied endpoints is next. One per picker, so two profiles do not share turns. */
+  private turn = 0;
 
   constructor(
     readonly name: string,
     params: MaxScorePickerParams,
   ) {
-    this.maxNumOfEndpoints = params.maxNumOfEndpoints;
+    this.maxNumOfEndpoints = pickCount(params);
   }
 
-  pick(ctx: CycleContext, _req: SchedulingRequest, scored: ScoredEndpoint[]): Endpoint[] {
+  pick(_ctx: CycleContext, _req: SchedulingRequest, scored: ScoredEndpoint[]): Endpoint[] {
     const n = scored.length;
     if (n === 0) return [];
+    const turn = this.turn;
+    this.turn = (turn + 1) & TURN_MASK;
     if (this.maxNumOfEndpoints === 1) {
-      let best = scored[0]!;
+      let best = scored[0]!.score;
       let ties = 1;
       for (let i = 1; i < n; i++) {
-        const candidate = scored[i]!;
-        if (candidate.score > best.score) {
-          best = candidate;
+        const score = scored[i]!.score;
+        if (score > best) {
+          best = score;
           ties = 1;
-        } else if (candidate.score === best.score) {
-          // Reservoir sampling over the tied set: each tie ends up chosen with probability 1/ties.
-          ties++;
-          if (ctx.random() * ties < 1) best = candidate;
-        }
+        } else if (score === best) ties++;
       }
-      return [best.endpoint];
+      let k = turn % ties;
+      for (let i = 0; i < n; i++) {
+        if (scored[i]!.score === best && k-- === 0) return [scored[i]!.endpoint];
+      }
     }
-    for (let i = n - 1; i > 0; i--) {
-      const j = Math.floor(ctx.random() * (i + 1));
-      const tmp = scored[i]!;
-      scored[i] = scored[j]!;
-      scored[j] = tmp;
-    }
-    scored.sort(byScoreDescending);
+    scored.sort(byScoreDescending); // stable: equal scores keep the candidates' order
     const count = Math.min(this.maxNumOfEndpoints, n);
+    for (let start = 0; start < count; ) {
+      let end = start + 1;
+      while (end < n && scored[end]!.score === scored[start]!.score) end++;
+      if (end - start > 1) rotate(scored, start, end, turn % (end - start));
+      start = end;
+    }
     const out: Endpoint[] = new Array(count);
     for (let i = 0; i < count; i++) out[i] = scored[i]!.endpoint;
     return out;
   }
 }
 
+/** Rotates `a[start, end)` left by `by` places. */
+function rotate<T>(a: T[], start: number, end: number, by: number): void {
+  if (by === 0) return;
+  const tier = a.slice(start, end);
+  const len = end - start;
+  for (let i = 0; i < len; i++) a[start + i] = tier[(i + by) % len]!;
+}
+
 export const maxScorePickerDefinition: PluginDefinition<MaxScorePickerParams> = {
   type: MAX_SCORE_PICKER_TYPE,
   kinds: ['picker'],
   params: maxScorePickerParams,
+  configWarnings: pickerWarnings,
   create: (name, params) => new MaxScorePicker(name, params),
 };

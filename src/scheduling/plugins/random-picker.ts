@@ -4,20 +4,17 @@
  * Ignores scores: `maxNumOfEndpoints` endpoints drawn uniformly at random (ctx.random) without
  * replacement.
  *
- * Parameters (defaults): `maxNumOfEndpoints` 1 — integer > 0.
+ * Parameters (defaults): `maxNumOfEndpoints` 1 — integer; ≤ 0 is read as 1 with a warning (as llm-d does).
  */
-import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition } from '../../plugins/registry.js';
 import type { CycleContext, Picker, ScoredEndpoint, SchedulingRequest } from '../framework.js';
+import { pickCount, pickerParams, pickerWarnings, type PickerParams } from './picker-params.js';
 
 export const RANDOM_PICKER_TYPE = 'random-picker';
 
-export const randomPickerParams = z.strictObject({
-  maxNumOfEndpoints: z.number().int().positive().default(1),
-});
-
-export type RandomPickerParams = z.infer<typeof randomPickerParams>;
+export const randomPickerParams = pickerParams;
+export type RandomPickerParams = PickerParams;
 
 /** Partial Fisher–Yates: the first `count` entries of `scored` become a uniform sample. */
 export function pickUniformly(random: () => number, scored: ScoredEndpoint[], count: number): Endpoint[] {
@@ -42,7 +39,7 @@ export class RandomPicker implements Picker {
     readonly name: string,
     params: RandomPickerParams,
   ) {
-    this.maxNumOfEndpoints = params.maxNumOfEndpoints;
+    this.maxNumOfEndpoints = pickCount(params);
   }
 
   pick(ctx: CycleContext, _req: SchedulingRequest, scored: ScoredEndpoint[]): Endpoint[] {
@@ -54,5 +51,6 @@ export const randomPickerDefinition: PluginDefinition<RandomPickerParams> = {
   type: RANDOM_PICKER_TYPE,
   kinds: ['picker'],
   params: randomPickerParams,
+  configWarnings: pickerWarnings,
   create: (name, params) => new RandomPicker(name, params),
 };

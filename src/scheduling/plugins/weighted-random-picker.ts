@@ -6,21 +6,18 @@
  * keys win (computed as ln(U)/score, same order, no underflow). Endpoints scoring ≤ 0 are only
  * used to fill up after every positive one; if all scores are ≤ 0 the pick is uniform.
  *
- * Parameters (defaults): `maxNumOfEndpoints` 1 — integer > 0.
+ * Parameters (defaults): `maxNumOfEndpoints` 1 — integer; ≤ 0 is read as 1 with a warning (as llm-d does).
  */
-import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition } from '../../plugins/registry.js';
 import type { CycleContext, Picker, ScoredEndpoint, SchedulingRequest } from '../framework.js';
+import { pickCount, pickerParams, pickerWarnings, type PickerParams } from './picker-params.js';
 import { pickUniformly } from './random-picker.js';
 
 export const WEIGHTED_RANDOM_PICKER_TYPE = 'weighted-random-picker';
 
-export const weightedRandomPickerParams = z.strictObject({
-  maxNumOfEndpoints: z.number().int().positive().default(1),
-});
-
-export type WeightedRandomPickerParams = z.infer<typeof weightedRandomPickerParams>;
+export const weightedRandomPickerParams = pickerParams;
+export type WeightedRandomPickerParams = PickerParams;
 
 interface KeyedEndpoint {
   endpoint: Endpoint;
@@ -38,7 +35,7 @@ export class WeightedRandomPicker implements Picker {
     readonly name: string,
     params: WeightedRandomPickerParams,
   ) {
-    this.maxNumOfEndpoints = params.maxNumOfEndpoints;
+    this.maxNumOfEndpoints = pickCount(params);
   }
 
   pick(ctx: CycleContext, _req: SchedulingRequest, scored: ScoredEndpoint[]): Endpoint[] {
@@ -88,5 +85,6 @@ export const weightedRandomPickerDefinition: PluginDefinition<WeightedRandomPick
   type: WEIGHTED_RANDOM_PICKER_TYPE,
   kinds: ['picker'],
   params: weightedRandomPickerParams,
+  configWarnings: pickerWarnings,
   create: (name, params) => new WeightedRandomPicker(name, params),
 };
