@@ -130,6 +130,16 @@ describe('no-hit-lru-scorer', () => {
     assert.deepEqual(defaults.scorer.lruOrder(), ['b', 'a']);
   });
 
+  test('lruSize ≤ 0 remembers 1024 endpoints, as llm-d does', () => {
+    const { score, chose, scorer } = setup({ lruSize: 0 });
+    for (const [i, target] of [a, b, c].entries()) {
+      const req = makeRequest(text(i + 1));
+      score(req, [a, b, c]);
+      chose(req, target);
+    }
+    assert.deepEqual(scorer.lruOrder(), ['a', 'b', 'c']);
+  });
+
   test('lruSize bounds the endpoints remembered (oldest forgotten, then treated as never used)', () => {
     const { score, chose, scorer } = setup({ lruSize: 2 });
     for (const [i, target] of [a, b, c].entries()) {
@@ -209,7 +219,10 @@ schedulingProfiles:
     const defaults = { prefixPluginName: 'prefix-cache-scorer', prefixPluginType: 'prefix-cache-scorer', prefillProfile: 'prefill', lruSize: 1024 };
     assert.deepEqual(def.params.parse({}), defaults);
     assert.deepEqual(def.params.parse(def.params.parse({ lruSize: 8 })), { ...defaults, lruSize: 8 });
-    for (const bad of [{ lruSize: 0 }, { lruSize: 1.5 }, { prefixPluginName: '' }, { unknown: 1 }]) {
+    // ≤ 0 is read as 1024 with a warning, as llm-d does.
+    assert.deepEqual(def.configWarnings!(def.params.parse({ lruSize: 0 }), { metricsIntervalMs: 50 }).map((w) => w.message), ['lruSize 0 is not positive: read as 1024 (as llm-d does)']);
+    assert.deepEqual(def.configWarnings!(def.params.parse({ lruSize: 8 }), { metricsIntervalMs: 50 }), []);
+    for (const bad of [{ lruSize: 1.5 }, { prefixPluginName: '' }, { unknown: 1 }]) {
       assert.equal(def.params.safeParse(bad).success, false, JSON.stringify(bad));
     }
     assert.equal(builtinRegistry().get('no-hit-lru-scorer'), def);

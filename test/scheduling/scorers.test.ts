@@ -161,7 +161,7 @@ describe('active-request-scorer', () => {
     approx(scores(scorer, inflight(3, 6)), [0.25, 0]);
   });
 
-  test('parameters: defaults, deprecated requestTimeout accepted, bad values rejected', () => {
+  test('parameters: defaults, deprecated requestTimeout accepted, out-of-range values read as the defaults with a warning (llm-d), bad types rejected', () => {
     const p = activeRequestScorerDefinition.params;
     assert.deepEqual(p.parse({}), { idleThreshold: 0, maxBusyScore: 1 });
     assert.equal(p.safeParse({ requestTimeout: '2m' }).success, true);
@@ -169,8 +169,13 @@ describe('active-request-scorer', () => {
     const warn = (raw: object) => activeRequestScorerDefinition.configWarnings!(p.parse(raw), { metricsIntervalMs: 50 }).map((w) => w.parameter);
     assert.deepEqual(warn({ requestTimeout: '2m' }), ['requestTimeout']);
     assert.deepEqual(warn({}), []);
-    assert.equal(p.safeParse({ idleThreshold: -1 }).success, false);
-    assert.equal(p.safeParse({ maxBusyScore: 1.5 }).success, false);
+    assert.deepEqual(warn({ idleThreshold: -1, maxBusyScore: 1.5 }), ['idleThreshold', 'maxBusyScore']);
+    assert.deepEqual(warn({ maxBusyScore: -0.1 }), ['maxBusyScore']);
+    assert.deepEqual(warn({ idleThreshold: 0, maxBusyScore: 0 }), []);
+    // Read as idleThreshold 0 and maxBusyScore 1: the defaults' scores.
+    approx(scores(new ActiveRequestScorer('ar', p.parse({ idleThreshold: -1, maxBusyScore: 1.5 })), inflight(0, 2, 4)), [1, 0.5, 0]);
+    assert.equal(p.safeParse({ idleThreshold: 0.5 }).success, false);
+    assert.equal(p.safeParse({ maxBusyScore: 'high' }).success, false);
     assert.equal(p.safeParse({ idle: 1 }).success, false);
   });
 });

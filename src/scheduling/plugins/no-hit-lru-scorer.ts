@@ -26,7 +26,7 @@
  * - `prefixPluginName` "prefix-cache-scorer" — instance name of the prefix-cache scorer
  * - `prefixPluginType` "prefix-cache-scorer" — its type, used when no plugin has that name
  * - `prefillProfile` "prefill" — profile whose target is also recorded (P/D)
- * - `lruSize` 1024 — integer > 0; endpoints remembered
+ * - `lruSize` 1024 — integer; endpoints remembered; ≤ 0 is read as 1024 with a warning (as llm-d does)
  * - `prefixMatchInfoProducerName` — llm-d's (the producer of the prefix index); accepted and ignored:
  *   the index is the prefix-cache scorer's, found as above
  */
@@ -39,11 +39,13 @@ import { PREFIX_CACHE_SCORER_TYPE } from './prefix-cache-scorer.js';
 export const NO_HIT_LRU_SCORER_TYPE = 'no-hit-lru-scorer';
 export const NO_HIT_WARM_SCORE = 0.5;
 
+const DEFAULT_LRU_SIZE = 1024;
+
 export const noHitLruScorerParams = z.strictObject({
   prefixPluginName: z.string().min(1).default(PREFIX_CACHE_SCORER_TYPE),
   prefixPluginType: z.string().min(1).default(PREFIX_CACHE_SCORER_TYPE),
   prefillProfile: z.string().min(1).default('prefill'),
-  lruSize: z.number().int().positive().default(1024),
+  lruSize: z.number().int().default(DEFAULT_LRU_SIZE),
   prefixMatchInfoProducerName: z.string().optional(),
 });
 
@@ -84,7 +86,7 @@ export class NoHitLruScorer implements Scorer, PreRequest {
     this.prefixPluginName = params.prefixPluginName;
     this.prefixPluginType = params.prefixPluginType;
     this.prefillProfile = params.prefillProfile;
-    this.lruSize = params.lruSize;
+    this.lruSize = params.lruSize > 0 ? params.lruSize : DEFAULT_LRU_SIZE;
     this.stateKey = `${NO_HIT_LRU_SCORER_TYPE}/${name}/cold`;
   }
 
@@ -176,5 +178,7 @@ export const noHitLruScorerDefinition: PluginDefinition<NoHitLruScorerParams> = 
   type: NO_HIT_LRU_SCORER_TYPE,
   kinds: ['scorer'],
   params: noHitLruScorerParams,
+  configWarnings: (p) =>
+    p.lruSize > 0 ? [] : [{ parameter: 'lruSize', message: `lruSize ${p.lruSize} is not positive: read as ${DEFAULT_LRU_SIZE} (as llm-d does)` }],
   create: (name, params, deps) => new NoHitLruScorer(name, params, deps.plugins, deps.logger),
 };
