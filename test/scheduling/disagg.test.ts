@@ -181,6 +181,11 @@ describe('disagg-profile-handler', () => {
     assert.equal(disaggProfileHandlerParams.safeParse({ connector: 'nixl' }).success, false);
     assert.equal(disaggProfileHandlerParams.safeParse({ threshold: 3 }).success, false);
     assert.equal(disaggProfileHandlerParams.safeParse({ profiles: { encode: 'e' } }).success, false);
+    // llm-d's stageOrder: its default is Sluice's only order; the other is refused, saying why.
+    assert.equal(disaggProfileHandlerParams.parse({ stageOrder: 'decode-first' }).stageOrder, 'decode-first');
+    const prefillFirst = disaggProfileHandlerParams.safeParse({ stageOrder: 'prefill-first' });
+    assert.equal(prefillFirst.success, false);
+    assert.match(prefillFirst.error!.issues[0]!.message, /only "decode-first" is supported.*"prefill-first" is not implemented/);
     assert.equal(disaggProfileHandlerParams.safeParse({ profiles: { decode: 'x', prefill: 'x' } }).success, false);
   });
 

@@ -20,6 +20,7 @@
  * - `profiles.decode` "decode", `profiles.prefill` "prefill" — profile names (must differ)
  * - `deciders.prefill` — name of a decider plugin; absent = P/D disabled (always decode-only)
  * - `connector` "sidecar" — Sluice: `sidecar` | `nixlv2` | `shared-storage` (SPEC §7.4)
+ * - `stageOrder` — llm-d's; `decode-first` (its default, the order above) is accepted, `prefill-first` refused
  * - llm-d's older flat form is read too: `decodeProfile`, `prefillProfile`, `deciderPluginName` or
  *   `prefillDeciderPluginName` (not mixed with `profiles`/`deciders`)
  */
@@ -101,6 +102,12 @@ export const disaggProfileHandlerParams = z.preprocess(nestFlatKeys, z
       .prefault({}),
     deciders: z.strictObject({ prefill: z.string().min(1).optional() }).prefault({}),
     connector: z.enum(CONNECTORS).default('sidecar'),
+    // llm-d's; its default is the only order Sluice runs (the decider needs the decode pick).
+    stageOrder: z
+      .literal('decode-first', {
+        error: 'only "decode-first" is supported: the prefill decider needs the decode endpoint to estimate what is cached (llm-d\'s "prefill-first" is not implemented in Sluice)',
+      })
+      .optional(),
   })
   .refine((p) => p.profiles.decode !== p.profiles.prefill, {
     message: 'profiles.decode and profiles.prefill must name different profiles',
