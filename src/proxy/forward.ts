@@ -271,7 +271,7 @@ function logDecision(ctx: ForwardContext, attempt: number, outcome: SchedulingOu
  * (a prepared decode leg brings none, unless P/D fell back and the decoder computes it).
  */
 async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, prompt: SchedulingResult): Promise<AttemptResult> {
-  const x = new Exchange(ctx, ep);
+  const x = new Exchange(ctx, ep, prompt);
   try {
     let leg: DecodeLeg | undefined;
     let prepared: DecodeLeg | undefined;
@@ -388,6 +388,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   constructor(
     private readonly ctx: ForwardContext,
     private readonly ep: Endpoint,
+    /** The scheduling run that chose `ep`, for the response hooks. */
+    private readonly result: SchedulingResult,
   ) {
     watchClient(ctx.res, this);
     ctx.pool.acquire(ep);
@@ -507,7 +509,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
 
   private responseStart(status: number, rawHeaders: Buffer[]): void {
     if (status < 200 || this.settled) return;
-    const { ctx, ep, cachedTokens } = this;
+    const { ctx, ep, cachedTokens, result } = this;
     this.status = status;
     if (status >= 500) ctx.metrics.endpointUpstreamError(ep.name, 'http_5xx');
     const headers = rawClientResponseHeaders(rawHeaders);
@@ -515,7 +517,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const { 'content-type': contentType, 'content-encoding': encoding, 'content-length': length } = headers;
     headers['x-request-id'] = ctx.requestId;
     for (const hook of ctx.rt.responseHooks) {
-      hook.onResponseHeaders(ctx.sreq, ep, (name, value) => (headers[name.toLowerCase()] = value));
+      hook.onResponseHeaders(ctx.sreq, ep, (name, value) => (headers[name.toLowerCase()] = value), result);
     }
     // The answer has started: no retry will schedule it again, so a long stream keeps only the bytes.
     dropParsedForm(ctx.sreq);

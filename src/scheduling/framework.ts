@@ -161,9 +161,12 @@ export interface PreRequest extends Plugin {
   preRequest(req: SchedulingRequest, result: SchedulingResult): void;
 }
 
-/** Runs when the upstream response headers arrive; may add response headers (e.g. session token). */
+/**
+ * Runs when the upstream response headers arrive; may add response headers (e.g. session token).
+ * `endpoint` is the one that answered; `result` the scheduling run that chose it.
+ */
 export interface ResponseHeadersHook extends Plugin {
-  onResponseHeaders(req: SchedulingRequest, endpoint: Endpoint, setHeader: (name: string, value: string) => void): void;
+  onResponseHeaders(req: SchedulingRequest, endpoint: Endpoint, setHeader: (name: string, value: string) => void, result?: SchedulingResult): void;
 }
 
 export const isFilter = (p: object): p is Filter => typeof (p as Filter).filter === 'function';

@@ -105,6 +105,8 @@ interface PdOptions {
   decodeCount?: number;
   extra?: string;
   logger?: Logger;
+  /** llm-d's P/D session pattern: a session-affinity-scorer per profile, the prefill one with its own header and profileName. */
+  sessions?: boolean;
 }
 
 /** One prefill and N decode fake backends, labelled, behind a gateway with the disagg handler. */
@@ -126,11 +128,21 @@ async function pdFleet(opts: PdOptions = {}): Promise<PdFleet> {
     connector: ${opts.connector ?? 'nixlv2'}
 - type: utilization-detector
   parameters: { queueDepthThreshold: 5, kvCacheUtilThreshold: 0.8, metricsStalenessThreshold: 10s }
-schedulingProfiles:
+${
+  opts.sessions
+    ? `- name: session-affinity-decode
+  type: session-affinity-scorer
+  parameters: { headerName: x-session-token }
+- name: session-affinity-prefill
+  type: session-affinity-scorer
+  parameters: { headerName: X-Session-Token-Prefill, profileName: prefill }
+`
+    : ''
+}schedulingProfiles:
 - name: decode
-  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer }, { pluginRef: prefix-cache-scorer, weight: 3 } ]
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer }, { pluginRef: prefix-cache-scorer, weight: 3 }${opts.sessions ? ', { pluginRef: session-affinity-decode, weight: 10 }' : ''} ]
 - name: prefill
-  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer }, { pluginRef: prefix-cache-scorer, weight: 3 } ]
+  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer }, { pluginRef: prefix-cache-scorer, weight: 3 }${opts.sessions ? ', { pluginRef: session-affinity-prefill, weight: 10 }' : ''} ]
 ${opts.extra ?? ''}`;
   const gw = await gatewayFor(
     fleetConfig(
@@ -551,6 +563,43 @@ describe('P/D with the sidecar connector', () => {
       assert.equal((await pending).status, 200);
       await until(() => d.inFlight === 0);
       assert.deepEqual([p.inFlight, p.inFlightTokens, d.inFlightTokens], [0, 0, 0]);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test("llm-d's P/D session pattern: each profile's scorer names its own pick in its own header and routes it back", async () => {
+    const f = await pdFleet({ connector: 'sidecar', decider: 'always-disagg-pd-decider', decodeCount: 2, sessions: true });
+    try {
+      const first = await post(f.gw, chatBody('turn 1'));
+      assert.equal(first.status, 200);
+      const home = f.decode.findIndex((d) => d.received.length === 1);
+      const b64 = (s: string) => Buffer.from(s).toString('base64');
+      assert.equal(first.headers['x-session-token'], b64(`decode-${home}`));
+      assert.equal(first.headers['x-session-token-prefill'], b64('prefill-0'));
+      // The session's next turns return to the same decode endpoint, whatever the queues say.
+      for (let i = 2; i <= 4; i++) {
+        const r = await post(f.gw, chatBody(`turn ${i}`), {
+          'x-session-token': first.headers['x-session-token'] as string,
+          'x-session-token-prefill': first.headers['x-session-token-prefill'] as string,
+        });
+        assert.equal(r.status, 200);
+        assert.equal(r.headers['x-session-token'], b64(`decode-${home}`));
+      }
+      assert.equal(f.decode[home]!.received.length, 4);
+      assert.equal(f.decode[1 - home]!.received.length, 0);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('the prefill session header is not set on a decode-only answer (its profile did not run)', async () => {
+    const f = await pdFleet({ connector: 'sidecar', sessions: true });
+    try {
+      const r = await post(f.gw, chatBody('short'));
+      assert.equal(r.status, 200);
+      assert.equal(r.headers['x-session-token'], Buffer.from('decode-0').toString('base64'));
+      assert.equal(r.headers['x-session-token-prefill'], undefined);
     } finally {
       await f.close();
     }

@@ -4,7 +4,7 @@ import { loadConfigText } from '../../src/config/load.js';
 import type { Endpoint } from '../../src/datalayer/endpoint.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
-import type { SchedulingRequest } from '../../src/scheduling/framework.js';
+import type { SchedulingRequest, SchedulingResult } from '../../src/scheduling/framework.js';
 import {
   SessionAffinityScorer,
   sessionAffinityScorerDefinition,
@@ -67,11 +67,55 @@ describe('session-affinity-scorer', () => {
     assert.deepEqual(scores(withHeaders({ 'x-session-token': oddToken }), [endpoints[0]!, odd]), [0, 1]);
   });
 
-  test('definition: no parameters (strict), accepts its own output; built as scorer and response hook', () => {
+  test('parameters (llm-d): headerName, profileName, algorithm; session_id_header refused; its keys ignored with a warning', () => {
     const def = sessionAffinityScorerDefinition;
-    assert.deepEqual(def.params.parse({}), {});
-    assert.deepEqual(def.params.parse(def.params.parse({})), {});
-    assert.equal(def.params.safeParse({ maxAge: 10 }).success, false);
+    const defaults = { headerName: 'x-session-token', algorithm: 'encoded_endpoint_header' };
+    assert.deepEqual(def.params.parse({}), defaults);
+    assert.deepEqual(def.params.parse(def.params.parse({})), defaults);
+    // llm-d's README default, written out, loads.
+    assert.deepEqual(def.params.parse({ headerName: 'x-session-token', algorithm: 'encoded_endpoint_header' }), defaults);
+    assert.deepEqual(def.params.parse({ headerName: 'X-Session-Token-Prefill', profileName: 'prefill' }), { ...defaults, headerName: 'x-session-token-prefill', profileName: 'prefill' });
+    const sessionId = def.params.safeParse({ algorithm: 'session_id_header' });
+    assert.equal(sessionId.success, false);
+    assert.match(sessionId.error!.issues[0]!.message, /only "encoded_endpoint_header" is supported.*"session_id_header".*not implemented/);
+    for (const bad of [{ maxAge: 10 }, { headerName: 'x session' }, { headerName: '' }, { profileName: '' }, { missThreshold: 1.5 }]) {
+      assert.equal(def.params.safeParse(bad).success, false, JSON.stringify(bad));
+    }
+    const warned = def.configWarnings!(def.params.parse({ evictionTtlSeconds: 600, missThreshold: 3 }), { metricsIntervalMs: 50 });
+    assert.deepEqual(warned.map((w) => w.parameter), ['evictionTtlSeconds', 'missThreshold']);
+    assert.match(warned[0]!.message, /ignored: it belongs to llm-d's session_id_header/);
+    assert.deepEqual(def.configWarnings!(def.params.parse({}), { metricsIntervalMs: 50 }), []);
+  });
+
+  test('headerName: the token is read from and written to that header only', () => {
+    const custom = new SessionAffinityScorer('s', sessionAffinityScorerDefinition.params.parse({ headerName: 'X-Sticky' }));
+    const out = new Float64Array(3);
+    custom.score(makeContext(), withHeaders({ 'x-sticky': b64('vllm-2'), 'x-session-token': b64('vllm-0') }), endpoints, out);
+    assert.deepEqual([...out], [0, 0, 1]);
+    const headers: Record<string, string> = {};
+    custom.onResponseHeaders(makeRequest(), endpoints[1]!, (n, v) => (headers[n] = v));
+    assert.deepEqual(headers, { 'x-sticky': b64('vllm-1') });
+  });
+
+  test("profileName: the token names that profile's target; no header when the profile did not run", () => {
+    const prefill = new SessionAffinityScorer('s', sessionAffinityScorerDefinition.params.parse({ headerName: 'x-session-token-prefill', profileName: 'prefill' }));
+    const result = (profiles: Record<string, Endpoint[]>): SchedulingResult => ({
+      primaryProfile: 'decode',
+      profileResults: new Map(Object.entries(profiles).map(([name, targets]) => [name, { targets }])),
+    }) as SchedulingResult;
+    const set = (r: SchedulingResult | undefined) => {
+      const headers: Record<string, string> = {};
+      prefill.onResponseHeaders(makeRequest(), endpoints[0]!, (n, v) => (headers[n] = v), r);
+      return headers;
+    };
+    assert.deepEqual(set(result({ decode: [endpoints[0]!], prefill: [endpoints[2]!] })), { 'x-session-token-prefill': b64('vllm-2') });
+    assert.deepEqual(set(result({ decode: [endpoints[0]!] })), {});
+    assert.deepEqual(set(result({ decode: [endpoints[0]!], prefill: [] })), {});
+    assert.deepEqual(set(undefined), {});
+  });
+
+  test('definition: built as scorer and response hook', () => {
+    const def = sessionAffinityScorerDefinition;
     const registry = builtinRegistry();
     assert.equal(registry.get('session-affinity-scorer'), def);
     assert.ok(registry.is('session-affinity-scorer', 'scorer'));
