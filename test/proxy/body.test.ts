@@ -106,7 +106,7 @@ async function sendChunked(port: number, body: Buffer, piece: number, contentLen
       if (i % (piece * 8) === 0) await new Promise((r) => setImmediate(r));
     }
   } else {
-    const parts = [Buffer.from('POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n')];
+    const parts: Buffer[] = [Buffer.from('POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n')];
     for (let i = 0; i < body.length; i += piece) {
       const p = body.subarray(i, i + piece);
       parts.push(Buffer.from(`${p.length.toString(16)}\r\n`), p, Buffer.from('\r\n'));
@@ -124,7 +124,7 @@ test('readBody: a body in 1-byte chunks holds about its size while it arrives (n
   server.on('connection', (s: net.Socket) => (serverSide = s));
   try {
     const body = Buffer.from(JSON.stringify({ model: 'm', prompt: 'é'.repeat(100_000) }));
-    const parts = [Buffer.from('POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n')];
+    const parts: Buffer[] = [Buffer.from('POST / HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n')];
     for (let i = 0; i < body.length; i++) parts.push(Buffer.from('1\r\n'), body.subarray(i, i + 1), Buffer.from('\r\n'));
     const upload = Buffer.concat(parts);
     const socket = await connect(port);
