@@ -90,11 +90,15 @@ const NO_CONNECTION_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREAC
 /**
  * Errors of a connection lost before any answer byte: a pooled keep-alive connection the server had
  * closed (the request never reached it), or a server that died while working on the request. The
- * two cannot be told apart, so both are retried on another endpoint, as a connection failure is
- * (SPEC §2): the second case runs the generation twice. With no other endpoint left, the same one
- * gets one more try (the first case). Counted apart (`reset`).
+ * two cannot be told apart at once, so both are retried on another endpoint, as a connection
+ * failure is (SPEC §2): the second case runs the generation twice. With no other endpoint left, the
+ * same one gets one more try — only when the loss came within LOST_AT_ONCE_MS of sending (the first
+ * case: a race at the connection's end): a server that held the request longer took it, and may
+ * have run it. Counted apart (`reset`).
  */
 const LOST_CONNECTION_CODES = new Set(['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED']);
+/** A connection lost this soon after the request went out: most likely closed idle by the server as it went. */
+export const LOST_AT_ONCE_MS = 250;
 
 /**
  * undici's UND_ERR_SOCKET for an answer it cannot take (an unsolicited 1xx, a 101): the server did
@@ -165,8 +169,11 @@ const MAX_PREFILL_ANSWER = 4 << 20;
 type AttemptResult =
   | { kind: 'done'; status: number }
   /** `prepared`: the decode leg a prefill leg produced, for the next attempt to reuse. */
-  /** `lost`: a connection was made and lost before any answer byte (else none was made). */
-  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; prepared?: DecodeLeg };
+  /**
+   * `lost`: a connection was made and lost before any answer byte (else none was made); `held`: lost
+   * only after the server had the request for LOST_AT_ONCE_MS or more.
+   */
+  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg };
 
 /** What one attempt sends: the client's request, a P/D decision to carry out, or a prepared decode leg. */
 type AttemptPlan = Disaggregation | DecodeLeg | undefined;
@@ -184,6 +191,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let failedOrigins: string[] | undefined;
   /** Servers that lost a connection once and stay eligible (below). */
   let lostOnce: string[] | undefined;
+  /** A connection was lost after the request went out: a server may have run it. */
+  let mayHaveRun = false;
   let lastError = '';
   let failedOn: Endpoint | undefined;
   let lastTimedOut = false;
@@ -200,7 +209,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
       if (!outcome.ok) {
         // A retry with nowhere left to go is the connection failure's 502/504, not a scheduling refusal.
-        if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`, lostOnce !== undefined);
+        if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`, mayHaveRun);
         metrics.schedulerAttempt('failure', '');
         if (outcome.reason === 'no-endpoints') {
           sendError(res, 503, outcome.message, { droppedReason: 'rejected-no-endpoints', requestId });
@@ -228,13 +237,14 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       lastTimedOut = r.timedOut;
       failedOn = ep;
       ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
-      if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`, r.lost || lostOnce !== undefined);
+      mayHaveRun ||= r.lost;
+      if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`, mayHaveRun);
       // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
       // without the servers already tried. When no other is left, a server that lost a connection
-      // (not refused it) is tried once more: it most likely closed an idle keep-alive connection just
-      // as the request went out, and a fresh connection works (as nginx retries). A second loss rules
-      // it out.
-      if (r.lost && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
+      // (not refused it) at once is tried once more: it most likely closed an idle keep-alive
+      // connection just as the request went out, and a fresh connection works. A second loss, or a
+      // loss after holding the request a while (it may have run it), rules it out.
+      if (r.lost && !r.held && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
       else (failedOrigins ??= []).push(ep.origin);
       const failed = failedOrigins ?? [];
       const lost = lostOnce ?? [];
@@ -717,7 +727,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
         // decides and prefills anew.
         const lost = !NO_CONNECTION_CODES.has(code);
         if (!lost) ctx.pool.connectFailed(ep, `a request could not connect: ${err.message}`);
-        return this.done({ kind: 'retry', error: err.message, timedOut, lost, prepared: lost ? undefined : this.prepared });
+        const held = lost && ctx.clock.now() - this.sentAt >= LOST_AT_ONCE_MS;
+        return this.done({ kind: 'retry', error: err.message, timedOut, lost, held, prepared: lost ? undefined : this.prepared });
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
         ctx.metrics.endpointUpstreamError(ep.name, 'headers_timeout');

@@ -275,6 +275,38 @@ schedulingProfiles:
     }
   });
 
+  test('a server that held the request a while before dropping it is not tried again (it may have run it); another endpoint is', async () => {
+    // Each reads the request, "works" 400 ms, then resets: a model server that crashed on it.
+    const taken: number[] = [0, 0];
+    const servers = await Promise.all(
+      taken.map(async (_, i) => {
+        const server = net.createServer((socket) =>
+          socket.once('data', (d: Buffer) => {
+            if (!d.toString('latin1').startsWith('POST')) return socket.destroy(); // not the scrapes
+            taken[i]!++;
+            setTimeout(() => socket.resetAndDestroy(), 400);
+          }),
+        );
+        await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+        return server;
+      }),
+    );
+    const gw = await gatewayFor(
+      fleetConfig(servers.map((s, i) => ({ name: `crashing-${i}`, port: (s.address() as AddressInfo).port })), 'featureGates: ["flowControl=false"]\n'),
+    );
+    try {
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat());
+      assert.equal(r.status, 502);
+      assert.match(JSON.parse(r.text).error.message, /no other endpoint is eligible/);
+      assert.equal(r.headers['x-should-retry'], 'false');
+      // Once on each: the retry went to the other server, and neither ran it twice.
+      assert.deepEqual(taken, [1, 1]);
+    } finally {
+      await gw.close();
+      for (const s of servers) s.close();
+    }
+  });
+
   test('all endpoints dropping connections → 502 after the retries, OpenAI-shaped; each retry counted once', async () => {
     // Listening servers that reset every connection at once (a closed port could be taken meanwhile
     // by another test's server, running in parallel).
