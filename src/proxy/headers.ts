@@ -38,6 +38,13 @@ const LLMD_CONTROL = [
   'x-llm-d-request-dropped-reason',
 ];
 
+/**
+ * Response headers not relayed: hop-by-hop, and what only Sluice may say to the client — why it
+ * refused a request (a model server's 200 carried a `rejected-saturated` Sluice never decided) and
+ * where a prefill ran (an internal address).
+ */
+const NOT_RELAYED = new Set<string>([...HOP_BY_HOP, 'x-llm-d-request-dropped-reason', PREFILLER_HEADER]);
+
 /** Headers consumed by Sluice, or llm-d's control headers, that must not reach the model server. */
 const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...SLO_TTFT_HEADERS, PREFILLER_HEADER, ...LLMD_CONTROL]);
 
@@ -68,13 +75,13 @@ function namedByConnection(conn: string | undefined): Set<string> | undefined {
   return conn && conn !== 'keep-alive' && conn !== 'close' ? new Set(conn.toLowerCase().split(',').map((s) => s.trim())) : undefined;
 }
 
-/** Response headers relayed to the client: minus hop-by-hop (incl. those named in `Connection`). */
+/** Response headers relayed to the client: minus hop-by-hop (incl. those named in `Connection`) and NOT_RELAYED. */
 export function clientResponseHeaders(upstream: Record<string, string | string[] | undefined>): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   const conn = upstream.connection;
   const extraHop = namedByConnection(typeof conn === 'string' ? conn : conn?.join(','));
   for (const name in upstream) {
-    if (HOP_BY_HOP.has(name) || extraHop?.has(name)) continue;
+    if (NOT_RELAYED.has(name) || extraHop?.has(name)) continue;
     const v = upstream[name];
     if (v !== undefined) out[name] = v;
   }
@@ -83,14 +90,14 @@ export function clientResponseHeaders(upstream: Record<string, string | string[]
 
 /**
  * The same from undici's raw list (name, value, name, value, …):
- * names lower-cased, repeated names gathered into an array, hop-by-hop headers left out.
+ * names lower-cased, repeated names gathered into an array, hop-by-hop and NOT_RELAYED headers left out.
  */
 export function rawClientResponseHeaders(raw: readonly Buffer[]): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   let extraHop: Set<string> | undefined;
   for (let i = 0; i + 1 < raw.length; i += 2) {
     const name = raw[i]!.toString('latin1').toLowerCase();
-    if (HOP_BY_HOP.has(name) || name === '__proto__') {
+    if (NOT_RELAYED.has(name) || name === '__proto__') {
       // Rare: a `Connection` naming more hop-by-hop headers (taken out below, wherever they stand).
       if (name === 'connection') for (const named of namedByConnection(raw[i + 1]!.toString('latin1')) ?? []) (extraHop ??= new Set()).add(named);
       continue;

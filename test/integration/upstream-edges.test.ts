@@ -366,6 +366,22 @@ test('response headers the model server names in Connection are hop-by-hop: not 
   });
 });
 
+test("a model server's x-llm-d-request-dropped-reason and x-prefiller-host-port are not relayed: only Sluice refuses, and the address is internal", async () => {
+  const backend = await startFakeBackend((_r, res) => {
+    res
+      .writeHead(200, { 'content-type': 'application/json', 'x-llm-d-request-dropped-reason': 'rejected-saturated', 'x-prefiller-host-port': '10.0.0.9:8000', 'x-kept': 'yes' })
+      .end(ANSWER);
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: CHAT });
+    assert.equal(await r.body.text(), ANSWER);
+    assert.equal(r.statusCode, 200);
+    assert.equal(r.headers['x-llm-d-request-dropped-reason'], undefined);
+    assert.equal(r.headers['x-prefiller-host-port'], undefined);
+    assert.equal(r.headers['x-kept'], 'yes');
+  });
+});
+
 test('a request refused with 417 while waiting behind another on its connection, whose client left: the drain does not wait for it', async () => {
   let answerFirst: (() => void) | undefined;
   const backend = await startFakeBackend((r, res) => (answerFirst = () => okJson(r, res)));
