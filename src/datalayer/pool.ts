@@ -46,6 +46,8 @@ function checkUnique(specs: readonly EndpointSpec[]): void {
 export class Pool implements PoolView {
   private list: readonly Endpoint[] = Object.freeze([]);
   private readonly byNameMap = new Map<string, Endpoint>();
+  /** Removed endpoints with requests still in flight, by name: taken back if the same server returns. */
+  private readonly draining = new Map<string, Endpoint>();
   // Copy-on-write so notify() can iterate without copying and listeners may unsubscribe mid-notify.
   private listeners: readonly PoolListener[] = [];
   private readonly onInvariantViolation: ((message: string, ep: Endpoint) => void) | undefined;
@@ -72,6 +74,8 @@ export class Pool implements PoolView {
    * unchanged keeps its object — metrics, error counts and in-flight count survive the reload, new
    * labels are applied to it (`relabelled`); anything else gets a fresh object. Endpoints that left
    * are marked `removed` (their in-flight requests still finish and release against the old object).
+   * A removed endpoint whose requests are still in flight is taken back, counts and all, when the
+   * same name, address and port return (a reverted edit): a fresh object would count them as 0.
    * Throws, changing nothing, on duplicate names/targets.
    */
   setEndpoints(specs: readonly EndpointSpec[]): { added: Endpoint[]; removed: Endpoint[]; relabelled: Endpoint[] } {
@@ -82,7 +86,14 @@ export class Pool implements PoolView {
     const next: Endpoint[] = [];
     const kept = new Set<Endpoint>();
     for (const spec of specs) {
-      const existing = this.byNameMap.get(spec.name);
+      let existing = this.byNameMap.get(spec.name);
+      if (existing === undefined) {
+        const gone = this.draining.get(spec.name);
+        if (gone !== undefined && sameServer(gone, spec)) {
+          existing = gone;
+          added.push(gone);
+        }
+      }
       if (existing !== undefined && sameServer(existing, spec)) {
         if (!sameLabels(existing.labels, spec.labels) || existing.engineType !== engineTypeOf(spec.labels, spec.defaultEngine)) {
           existing.relabel(spec.labels, spec.defaultEngine);
@@ -104,7 +115,16 @@ export class Pool implements PoolView {
     // A new list also when only labels changed: what is cached per list (the stage partition) follows.
     if (!orderChanged && relabelled.length === 0) return { added, removed, relabelled };
 
-    for (const ep of removed) ep.removed = true;
+    for (const ep of removed) {
+      ep.removed = true;
+      if (ep.inFlight > 0 || ep.inFlightTokens > 0) this.draining.set(ep.name, ep);
+    }
+    for (const ep of next) {
+      if (ep.removed) {
+        ep.removed = false;
+        this.draining.delete(ep.name);
+      }
+    }
     this.byNameMap.clear();
     for (const ep of next) this.byNameMap.set(ep.name, ep);
     this.list = Object.freeze(next);
@@ -164,6 +184,7 @@ export class Pool implements PoolView {
       this.onInvariantViolation?.(`prompt tokens released without being sent on endpoint '${ep.name}'`, ep);
     }
     ep.inFlightTokens = Math.max(0, ep.inFlightTokens - promptTokens);
+    if (ep.removed) this.forgetIfIdle(ep);
     this.notify('inflight', ep);
   }
 
@@ -175,7 +196,13 @@ export class Pool implements PoolView {
       return;
     }
     ep.inFlight--;
+    if (ep.removed) this.forgetIfIdle(ep);
     this.notify('inflight', ep);
+  }
+
+  /** A removed endpoint is kept for its return only while it has something in flight. */
+  private forgetIfIdle(ep: Endpoint): void {
+    if (ep.inFlight === 0 && ep.inFlightTokens === 0 && this.draining.get(ep.name) === ep) this.draining.delete(ep.name);
   }
 
   /** A scrape of `ep` is being sent: what is sent from now on is not in its page. */

@@ -210,6 +210,33 @@ describe('Pool: in-flight accounting', () => {
     assert.equal(ep.inFlight, 0);
     assert.equal(pool.releaseUnderflows, 0);
   });
+
+  test('a removed endpoint with requests in flight is taken back, counts and all, when the same server returns', () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2)]);
+    const a = pool.byName('a')!;
+    pool.acquire(a);
+    pool.promptSent(a, 40);
+    pool.setEndpoints([spec('b', 2)]);
+    assert.equal(a.removed, true);
+    // A reverted edit: the same name and server come back while the request still runs.
+    const back = pool.setEndpoints([spec('a', 1), spec('b', 2)]);
+    assert.deepEqual(back.added, [a]);
+    assert.equal(pool.byName('a'), a);
+    assert.deepEqual([a.removed, a.inFlight, a.inFlightTokens], [false, 1, 40]);
+    pool.promptDone(a, 40);
+    pool.release(a);
+    assert.deepEqual([a.inFlight, pool.releaseUnderflows], [0, 0]);
+    // Idle when removed (or moved to another port, or idle by the time it returns): a fresh object.
+    pool.setEndpoints([spec('b', 2)]);
+    assert.notEqual(pool.setEndpoints([spec('a', 1), spec('b', 2)]).added[0], a);
+    const b = pool.byName('b')!;
+    pool.acquire(b);
+    pool.setEndpoints([spec('a', 1)]);
+    assert.notEqual(pool.setEndpoints([spec('a', 1), spec('b', 3)]).added[0], b, 'another port is another server');
+    pool.setEndpoints([spec('a', 1)]);
+    pool.release(b);
+    assert.notEqual(pool.setEndpoints([spec('a', 1), spec('b', 2)]).added[0], b, 'its last request ended while it was away');
+  });
 });
 
 describe('Pool: recordScrape', () => {
