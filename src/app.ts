@@ -185,11 +185,12 @@ function movedEndpoints(before: SluiceConfig, after: SluiceConfig): Set<string> 
 }
 
 /** Settings a running gateway cannot change: a reload that touches them is applied otherwise and logged. */
-function restartOnlyChanges(a: SluiceConfig, b: SluiceConfig): string[] {
+function restartOnlyChanges(a: SluiceConfig, b: SluiceConfig, opts: GatewayOptions): string[] {
   const changed: string[] = [];
   if (a.server.host !== b.server.host) changed.push('server.host');
-  if (a.server.port !== b.server.port) changed.push('server.port');
-  if (a.server.metricsPort !== b.server.metricsPort) changed.push('server.metricsPort');
+  // A port set on the command line stays so on a restart: the file's value does not apply either way.
+  if (a.server.port !== b.server.port && opts.port === undefined) changed.push('server.port');
+  if (a.server.metricsPort !== b.server.metricsPort && opts.metricsPort === undefined) changed.push('server.metricsPort');
   if (a.server.requestHeadersTimeout !== b.server.requestHeadersTimeout) changed.push('server.requestHeadersTimeout');
   if (a.server.requestTimeout !== b.server.requestTimeout) changed.push('server.requestTimeout');
   return changed;
@@ -346,7 +347,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       const previous = live;
       const config = next.config;
       // Against what the gateway started with: a later reload still says what awaits a restart.
-      const restartOnly = restartOnlyChanges(loaded.config, config);
+      const restartOnly = restartOnlyChanges(loaded.config, config, opts);
       if (restartOnly.length > 0) logger.warn({ keys: restartOnly }, 'config reload: these settings need a restart; the rest is applied');
       // Build first: if the new runtime cannot be built, nothing has changed yet.
       const nextLive = build(config, previous);

@@ -48,12 +48,12 @@ const post = (gw: Gateway, content: string, headers: Record<string, string> = {}
  * A gateway started from `text` (written to `name`) and a reloader of that file. Without
  * `pollIntervalMs` it does not poll: tests call reloadNow. `close` stops both, then the backends.
  */
-async function reloadableGateway(name: string, text: string, opts: { pollIntervalMs?: number } = {}) {
+async function reloadableGateway(name: string, text: string, opts: { pollIntervalMs?: number; port?: number; metricsPort?: number } = {}) {
   const file = join(dir, name);
   writeFileSync(file, text);
   const registry = builtinRegistry();
   const { logger, lines } = captureLogger();
-  const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1' });
+  const gw = await startGateway(loadConfigFile(file, registry), { registry, logger, host: '127.0.0.1', port: opts.port, metricsPort: opts.metricsPort });
   const pollIntervalMs = opts.pollIntervalMs ?? 0;
   const reloader = new ConfigReloader({ file, registry, target: gw, logger, pollIntervalMs, onResult: (result) => gw.metrics.configReload(result) });
   if (pollIntervalMs > 0) reloader.start();
@@ -375,6 +375,21 @@ ${extra}`;
       assert.equal(await reloader.reloadNow('test'), true);
       assert.equal(warnings().length, 2);
       assert.equal(await pending(), false);
+    } finally {
+      await close(a);
+    }
+  });
+
+  test('ports set on the command line (--port, --metrics-port): a reload changing the file\'s ports awaits no restart', async () => {
+    const a = await startFakeBackend();
+    const { file, gw, reloader, lines, close } = await reloadableGateway('ports-flagged.yaml', config([{ name: 'a', port: a.port }]), { port: 0, metricsPort: 0 });
+    try {
+      await waitForMetrics(gw);
+      writeFileSync(file, config([{ name: 'a', port: a.port }]).replace('server: { port: 0, metricsPort: 0,', 'server: { port: 8, metricsPort: 9,'));
+      assert.equal(await reloader.reloadNow('test'), true);
+      assert.equal(gw.config.server.port, 8, 'applied as far as it goes: the file says 8');
+      assert.equal(lines().find((l) => l.msg === 'config reload: these settings need a restart; the rest is applied'), undefined);
+      assert.match(await (await request(`${gw.metricsUrl}/metrics`)).body.text(), /^sluice_config_restart_pending 0$/m);
     } finally {
       await close(a);
     }
