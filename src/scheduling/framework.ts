@@ -78,8 +78,11 @@ export interface ScoredEndpoint {
 }
 
 export interface Picker extends Plugin {
-  /** Chooses up to `maxNumOfEndpoints` endpoints, best first. Never empty for a non-empty input. */
-  pick(ctx: CycleContext, req: SchedulingRequest, scored: ScoredEndpoint[]): Endpoint[];
+  /**
+   * Chooses up to `maxNumOfEndpoints` endpoints, best first. Never empty for a non-empty input.
+   * `profile`: the profile picking (one picker may serve several, e.g. the auto-injected one).
+   */
+  pick(ctx: CycleContext, req: SchedulingRequest, scored: ScoredEndpoint[], profile?: string): Endpoint[];
 }
 
 /** Result of running one profile. */

@@ -154,7 +154,7 @@ function scoreAndPick(
   }
   if (traced !== undefined) for (let i = 0; i < n; i++) traced[i]!.total = scored[i]!.score;
 
-  const targets = profile.picker.pick(ctx, req, scored);
+  const targets = profile.picker.pick(ctx, req, scored, profile.name);
   if (targets.length === 0) {
     return { targets, scored, failure: `profile ${profile.name}: picker ${profile.picker.name} chose no endpoint` };
   }

@@ -54,7 +54,7 @@ describe('max-score-picker', () => {
     assert.deepEqual(picked, ['a', 'c', 'a', 'c']);
   });
 
-  test('a tie broken by a better score in between keeps its turn count (the count is per picker, not per tier)', () => {
+  test('a tie broken by a better score in between keeps its turn count (counted per profile, not per tier)', () => {
     const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 1 });
     const tied = () => picker.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1], [c, 1]]))[0]!.name;
     assert.equal(tied(), 'a');
@@ -63,15 +63,33 @@ describe('max-score-picker', () => {
     assert.equal(tied(), 'a');
   });
 
-  test('two pickers keep separate turns (two profiles do not take each other\'s)', () => {
-    const p1 = new MaxScorePicker('p1', { maxNumOfEndpoints: 1 });
-    const p2 = new MaxScorePicker('p2', { maxNumOfEndpoints: 1 });
+  test("one picker serving two profiles (the auto-injected one) keeps a turn per profile; two pickers keep their own", () => {
+    const shared = new MaxScorePicker('p', { maxNumOfEndpoints: 1 });
     const got: string[] = [];
     for (let i = 0; i < 2; i++) {
-      got.push(p1.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1]]))[0]!.name);
-      got.push(p2.pick(makeContext(), makeRequest(), scoredOf([[c, 1], [d, 1]]))[0]!.name);
+      got.push(shared.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1]]), 'decode')[0]!.name);
+      got.push(shared.pick(makeContext(), makeRequest(), scoredOf([[c, 1], [d, 1]]), 'prefill')[0]!.name);
     }
+    // One count for both would give decode turns 0, 2 (a, a) and prefill 1, 3 (d, d).
     assert.deepEqual(got, ['a', 'c', 'b', 'd']);
+    const p1 = new MaxScorePicker('p1', { maxNumOfEndpoints: 1 });
+    const p2 = new MaxScorePicker('p2', { maxNumOfEndpoints: 1 });
+    const two: string[] = [];
+    for (let i = 0; i < 2; i++) {
+      two.push(p1.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1]]), 'x')[0]!.name);
+      two.push(p2.pick(makeContext(), makeRequest(), scoredOf([[c, 1], [d, 1]]), 'x')[0]!.name);
+    }
+    assert.deepEqual(two, ['a', 'c', 'b', 'd']);
+  });
+
+  test("flow control's look-ahead probes see the next turn without taking it", () => {
+    const picker = new MaxScorePicker('p', { maxNumOfEndpoints: 1 });
+    const probe = { ...makeContext(), probe: true };
+    const tied = scoredOf(eps.map((e) => [e, 1]));
+    assert.equal(picker.pick(makeContext(), makeRequest(), tied, 'd')[0]!.name, 'a');
+    assert.equal(picker.pick(probe, makeRequest(), scoredOf(eps.map((e) => [e, 1])), 'd')[0]!.name, 'b');
+    assert.equal(picker.pick(probe, makeRequest(), scoredOf(eps.map((e) => [e, 1])), 'd')[0]!.name, 'b');
+    assert.equal(picker.pick(makeContext(), makeRequest(), scoredOf(eps.map((e) => [e, 1])), 'd')[0]!.name, 'b');
   });
 
   test('multi-pick rotates each tied tier that reaches the picked places, best tier first', () => {

@@ -4,7 +4,9 @@
  * Takes the `maxNumOfEndpoints` highest-scoring endpoints, best first. Equal scores are taken in
  * turn, as llm-d does since its PR #2515/#2709 (it broke them at random before): candidates are
  * stable-sorted by score, then each tier of equal scores that reaches the picked places is rotated
- * by the picker's pick count. Four idle endpoints get four requests one each, where random draws
+ * by the picks made so far — counted per profile (one picker serving the decode and the prefill
+ * profile would otherwise give each every other turn: always the same of two prefill endpoints), and
+ * not advanced by flow control's look-ahead probes. Four idle endpoints get four requests one each, where random draws
  * leave one of them idle nine times in ten. The common single pick is two linear scans, no sort.
  *
  * Parameters (defaults): `maxNumOfEndpoints` 1 — integer; ≤ 0 is read as 1 with a warning (as llm-d does).
@@ -27,8 +29,8 @@ const TURN_MASK = 0x3fffffff;
 export class MaxScorePicker implements Picker {
   readonly type = MAX_SCORE_PICKER_TYPE;
   readonly maxNumOfEndpoints: number;
-  /** Picks made so far (masked): which of the tied endpoints is next. One per picker, so two profiles do not share turns. */
-  private turn = 0;
+  /** Picks made so far per profile (masked): which of the tied endpoints is next. */
+  private readonly turns = new Map<string | undefined, number>();
 
   constructor(
     readonly name: string,
@@ -37,11 +39,11 @@ export class MaxScorePicker implements Picker {
     this.maxNumOfEndpoints = pickCount(params);
   }
 
-  pick(_ctx: CycleContext, _req: SchedulingRequest, scored: ScoredEndpoint[]): Endpoint[] {
+  pick(ctx: CycleContext, _req: SchedulingRequest, scored: ScoredEndpoint[], profile?: string): Endpoint[] {
     const n = scored.length;
     if (n === 0) return [];
-    const turn = this.turn;
-    this.turn = (turn + 1) & TURN_MASK;
+    const turn = this.turns.get(profile) ?? 0;
+    if (ctx.probe !== true) this.turns.set(profile, (turn + 1) & TURN_MASK);
     if (this.maxNumOfEndpoints === 1) {
       let best = scored[0]!.score;
       let ties = 1;
