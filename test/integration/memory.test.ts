@@ -6,20 +6,12 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { request } from 'undici';
 import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend, vllmPage } from '../helpers/fake-backend.js';
+import { heapAfterGc } from '../helpers/heap.js';
 import { until } from '../helpers/wait.js';
 
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
-const heapAfterGc = (): number => {
-  gc();
-  gc();
-  return process.memoryUsage().heapUsed;
-};
 
 const N = 8;
 /** N distinct chat bodies of 512 KiB each. */

@@ -6,18 +6,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { BodyTooLargeError, discardRest, readBody } from '../../src/proxy/body.js';
+import { heapAfterGc } from '../helpers/heap.js';
 import { until } from '../helpers/wait.js';
 
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
-const heapAfterGc = (): number => {
-  gc();
-  gc();
-  return process.memoryUsage().heapUsed;
-};
 
 /** A server that refuses every upload at once with a 413, then lets `discardRest` read the rest. */
 async function refusingServer(lingerMs: number) {
