@@ -98,7 +98,7 @@ const NO_CONNECTION_CODES = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREAC
  */
 const LOST_CONNECTION_CODES = new Set(['ECONNRESET', 'EPIPE', 'UND_ERR_SOCKET', 'UND_ERR_CLOSED']);
 /** A connection lost this soon after the request went out: most likely closed idle by the server as it went. */
-export const LOST_AT_ONCE_MS = 250;
+const LOST_AT_ONCE_MS = 250;
 
 /**
  * undici's UND_ERR_SOCKET for an answer it cannot take (an unsolicited 1xx, a 101): the server did

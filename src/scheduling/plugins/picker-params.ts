@@ -5,7 +5,7 @@
 import { z } from 'zod';
 import type { PluginConfigWarning } from '../../plugins/registry.js';
 
-export const DEFAULT_MAX_NUM_OF_ENDPOINTS = 1;
+const DEFAULT_MAX_NUM_OF_ENDPOINTS = 1;
 
 export const pickerParams = z.strictObject({
   maxNumOfEndpoints: z.number().int().default(DEFAULT_MAX_NUM_OF_ENDPOINTS),
