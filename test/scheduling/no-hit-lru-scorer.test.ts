@@ -130,23 +130,23 @@ describe('no-hit-lru-scorer', () => {
     assert.deepEqual(defaults.scorer.lruOrder(), ['b', 'a']);
   });
 
-  test('lruSize ≤ 0 remembers 1024 endpoints, as llm-d does', () => {
-    const { score, chose, scorer } = setup({ lruSize: 0 });
+  /** A scorer with `lruSize` that has seen cold requests go to a, b and c in turn. */
+  const afterThree = (lruSize: number) => {
+    const s = setup({ lruSize });
     for (const [i, target] of [a, b, c].entries()) {
       const req = makeRequest(text(i + 1));
-      score(req, [a, b, c]);
-      chose(req, target);
+      s.score(req, [a, b, c]);
+      s.chose(req, target);
     }
-    assert.deepEqual(scorer.lruOrder(), ['a', 'b', 'c']);
+    return s;
+  };
+
+  test('lruSize ≤ 0 remembers 1024 endpoints, as llm-d does', () => {
+    assert.deepEqual(afterThree(0).scorer.lruOrder(), ['a', 'b', 'c']);
   });
 
   test('lruSize bounds the endpoints remembered (oldest forgotten, then treated as never used)', () => {
-    const { score, chose, scorer } = setup({ lruSize: 2 });
-    for (const [i, target] of [a, b, c].entries()) {
-      const req = makeRequest(text(i + 1));
-      score(req, [a, b, c]);
-      chose(req, target);
-    }
+    const { score, scorer } = afterThree(2);
     assert.deepEqual(scorer.lruOrder(), ['b', 'c']);
     assert.deepEqual(score(makeRequest(text(9)), [a, b, c]), [1, 0.5, 0]);
   });

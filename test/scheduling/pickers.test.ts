@@ -64,22 +64,20 @@ describe('max-score-picker', () => {
   });
 
   test("one picker serving two profiles (the auto-injected one) keeps a turn per profile; two pickers keep their own", () => {
+    /** Two rounds of a pick over {a, b} as `first`, then one over {c, d} as `second`. */
+    const alternate = (first: [MaxScorePicker, string], second: [MaxScorePicker, string]): string[] => {
+      const got: string[] = [];
+      for (let i = 0; i < 2; i++) {
+        got.push(first[0].pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1]]), first[1])[0]!.name);
+        got.push(second[0].pick(makeContext(), makeRequest(), scoredOf([[c, 1], [d, 1]]), second[1])[0]!.name);
+      }
+      return got;
+    };
     const shared = new MaxScorePicker('p', { maxNumOfEndpoints: 1 });
-    const got: string[] = [];
-    for (let i = 0; i < 2; i++) {
-      got.push(shared.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1]]), 'decode')[0]!.name);
-      got.push(shared.pick(makeContext(), makeRequest(), scoredOf([[c, 1], [d, 1]]), 'prefill')[0]!.name);
-    }
     // One count for both would give decode turns 0, 2 (a, a) and prefill 1, 3 (d, d).
-    assert.deepEqual(got, ['a', 'c', 'b', 'd']);
-    const p1 = new MaxScorePicker('p1', { maxNumOfEndpoints: 1 });
-    const p2 = new MaxScorePicker('p2', { maxNumOfEndpoints: 1 });
-    const two: string[] = [];
-    for (let i = 0; i < 2; i++) {
-      two.push(p1.pick(makeContext(), makeRequest(), scoredOf([[a, 1], [b, 1]]), 'x')[0]!.name);
-      two.push(p2.pick(makeContext(), makeRequest(), scoredOf([[c, 1], [d, 1]]), 'x')[0]!.name);
-    }
-    assert.deepEqual(two, ['a', 'c', 'b', 'd']);
+    assert.deepEqual(alternate([shared, 'decode'], [shared, 'prefill']), ['a', 'c', 'b', 'd']);
+    const [p1, p2] = [new MaxScorePicker('p1', { maxNumOfEndpoints: 1 }), new MaxScorePicker('p2', { maxNumOfEndpoints: 1 })];
+    assert.deepEqual(alternate([p1, 'x'], [p2, 'x']), ['a', 'c', 'b', 'd']);
   });
 
   test("flow control's look-ahead probes see the next turn without taking it", () => {
