@@ -27,10 +27,15 @@ interface BodyState {
 const kBody = Symbol('sluice.body');
 type Reading = IncomingMessage & { [kBody]?: BodyState | undefined };
 
+/** The body length the request's `Content-Length` declares, or -1 (none: chunked). */
+function declaredLength(req: IncomingMessage): number {
+  const declared = req.headers['content-length'];
+  return declared === undefined ? -1 : Number(declared);
+}
+
 /** Whether the request's `Content-Length` declares a body over `limit` (checked before reading a byte). */
 export function declaresMoreThan(req: IncomingMessage, limit: number): boolean {
-  const declared = req.headers['content-length'];
-  return declared !== undefined && Number(declared) > limit;
+  return declaredLength(req) > limit;
 }
 
 /**
@@ -43,9 +48,8 @@ const MAX_KEPT_CHUNKS = 16;
 const MIN_JOINED = 64 << 10;
 
 export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  if (declaresMoreThan(req, limit)) return Promise.reject(new BodyTooLargeError(limit));
-  const length = req.headers['content-length'];
-  const declared = length === undefined ? -1 : Number(length);
+  const declared = declaredLength(req);
+  if (declared > limit) return Promise.reject(new BodyTooLargeError(limit));
   return new Promise((resolve, reject) => {
     (req as Reading)[kBody] = { chunks: [], joined: undefined, size: 0, declared, limit, resolve, reject };
     req.on('data', onData);
