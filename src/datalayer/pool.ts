@@ -90,6 +90,9 @@ export class Pool implements PoolView {
       if (existing === undefined) {
         const gone = this.draining.get(spec.name);
         if (gone !== undefined && sameServer(gone, spec)) {
+          // Back in the list, so the list changes and nothing below returns early.
+          gone.removed = false;
+          this.draining.delete(spec.name);
           existing = gone;
           added.push(gone);
         }
@@ -118,12 +121,6 @@ export class Pool implements PoolView {
     for (const ep of removed) {
       ep.removed = true;
       if (ep.inFlight > 0 || ep.inFlightTokens > 0) this.draining.set(ep.name, ep);
-    }
-    for (const ep of next) {
-      if (ep.removed) {
-        ep.removed = false;
-        this.draining.delete(ep.name);
-      }
     }
     this.byNameMap.clear();
     for (const ep of next) this.byNameMap.set(ep.name, ep);
