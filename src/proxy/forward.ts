@@ -31,6 +31,7 @@ import { clientResponseHeaders, rawClientResponseHeaders, upstreamRequestHeaders
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { ModelRequestMetrics } from '../metrics/metrics.js';
 import type { Upstreams } from './upstreams.js';
+import { HeldTail } from './held-tail.js';
 import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
@@ -120,10 +121,11 @@ function connectErrorKind(err: unknown): 'connect' | 'reset' {
 /**
  * Index just past the last blank line of SSE text (0 when it has none): the end of its last whole
  * event. Lines end with LF, CR LF or CR (the SSE grammar), so a blank line is two line ends in a
- * row. Scanned from the end: a chunk that ends an event is decided in a few compares.
+ * row. Scanned from the end: a chunk that ends an event is decided in a few compares. Only blank
+ * lines ending at or after `from` are looked for (`LastEnd`: what came before held none).
  */
-export function lastEventEnd(buf: Buffer): number {
-  for (let i = buf.length - 1; i >= 1; i--) {
+export function lastEventEnd(buf: Buffer, from = 0): number {
+  for (let i = buf.length - 1; i >= 1 && i >= from; i--) {
     const c = buf[i];
     let start: number;
     if (c === LF) start = buf[i - 1] === CR ? i - 1 : i;
@@ -160,7 +162,6 @@ const MAX_HELD_EVENT = 1 << 20;
 const LF = 0x0a;
 const CR = 0x0d;
 const COLON = 0x3a;
-const EMPTY = Buffer.alloc(0);
 /** A JSON decode answer whose cached_tokens is rewritten is held whole up to this size (then relayed as is). */
 const MAX_JSON_REWRITE = 16 << 20;
 /** Bytes of a prefill answer kept (a one-token answer; anything longer is read and dropped). */
@@ -385,7 +386,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   /** A non-SSE answer's status line waits for its first body byte: until then a failure can still be a §5 error. */
   private headPending = false;
   /** SSE: the bytes after the last event boundary, relayed once their event is whole (an error event must start on a boundary). */
-  private partialEvent: Buffer | undefined = undefined;
+  private partialEvent: HeldTail | undefined = undefined;
   /** The client is not reading: onData answers false, and undici stops reading until resumed on 'drain'. */
   private waitingDrain = false;
   /** Resumes the upstream once the client caught up (made on first backpressure). */
@@ -638,30 +639,20 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
    * on an event boundary, so the usual case neither copies nor holds anything.
    */
   private wholeEvents(buf: Buffer): Buffer {
-    if (buf.length === 0) return buf; // (an empty read ends no event, and starts none)
-    const held = this.partialEvent;
-    const all = held === undefined ? buf : Buffer.concat([held, buf]);
-    const end = lastEventEnd(all);
+    const events = (this.partialEvent ??= new HeldTail(lastEventEnd, 1));
+    const out = events.push(buf);
     const { ctx } = this;
-    if (end === all.length) {
-      this.partialEvent = undefined;
+    if (out.length > 0) {
       ctx.sseMidEvent = false;
-      return all;
+      return out;
     }
     // No boundary yet: hold it, unless an event grows past any sensible size, or part of it went
     // out already (then relay as it comes: what is held back would be lost to a failure).
-    if (end === 0) {
-      if (ctx.sseMidEvent || all.length > MAX_HELD_EVENT) {
-        this.partialEvent = undefined;
-        ctx.sseMidEvent = true;
-        return all;
-      }
-      this.partialEvent = all;
-      return EMPTY;
+    if (events.length > 0 && (ctx.sseMidEvent || events.length > MAX_HELD_EVENT)) {
+      ctx.sseMidEvent = true;
+      return events.take();
     }
-    this.partialEvent = all.subarray(end);
-    ctx.sseMidEvent = false;
-    return all.subarray(0, end);
+    return out;
   }
 
   onComplete(): void {
@@ -672,7 +663,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     let whole: Buffer | undefined;
     if (this.mode === Mode.Stream) {
       if (this.headPending) res.writeHead(this.status, this.headers);
-      if (this.partialEvent !== undefined) res.write(this.partialEvent);
+      if (this.partialEvent !== undefined && this.partialEvent.length > 0) res.write(this.partialEvent.take());
       const rest = this.sseRewriter?.end();
       if (rest !== undefined && rest.length > 0) res.write(rest);
       res.end();

@@ -5,6 +5,7 @@
  * API names its counts `input_tokens`/`output_tokens`, and streams them in the `response` of its
  * `response.completed` event.
  */
+import { HeldTail, lastLineEnd } from './held-tail.js';
 
 export interface Usage {
   promptTokens: number;
@@ -111,7 +112,6 @@ function usageFromTail(buf: Buffer): Usage | undefined | typeof UNSURE {
 }
 
 const NL = 0x0a;
-const EMPTY = Buffer.alloc(0);
 /** An unfinished line longer than this is dropped, so a stream without newlines cannot grow memory. */
 const MAX_HELD_BYTES = 1 << 20;
 
@@ -125,22 +125,18 @@ const ERROR_KEY = Buffer.from('"error"', 'latin1');
  * until its newline arrives.
  */
 export class SseUsageScanner {
-  private held: Buffer = EMPTY;
+  private readonly lines = new HeldTail(lastLineEnd, 0);
   usage: Usage | undefined = undefined;
   /** The status code of the stream's first error event (500 when it names none). */
   errorCode: number | undefined = undefined;
 
   feed(chunk: Buffer): void {
-    const buf = this.held.length === 0 ? chunk : Buffer.concat([this.held, chunk]);
-    const lastNl = buf.lastIndexOf(NL);
-    if (lastNl < 0) {
-      this.held = buf.length > MAX_HELD_BYTES ? EMPTY : buf === chunk ? Buffer.from(chunk) : buf;
-      return;
-    }
-    // Copy the remainder: `chunk` belongs to the HTTP client.
-    this.held = lastNl + 1 < buf.length && buf.length - lastNl - 1 <= MAX_HELD_BYTES ? Buffer.from(buf.subarray(lastNl + 1)) : EMPTY;
-    this.scanLines(buf, USAGE_KEY, lastNl);
-    if (this.errorCode === undefined) this.scanLines(buf, ERROR_KEY, lastNl);
+    const complete = this.lines.push(chunk);
+    if (this.lines.length > MAX_HELD_BYTES) this.lines.take();
+    if (complete.length === 0) return;
+    const lastNl = complete.length - 1;
+    this.scanLines(complete, USAGE_KEY, lastNl);
+    if (this.errorCode === undefined) this.scanLines(complete, ERROR_KEY, lastNl);
   }
 
   /** Each complete line of `buf` (up to `lastNl`) that mentions `key`: its usage, or an error event (the first one ends the scan). */

@@ -15,12 +15,12 @@
  * inside a UTF-8 sequence, so splitting bytes at 0x0a is safe.
  */
 
+import { HeldTail, lastLineEnd } from '../held-tail.js';
 import { findMember, skipSpace, type MemberLookup } from '../json-member.js';
 
 const NL = 0x0a;
 const CR = 0x0d;
 const USAGE = Buffer.from('"usage"', 'utf8');
-const EMPTY = Buffer.alloc(0);
 const LBRACE = 0x7b;
 /** A "line" longer than this without a newline is not SSE we understand: passed on untouched. */
 const MAX_HELD_BYTES = 1 << 20;
@@ -112,32 +112,20 @@ function rewriteLine(line: Buffer, cachedTokens: number): Buffer | undefined {
 
 /** Streaming SSE rewriter: `push` every chunk, send what it returns; `end` flushes the rest. */
 export class SseCachedTokensRewriter {
-  private held: Buffer = EMPTY;
+  private readonly lines = new HeldTail(lastLineEnd, 0);
 
   constructor(private readonly cachedTokens: number) {}
 
   push(chunk: Buffer): Buffer {
-    const buf = this.held.length === 0 ? chunk : Buffer.concat([this.held, chunk]);
-    const lastNl = buf.lastIndexOf(NL);
-    if (lastNl < 0) {
-      if (buf.length > MAX_HELD_BYTES) {
-        this.held = EMPTY;
-        return buf;
-      }
-      this.held = buf;
-      return EMPTY;
-    }
-    // Copy the remainder: `chunk` belongs to the HTTP client and may be reused after this turn.
-    this.held = lastNl + 1 < buf.length ? Buffer.from(buf.subarray(lastNl + 1)) : EMPTY;
-    const complete = lastNl + 1 === buf.length ? buf : buf.subarray(0, lastNl + 1);
+    const complete = this.lines.push(chunk);
+    if (complete.length === 0) return this.lines.length > MAX_HELD_BYTES ? this.lines.take() : complete;
     if (complete.indexOf(USAGE) < 0) return complete;
     return this.rewriteLines(complete);
   }
 
   /** The held-back unfinished line (rewritten when it is a complete usage event). */
   end(): Buffer {
-    const rest = this.held;
-    this.held = EMPTY;
+    const rest = this.lines.take();
     if (rest.length === 0) return rest;
     return rewriteLine(rest, this.cachedTokens) ?? rest;
   }
