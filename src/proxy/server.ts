@@ -48,6 +48,8 @@ export class ApiServer {
   /** Requests being handled right now (for graceful drain). */
   active = 0;
   draining = false;
+  /** Draining: each connection's answer made its last (`Connection: close`), see closeWith. */
+  private closingAnswers: Map<Duplex, ServerResponse> | undefined = undefined;
   private idleWaiters: (() => void)[] = [];
   /** Sluice's own refusals at warn level (debug logging is not needed to see them). */
   readonly refusals: RefusalLog;
@@ -130,8 +132,9 @@ export class ApiServer {
   private handle(req: IncomingMessage, res: ServerResponse): void {
     this.begin(req, res);
     // Node keeps connections alive while its server closes: a client would send its next request
-    // on one the end of the drain then cuts. Each answer during the drain says `Connection: close`.
-    if (this.draining) res.shouldKeepAlive = false;
+    // on one the end of the drain then cuts. The last answer on each connection during the drain
+    // says `Connection: close`.
+    if (this.draining) this.closeWith(res);
     let url = req.url ?? '/';
     // Absolute form (`POST http://host/v1/…`), which HTTP/1.1 servers must accept: routed and forwarded as origin form.
     if (url.charCodeAt(0) !== 0x2f) url = req.url = originForm(url);
@@ -278,11 +281,30 @@ export class ApiServer {
     };
   }
 
-  /** The drain begins: answers not yet begun close their connection when done (`Connection: close`). */
+  /** The drain begins: the last answer of each connection, if not yet begun, closes it when done. */
   startDrain(): void {
     this.draining = true;
-    for (let c = this.inFlight.oldest; c !== undefined; c = c.newer) if (!c.res.headersSent) c.res.shouldKeepAlive = false;
-    for (let r = this.receiving.oldest; r !== undefined; r = r.newer) if (!r.res.headersSent) r.res.shouldKeepAlive = false;
+    this.closingAnswers = new Map();
+    // Oldest first, so each connection ends up with its newest answer marked.
+    for (let c = this.inFlight.oldest; c !== undefined; c = c.newer) this.closeWith(c.res);
+    for (let r = this.receiving.oldest; r !== undefined; r = r.newer) this.closeWith(r.res);
+  }
+
+  /**
+   * Draining: `res` is now its connection's last answer, and only it says `Connection: close` —
+   * Node drops the answers pipelined behind one that closes its connection. One marked before it
+   * on that connection is unmarked, unless its head is written already: then a request pipelined
+   * behind it is answered in vain, as with any HTTP/1.1 server closing a connection.
+   */
+  private closeWith(res: ServerResponse): void {
+    const socket = res.req.socket;
+    const before = this.closingAnswers!.get(socket);
+    if (before !== undefined && !before.headersSent) before.shouldKeepAlive = true;
+    if (res.headersSent || !res.shouldKeepAlive) this.closingAnswers!.delete(socket);
+    else {
+      res.shouldKeepAlive = false;
+      this.closingAnswers!.set(socket, res);
+    }
   }
 
   /**
@@ -292,21 +314,24 @@ export class ApiServer {
    */
   endInFlight(message: string): number {
     let n = 0;
-    const refusal = { droppedReason: 'rejected-shutting-down', close: true } as const;
+    // No `close` here: the drain made each connection's last answer say it (closeWith), and one
+    // said by an earlier answer would drop the answers pipelined behind it.
+    const refuse = (res: ServerResponse, requestId: string): void =>
+      sendError(res, 503, message, { droppedReason: 'rejected-shutting-down', requestId });
     for (let c = this.inFlight.oldest; c !== undefined; c = c.newer) {
       const { res } = c;
       if (res.writableEnded || res.destroyed) continue;
       n++;
       c.endedByGateway = true;
       interruptWatcher(res);
-      if (!res.headersSent) sendError(res, 503, message, { ...refusal, requestId: c.requestId });
+      if (!res.headersSent) refuse(res, c.requestId);
       else if (c.sseAnswer && !c.sseMidEvent) res.end(`data: ${errorBody(503, message)}\n\n`);
     }
     // Still uploading: not yet a request of any model, but answered all the same.
     for (let r = this.receiving.oldest; r !== undefined; r = r.newer) {
       if (r.res.headersSent || r.res.destroyed) continue;
       n++;
-      sendError(r.res, 503, message, { ...refusal, requestId: r.requestId });
+      refuse(r.res, r.requestId);
     }
     return n;
   }

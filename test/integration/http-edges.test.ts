@@ -295,6 +295,37 @@ test('a request arriving during the drain on an idle keep-alive connection gets 
   });
 });
 
+for (const [what, extra, statuses] of [
+  ['all three at the model server', '', ['200', '200', '200']],
+  [
+    'the two behind it queued (concurrency 1)',
+    'plugins:\n- type: concurrency-detector\n  parameters: { maxConcurrency: 1 }\nflowControl:\n  saturationDetector: { pluginRef: concurrency-detector }\n',
+    ['200', '503', '503'],
+  ],
+] as const) {
+  test(`three requests pipelined, then the drain (${what}): every answer reaches the client, only the last closes the connection`, async () => {
+    // Node drops the answers queued behind one that closes its connection: only the last may say so.
+    const held: (() => void)[] = [];
+    const backend = await startFakeBackend((r, res) => held.push(() => okJson(r, res)));
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], extra), async (gw) => {
+      const { socket: s, received, closed } = await connectRaw(gw.apiPort);
+      const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
+      s.write(keepAlive + keepAlive + keepAlive);
+      await until(() => held.length === statuses.filter((st) => st === '200').length, 3000, 'the requests at the model server');
+      await until(async () => (await debugRequests(gw)).total === 3, 3000, 'all three requests taken');
+      const closing = gw.close();
+      await until(async () => (await request(`${gw.metricsUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
+      for (const answer of held) answer();
+      await closed;
+      await closing;
+      const answers = received().split(/(?=HTTP\/1\.1 )/);
+      assert.deepEqual(answers.map((a) => a.slice(9, 12)), statuses, received());
+      assert.deepEqual(answers.map((a) => /\r\nconnection: close\r\n/i.test(a)), [false, false, true]);
+      for (const a of answers.slice(1)) if (a.startsWith('HTTP/1.1 503')) assert.match(a, /x-llm-d-request-dropped-reason: rejected-shutting-down/i);
+    });
+  });
+}
+
 test('a malformed request pipelined behind a streaming answer: the whole stream first, then the 400, then the connection closes', async () => {
   const fleet = await startFleet(1, { itlMs: 50, ttftOverheadMs: 1 });
   try {
