@@ -216,6 +216,10 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     return { config, runtime, detector, plugins, staleMs, readyMs: readinessWindowMs(config, staleMs) };
   };
   let live = build(loaded.config);
+  const countBands = (l: Live): void => {
+    if (l.runtime.flowControl !== undefined) metrics.flowControlPriorities([0, ...l.config.objectives.map((o) => o.priority)]);
+  };
+  countBands(live);
 
   // Anything that could change the dispatch answer re-runs a (coalesced) dispatch cycle.
   pool.onChange(() => live.runtime.flowControl?.kick());
@@ -369,6 +373,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       else oldQueue?.dispatchAll(); // flow control turned off: nothing may stay queued
       models.invalidate();
       metrics.setPoolName(config.pool.name);
+      countBands(live);
       const m = (c: SluiceConfig) => c.pool.metrics;
       const [before, after] = [m(previous.config), m(config)];
       if (before.interval !== after.interval || before.timeout !== after.timeout || before.path !== after.path || before.maxBytes !== after.maxBytes) {

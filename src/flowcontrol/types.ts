@@ -5,15 +5,18 @@
  * of the rejection/eviction outcomes.
  */
 
-export type FlowOutcome =
-  | 'Dispatched'
-  | 'RejectedCapacity'
-  | 'RejectedNoEndpoints'
-  | 'RejectedOther'
-  | 'EvictedTTL'
-  | 'EvictedNoEndpoints'
-  | 'EvictedContextCancelled'
-  | 'EvictedOther';
+export const FLOW_OUTCOMES = [
+  'Dispatched',
+  'RejectedCapacity',
+  'RejectedNoEndpoints',
+  'RejectedOther',
+  'EvictedTTL',
+  'EvictedNoEndpoints',
+  'EvictedContextCancelled',
+  'EvictedOther',
+] as const;
+
+export type FlowOutcome = (typeof FLOW_OUTCOMES)[number];
 
 /** Why a Rejected/EvictedOther happened (drives the HTTP mapping of reference §2.11). */
 export type OtherCause = 'shutting-down' | 'internal';

@@ -14,7 +14,7 @@
  * Label values a client controls (`model_name`, `target_model_name`, `fairness_id`) go through a
  * `LabelCap`, so a client cannot create unbounded series.
  */
-import type { FlowOutcome } from '../flowcontrol/types.js';
+import { FLOW_OUTCOMES, type FlowOutcome } from '../flowcontrol/types.js';
 import {
   Counter,
   Gauge,
@@ -39,10 +39,19 @@ export const DEFAULT_MAX_LABEL_VALUES = 1000;
 export const MAX_LABEL_VALUE_LENGTH = 256;
 
 /** Where a request is (`/debug/requests`) or was when its client went away (`sluice_request_cancelled_total{stage}`). */
-export type RequestStage = 'queued' | 'waiting_first_byte' | 'streaming';
+const REQUEST_STAGES = ['queued', 'waiting_first_byte', 'streaming'] as const;
+export type RequestStage = (typeof REQUEST_STAGES)[number];
+
+/**
+ * The error codes the gateway itself answers with (flow control's 429, 502/504 upstream failures,
+ * 503): counted from 0 for every model from its first request, so increase() sees their first burst.
+ * Other codes (a model server's own 4xx/5xx) appear with their first event.
+ */
+const GATEWAY_ERROR_CODES = ['429', '502', '503', '504'] as const;
 
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
-export type UpstreamErrorKind = 'connect' | 'reset' | 'headers_timeout' | 'body_timeout' | 'failed' | 'cut' | 'http_5xx';
+const UPSTREAM_ERROR_KINDS = ['connect', 'reset', 'headers_timeout', 'body_timeout', 'failed', 'cut', 'http_5xx'] as const;
+export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number];
 
 /** The status of each answer the gateway gives a request before it counts as an inference request. */
 const REJECTION_CODES = {
@@ -419,6 +428,7 @@ type HistogramChild = ReturnType<Histogram<string>['labels']>;
 export class ModelRequestMetrics {
   private readonly errorChildren = new Map<string, CounterChild>();
   private readonly errorCodeCap = new LabelCap(100);
+  private readonly cancelChildren = new Map<RequestStage, CounterChild>();
 
   /** @internal constructed by GatewayMetrics */
   constructor(
@@ -432,8 +442,17 @@ export class ModelRequestMetrics {
     private readonly inputTokensChild: HistogramSeries,
     private readonly outputTokensChild: HistogramSeries,
     private readonly errorCounter: Counter<'model_name' | 'target_model_name' | 'error_code'>,
-    private readonly cancelCounter: Counter<'model_name' | 'target_model_name' | 'stage'>,
-  ) {}
+    cancelCounter: Counter<'model_name' | 'target_model_name' | 'stage'>,
+  ) {
+    // From 0: a series made by its first event holds that whole burst in its first sample, which
+    // rate() and increase() cannot see.
+    for (const stage of REQUEST_STAGES) {
+      const child = cancelCounter.labels(modelName, targetModelName, stage);
+      child.inc(0);
+      this.cancelChildren.set(stage, child);
+    }
+    for (const code of GATEWAY_ERROR_CODES) this.errorChild(code).inc(0);
+  }
 
   /** A request for this model arrived (request_total++, request_running++). Pair with `ended()`. */
   started(): void {
@@ -448,18 +467,21 @@ export class ModelRequestMetrics {
 
   /** The request failed; `code` is an HTTP status or an llm-d error code string. */
   error(code: string | number): void {
-    const key = typeof code === 'number' ? String(code) : code;
-    let child = this.errorChildren.get(key);
+    this.errorChild(typeof code === 'number' ? String(code) : code).inc();
+  }
+
+  private errorChild(code: string): CounterChild {
+    let child = this.errorChildren.get(code);
     if (child === undefined) {
-      child = this.errorCounter.labels(this.modelName, this.targetModelName, this.errorCodeCap.map(key));
-      this.errorChildren.set(key, child);
+      child = this.errorCounter.labels(this.modelName, this.targetModelName, this.errorCodeCap.map(code));
+      this.errorChildren.set(code, child);
     }
-    child.inc();
+    return child;
   }
 
   /** The client went away before its answer was complete, while the request was at `stage`. */
   cancelled(stage: RequestStage): void {
-    this.cancelCounter.labels(this.modelName, this.targetModelName, stage).inc();
+    this.cancelChildren.get(stage)!.inc();
   }
 
   /** End-to-end duration as the client saw it, seconds. */
@@ -830,8 +852,26 @@ export class GatewayMetrics {
 
   /** The Prometheus text exposition of every metric. */
   text(): Promise<string> {
-    this.sweepRemovedEndpoints();
+    const live = new Set<string>();
+    for (const ep of this.pool().endpoints) if (!ep.removed) live.add(ep.name);
+    this.sweepRemovedEndpoints(live);
+    this.endpointFailuresFromZero(live);
     return this.registry.metrics();
+  }
+
+  /**
+   * Each endpoint's failure counters (scrape errors, upstream errors by kind, retries) counted from
+   * 0 before its first failure: a series made by its first event holds that whole burst in its
+   * first sample, which rate() and increase() cannot see.
+   */
+  private endpointFailuresFromZero(live: ReadonlySet<string>): void {
+    for (const name of live) {
+      if (!this.pollErrorChildren.has(name)) cachedCounterChild(this.pollErrorChildren, this.datalayerPollErrorsTotal, name).inc(0);
+      if (!this.retryChildren.has(name)) cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, name).inc(0);
+      const kinds = this.upstreamErrorChildren.get(name);
+      if (kinds?.size === UPSTREAM_ERROR_KINDS.length) continue;
+      for (const kind of UPSTREAM_ERROR_KINDS) if (!kinds?.has(kind)) cachedChild2(this.upstreamErrorChildren, this.endpointUpstreamErrorsTotal, name, kind).inc(0);
+    }
   }
 
   /**
@@ -840,9 +880,7 @@ export class GatewayMetrics {
    * come and go does not grow the exposition for ever. A late event of a removed endpoint (a
    * stream that ends after the reload) makes its series again: exposed once, dropped the same way.
    */
-  private sweepRemovedEndpoints(): void {
-    const live = new Set<string>();
-    for (const ep of this.pool().endpoints) if (!ep.removed) live.add(ep.name);
+  private sweepRemovedEndpoints(live: ReadonlySet<string>): void {
     const gone = new Set<string>();
     const note = (names: Iterable<string>): void => {
       for (const name of names) if (name !== '' && !live.has(name)) gone.add(name);
@@ -1025,19 +1063,33 @@ export class GatewayMetrics {
 
   // ----------------------------------------------------------------------------- flow control
 
-  /** A request left flow control with this outcome after `queuedSeconds` in the queue. */
-  flowControlOutcome(outcome: FlowControlOutcome, priority: number, fairnessId: string, queuedSeconds: number): void {
+  /**
+   * Every outcome of each of these priorities counted from 0 (the configured ones, at start and on
+   * a reload): a series made by its first event holds that whole burst in its first sample, which
+   * rate() and increase() cannot see — the first requests a band drops would read as none.
+   */
+  flowControlPriorities(priorities: Iterable<number>): void {
+    for (const priority of priorities) for (const outcome of FLOW_OUTCOMES) this.fcRequestChild(outcome, priority);
+  }
+
+  private fcRequestChild(outcome: FlowControlOutcome, priority: number): ValueSeries {
     let byPriority = this.fcRequestChildren.get(outcome);
     if (byPriority === undefined) {
       byPriority = new Map();
       this.fcRequestChildren.set(outcome, byPriority);
     }
-    let counterChild = byPriority.get(priority);
-    if (counterChild === undefined) {
-      counterChild = this.flowControlRequestsTotal.labels(outcome, String(priority), this.poolName);
-      byPriority.set(priority, counterChild);
+    let child = byPriority.get(priority);
+    if (child === undefined) {
+      child = this.flowControlRequestsTotal.labels(outcome, String(priority), this.poolName);
+      child.inc(0);
+      byPriority.set(priority, child);
     }
-    counterChild.inc();
+    return child;
+  }
+
+  /** A request left flow control with this outcome after `queuedSeconds` in the queue. */
+  flowControlOutcome(outcome: FlowControlOutcome, priority: number, fairnessId: string, queuedSeconds: number): void {
+    this.fcRequestChild(outcome, priority).inc();
 
     const flow = this.fairnessCap.map(fairnessId);
     let byFlowPriority = this.fcQueueDurationChildren.get(outcome);

@@ -10,7 +10,10 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { request } from 'undici';
 import { startSimulator } from '../../src/sim/server.js';
-import { fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { loadConfigText } from '../../src/config/load.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { startFakeBackend } from '../helpers/fake-backend.js';
+import { fleetConfig, gatewayFor, waitForMetrics, withGateway } from '../helpers/fleet.js';
 import { SPEC_METRICS } from '../helpers/spec-metrics.js';
 import { until } from '../helpers/wait.js';
 
@@ -110,4 +113,19 @@ schedulingProfiles:
     flaky.closeAllConnections();
     flaky.close();
   }
+});
+
+test("flow control's outcomes read 0 for every configured priority before its first request, a band added by a reload too", async () => {
+  const backend = await startFakeBackend();
+  const text = (objectives: string) => fleetConfig([{ name: 'b', port: backend.port }], `objectives:\n${objectives}`);
+  await withGateway(backend, text('- { name: batch, priority: -1 }\n'), async (gw) => {
+    const zeroBands = async () => {
+      const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      const bands = [...m.matchAll(/^llm_d_epp_flow_control_requests_total\{outcome="EvictedTTL",priority="(-?\d+)",inference_pool="test-pool"\} 0$/gm)].map((x) => x[1]);
+      return bands.sort();
+    };
+    assert.deepEqual(await zeroBands(), ['-1', '0']);
+    await gw.reload(loadConfigText(text('- { name: batch, priority: -1 }\n- { name: hi, priority: 10 }\n'), 'test.yaml', builtinRegistry()));
+    assert.deepEqual(await zeroBands(), ['-1', '0', '10']);
+  });
 });

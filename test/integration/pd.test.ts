@@ -339,7 +339,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.equal(f.decode[0]!.received[0]!.body, raw);
       const m = await metricsText(f.gw);
       assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 1);
-      assert.equal(sample(m, 'llm_d_epp_upstream_retries_total', 'endpoint_name="prefill-0"'), undefined, 'a failed prefill leg is not a retry');
+      assert.equal(sample(m, 'llm_d_epp_upstream_retries_total', 'endpoint_name="prefill-0"'), 0, 'a failed prefill leg is not a retry');
       assert.equal(sample(m, 'sluice_endpoint_upstream_errors_total', 'endpoint_name="prefill-0",error="connect"'), 1);
       assert.equal(f.gw.pool.byName('prefill-0')!.inFlight, 0);
       assert.equal(sample(m, 'sluice_pd_degraded_total', 'connector="nixlv2"'), 1);

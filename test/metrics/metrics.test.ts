@@ -110,9 +110,10 @@ describe('GatewayMetrics', () => {
     const labels = { model_name: 'llama', target_model_name: 'llama-lora' };
 
     assert.deepEqual(samplesOf(text, 'llm_d_epp_request_total'), [{ name: 'llm_d_epp_request_total', labels, value: 2 }]);
-    assert.deepEqual(samplesOf(text, 'llm_d_epp_request_error_total'), [
-      { name: 'llm_d_epp_request_error_total', labels: { ...labels, error_code: '503' }, value: 1 },
-    ]);
+    assert.deepEqual(
+      samplesOf(text, 'llm_d_epp_request_error_total').filter((s) => s.value > 0),
+      [{ name: 'llm_d_epp_request_error_total', labels: { ...labels, error_code: '503' }, value: 1 }],
+    );
     assert.deepEqual(samplesOf(text, 'llm_d_epp_request_running'), [
       { name: 'llm_d_epp_request_running', labels: { model_name: 'llama' }, value: 1 },
     ]);
@@ -134,6 +135,26 @@ describe('GatewayMetrics', () => {
     metrics.forModel('m').started();
     const [sample] = samplesOf(await metrics.text(), 'llm_d_epp_request_total');
     assert.deepEqual(sample?.labels, { model_name: 'm', target_model_name: 'm' });
+  });
+
+  test('the counters alerts take rates of are exposed from 0 before their first event (a first burst is then visible to rate())', async () => {
+    const metrics = makeMetrics([endpoint('pod-a')]);
+    metrics.forModel('llama').started();
+    metrics.flowControlPriorities([0, -1]);
+    const text = await metrics.text();
+    const zeros = (name: string, label: string) =>
+      samplesOf(text, name)
+        .filter((s) => s.value === 0)
+        .map((s) => s.labels[label])
+        .sort();
+    assert.deepEqual(zeros('sluice_request_cancelled_total', 'stage'), ['queued', 'streaming', 'waiting_first_byte']);
+    assert.deepEqual(zeros('llm_d_epp_request_error_total', 'error_code'), ['429', '502', '503', '504']);
+    assert.deepEqual(zeros('llm_d_epp_datalayer_poll_errors_total', 'endpoint_name'), ['pod-a']);
+    assert.deepEqual(zeros('llm_d_epp_upstream_retries_total', 'endpoint_name'), ['pod-a']);
+    assert.deepEqual(zeros('sluice_endpoint_upstream_errors_total', 'error'), ['body_timeout', 'connect', 'cut', 'failed', 'headers_timeout', 'http_5xx', 'reset']);
+    const outcomes = samplesOf(text, 'llm_d_epp_flow_control_requests_total').filter((s) => s.value === 0);
+    assert.equal(outcomes.length, 16, 'eight outcomes × two priorities');
+    assert.ok(outcomes.some((s) => s.labels.outcome === 'EvictedTTL' && s.labels.priority === '-1' && s.labels.inference_pool === 'test-pool'));
   });
 
   test('records scheduler, datalayer, retry and disaggregation counters', async () => {
@@ -276,11 +297,14 @@ describe('GatewayMetrics', () => {
       metrics.endpointFirstByte(name, 0.05);
       metrics.endpointUpstreamError(name, 'connect');
     };
-    const namesIn = (text: string, metric: string) =>
-      samplesOf(text, metric)
-        .map((s) => s.labels.endpoint_name)
-        .filter((n) => n !== '')
-        .sort();
+    const namesIn = (text: string, metric: string) => [
+      ...new Set(
+        samplesOf(text, metric)
+          .map((s) => s.labels.endpoint_name)
+          .filter((n) => n !== '')
+          .sort(),
+      ),
+    ];
     record('pod-a');
     record('pod-b');
     metrics.schedulerAttempt('failure'); // no endpoint: kept whatever the pool
@@ -297,7 +321,9 @@ describe('GatewayMetrics', () => {
     metrics.endpointUpstreamError('pod-b', 'cut'); // a stream of the removed endpoint broke after the reload
     text = await metrics.text();
     assert.deepEqual(
-      samplesOf(text, 'sluice_endpoint_upstream_errors_total').map((s) => [s.labels.endpoint_name, s.labels.error, s.value]),
+      samplesOf(text, 'sluice_endpoint_upstream_errors_total')
+        .filter((s) => s.value > 0)
+        .map((s) => [s.labels.endpoint_name, s.labels.error, s.value]),
       [['pod-a', 'connect', 1], ['pod-b', 'cut', 1]],
     );
     text = await metrics.text();
