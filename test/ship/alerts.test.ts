@@ -1,18 +1,21 @@
 /**
- * The alert rules operations.md offers ("Alerts worth setting") are what it says: a rules file
- * promtool accepts, over metrics Sluice exposes.
+ * The alert rules the chart ships (charts/sluice/alerts/sluice-alerts.yaml, which operations.md's
+ * "Alerts worth setting" describes): a rules file promtool accepts, over metrics Sluice exposes,
+ * that fire when they should (promtool test rules, test/fixtures/sluice-alerts.test.yaml).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parse } from 'yaml';
 import { GatewayMetrics } from '../../src/metrics/metrics.js';
-import { checkRules } from '../helpers/promtool.js';
+import { checkRules, runPromtool } from '../helpers/promtool.js';
 
-const doc = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
-const section = doc.slice(doc.indexOf('## Alerts worth setting'));
-const rules = /```yaml\n([\s\S]*?)```/.exec(section)?.[1] ?? '';
+const RULES = new URL('../../charts/sluice/alerts/sluice-alerts.yaml', import.meta.url);
+const rules = readFileSync(RULES, 'utf8');
+const alertNames = (parse(rules) as { groups: { rules: { alert: string }[] }[] }).groups.flatMap((g) => g.rules.map((r) => r.alert));
 
-test('operations.md\'s alert rules use only metrics Sluice exposes', async () => {
+test('the alert rules use only metrics Sluice exposes', async () => {
   const text = await new GatewayMetrics({ poolName: 'alerts-test', pool: () => ({ endpoints: [] }), defaultMetrics: false }).text();
   const families = new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]!));
   const used = [...new Set([...rules.matchAll(/\b((?:llm_d_epp|sluice)_[a-zA-Z0-9_]+)/g)].map((m) => m[1]!))];
@@ -21,6 +24,21 @@ test('operations.md\'s alert rules use only metrics Sluice exposes', async () =>
   assert.deepEqual(unknown, []);
 });
 
-test('operations.md\'s alert rules pass promtool check rules', (t) => {
-  checkRules(t, rules);
+test('the alert rules pass promtool check rules', (t) => {
+  checkRules(t, rules, alertNames.length);
+});
+
+test('the alert rules fire when they should (promtool test rules)', (t) => {
+  const run = runPromtool(t, ['test', 'rules', fileURLToPath(new URL('../fixtures/sluice-alerts.test.yaml', import.meta.url))]);
+  if (run === undefined) return;
+  assert.equal(run.status, 0, `${run.stdout}${run.stderr}`);
+});
+
+test('operations.md describes every alert the chart ships', () => {
+  const doc = readFileSync(new URL('../../docs/operations.md', import.meta.url), 'utf8');
+  const section = doc.slice(doc.indexOf('## Alerts worth setting'), doc.indexOf('## Troubleshooting'));
+  assert.deepEqual(
+    alertNames.filter((name) => !section.includes(`\`${name}\``)),
+    [],
+  );
 });
