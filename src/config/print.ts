@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { Document } from 'yaml';
 import type { LoadedConfig, PriorityBandConfig, SluiceConfig } from './types.js';
 import { featureEnabled } from './defaults.js';
+import { parseFeatureGate } from './schema.js';
 import { formatDuration, formatQuantity } from './units.js';
 
 /** A size in its shortest form; plain numbers stay YAML numbers rather than quoted strings. */
@@ -98,9 +99,11 @@ export function effectiveConfigYaml(loaded: LoadedConfig): string {
     ` digest: ${effectiveConfigDigest(loaded.config)} (sluice_config_info{digest} of a gateway running it)`,
   ];
   header.push(
-    featureEnabled(loaded.config, 'flowControl')
-      ? ' flow control: on (Sluice\'s default; llm-d\'s is off: featureGates: [flowControl=false] turns it off)'
-      : ' flow control: off (featureGates): requests are scheduled at once, never queued',
+    !featureEnabled(loaded.config, 'flowControl')
+      ? ' flow control: off (featureGates): requests are scheduled at once, never queued'
+      : loaded.config.featureGates.some((g) => (parseFeatureGate(g) as { name?: string }).name === 'flowControl')
+        ? ' flow control: on (featureGates)'
+        : ' flow control: on (Sluice\'s default; llm-d\'s is off: featureGates: [flowControl=false] turns it off)',
   );
   for (const injection of loaded.injections) header.push(` injected: ${injection.what}`);
   doc.commentBefore = header.join('\n');

@@ -120,7 +120,16 @@ const EXCLUSIVE_WORDS = [
 
 /** Keys llm-d replaced: what to write instead (where the valid keys include `among`, when given). */
 const REPLACED_KEYS: Readonly<Record<string, { hint: string; among?: string }>> = {
-  hashBlockSize: { hint: 'llm-d replaced it by blockSizeTokens on prefix-cache-scorer: tokens per block, a quarter of hashBlockSize, which counted characters' },
+  hashBlockSize: {
+    hint: 'llm-d replaced it by blockSizeTokens on prefix-cache-scorer: tokens per block, a quarter of hashBlockSize, which counted characters; on a P/D profile handler it has no use: delete it',
+  },
+  // The prefix-cache-scorer's length term, under llm-d's earlier names.
+  prefixLengthWeight: { hint: 'llm-d renamed it matchLengthWeight', among: 'matchLengthWeight' },
+  prefillSaturationTokens: { hint: 'llm-d renamed it matchLengthScaleTokens', among: 'matchLengthScaleTokens' },
+  maxModelLen: {
+    hint: 'llm-d replaced it by matchLengthScaleTokens: the matched tokens at which the length term saturates (default 8192), not the context length',
+    among: 'matchLengthScaleTokens',
+  },
   threshold: {
     hint: 'llm-d replaced it by a decider named in deciders.prefill: threshold 0 (always disaggregate) is always-disagg-pd-decider, any other a prefix-based-pd-decider with nonCachedTokens: <threshold>',
     among: 'deciders',
@@ -136,13 +145,15 @@ const PRECISE = 'the precise prefix cache (KV events from vLLM) is not implement
 const AGENTIC = 'the agentic-serving plugins are not implemented';
 const EPD = 'encode/prefill/decode (E/PD) disaggregation is not implemented; prefill/decode is (disagg-profile-handler)';
 const MODELS = 'Sluice answers /v1/models itself, from the endpoints';
+const TOKENS = 'Sluice does not tokenize: it counts 4 characters a token';
 const DCGM = "GPU (DCGM) metrics are not read; Sluice reads the model servers' own metrics";
 const LLMD_UNIMPLEMENTED: Readonly<Record<string, string>> = {
   'precise-prefix-cache-scorer': PRECISE,
   'precise-prefix-cache-producer': PRECISE,
   'kvcache-aware-scorer': PRECISE,
   'burst-prefix-cache-producer': 'prefix-cache-scorer keeps the prefix index itself (approx-prefix-cache-producer lends it its parameters)',
-  'token-producer': 'Sluice does not tokenize: it counts 4 characters a token',
+  'token-producer': TOKENS,
+  tokenizer: TOKENS,
   'passthrough-parser': 'Sluice parses the OpenAI request bodies itself',
   'data-parallel-profile-handler': 'data-parallel routing is not supported: list each rank that serves its own port as an endpoint',
   'context-length-aware': 'not implemented; a label-selector-filter can split endpoints by labels you give them',

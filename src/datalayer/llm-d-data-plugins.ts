@@ -20,6 +20,10 @@
  *   `trtllm-serve`; stands for `pool.metrics.defaultEngine`
  * - `engineConfigs` — custom metric names per engine: not supported (error); Sluice reads the
  *   built-in names of vllm, sglang and trtllm-serve (docs/configuration.md "Engine type")
+ *
+ * `endpoint-notification-source` — endpoints added to and removed from the pool, as events for
+ * llm-d's data-layer extractors. No parameters. Sluice's pool tracks its endpoints itself (start and
+ * reload), so it stands for nothing here.
  */
 import { z } from 'zod';
 import { durationField, engineTypeField } from '../config/schema.js';
@@ -80,4 +84,11 @@ export const coreMetricsExtractorDefinition: PluginDefinition<z.infer<typeof cor
   standsFor: (p) =>
     p.defaultEngine === undefined ? [] : [{ parameter: 'defaultEngine', setting: ['pool', 'metrics', 'defaultEngine'], value: p.defaultEngine, written: p.defaultEngine }],
   create: (name) => ({ type: 'core-metrics-extractor', name }),
+};
+
+export const endpointNotificationSourceDefinition: PluginDefinition<Record<string, never>> = {
+  type: 'endpoint-notification-source',
+  kinds: [],
+  params: z.strictObject({}),
+  create: (name) => ({ type: 'endpoint-notification-source', name }),
 };

@@ -2,7 +2,7 @@
  * The registry of every built-in plugin type. Adding a plugin is one definition file plus one line
  * here.
  */
-import { coreMetricsExtractorDefinition, metricsDataSourceDefinition } from '../datalayer/llm-d-data-plugins.js';
+import { coreMetricsExtractorDefinition, endpointNotificationSourceDefinition, metricsDataSourceDefinition } from '../datalayer/llm-d-data-plugins.js';
 import { flowControlPolicyDefinitions } from '../flowcontrol/policies/index.js';
 import { concurrencyDetectorDefinition } from '../saturation/concurrency-detector.js';
 import { utilizationDetectorDefinition } from '../saturation/utilization-detector.js';
@@ -70,7 +70,7 @@ export function builtinRegistry(): PluginRegistry {
   registry.register(concurrencyDetectorDefinition);
   for (const def of llmdNoOpDefinitions) registry.register(def);
   // llm-d's data layer: settings of pool.metrics here
-  registry.register(metricsDataSourceDefinition).register(coreMetricsExtractorDefinition);
+  registry.register(metricsDataSourceDefinition).register(coreMetricsExtractorDefinition).register(endpointNotificationSourceDefinition);
   // flow-control policies
   for (const def of flowControlPolicyDefinitions) registry.register(def);
   return registry;

@@ -302,7 +302,7 @@ describe('llm-d compatibility', () => {
       ),
     );
     const text = lines.join('\n');
-    assert.match(text, /hashBlockSize: .*unknown key "hashBlockSize" \(llm-d replaced it by blockSizeTokens on prefix-cache-scorer: tokens per block, a quarter of hashBlockSize, which counted characters\)/);
+    assert.match(text, /hashBlockSize: .*unknown key "hashBlockSize" \(llm-d replaced it by blockSizeTokens on prefix-cache-scorer: tokens per block, a quarter of hashBlockSize, which counted characters; on a P\/D profile handler it has no use: delete it\)/);
     // KServe's "threshold: 0" meant always: the hint must not send it to nonCachedTokens 0 (P/D off).
     assert.match(text, /plugins\[1\]\.parameters\.threshold: .*threshold 0 \(always disaggregate\) is always-disagg-pd-decider, any other a prefix-based-pd-decider with nonCachedTokens: <threshold>\)/);
     assert.match(text, /unknown plugin type "encode-scorer"$/m, 'no decode-… suggestion for an encode name');
@@ -322,5 +322,21 @@ describe('llm-d compatibility', () => {
   test('validate says whether flow control is on, since llm-d defaults it off', () => {
     assert.match(effectiveConfigYaml(load(yaml('plugins: []'))), /^# flow control: on \(Sluice's default; llm-d's is off: featureGates: \[flowControl=false\] turns it off\)$/m);
     assert.match(effectiveConfigYaml(load(yaml('featureGates: [flowControl=false]'))), /^# flow control: off/m);
+    // llm-d's configs turn it on with the gate: that is what the header names then.
+    assert.match(effectiveConfigYaml(load(yaml('featureGates: [flowControl]'))), /^# flow control: on \(featureGates\)$/m);
+  });
+
+  test("prefix-cache-scorer's length term under llm-d's earlier names: refused with the name to write", () => {
+    const text = problems(yaml('plugins:', '- type: prefix-cache-scorer', '  parameters: { prefixLengthWeight: 0.5, prefillSaturationTokens: 4096, maxModelLen: 8 }')).join('\n');
+    assert.match(text, /unknown key "prefixLengthWeight" \(llm-d renamed it matchLengthWeight\)/);
+    assert.match(text, /unknown key "prefillSaturationTokens" \(llm-d renamed it matchLengthScaleTokens\)/);
+    assert.match(text, /unknown key "maxModelLen" \(llm-d replaced it by matchLengthScaleTokens: .*not the context length\)/);
+  });
+
+  test("llm-d's guides' tokenizer is refused as what it is; their endpoint-notification-source loads (it stands for nothing here)", () => {
+    const text = problems(yaml('plugins:', '- type: tokenizer', '  parameters: { modelName: m }', '- type: endpoint-notification-source')).join('\n');
+    assert.match(text, /plugins\[0\]\.type: plugin type "tokenizer" is llm-d's and Sluice does not implement it: Sluice does not tokenize/);
+    assert.doesNotMatch(text, /endpoint-notification-source/);
+    assert.equal(problems(yaml('plugins:', '- type: endpoint-notification-source', '  parameters: { x: 1 }')).length, 1, 'it has no parameters');
   });
 });
