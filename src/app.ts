@@ -225,6 +225,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   pool.onChange(() => live.runtime.flowControl?.kick());
   metrics.setFlowControlSource(() => live.runtime.flowControl?.metricsSnapshot());
   metrics.setPrefixIndexerSource(() => prefixIndexers(live.plugins));
+  metrics.setFreshWindow(() => live.readyMs);
   let lastSourceErrorLog = -Infinity;
   const saturationNow = (): SaturationSnapshot | undefined => {
     let s: ReturnType<typeof stageSaturation>;

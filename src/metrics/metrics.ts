@@ -40,6 +40,8 @@ export const MAX_LABEL_VALUE_LENGTH = 256;
 
 /** Where a request is (`/debug/requests`) or was when its client went away (`sluice_request_cancelled_total{stage}`). */
 const REQUEST_STAGES = ['queued', 'waiting_first_byte', 'streaming'] as const;
+/** Metrics fresher than this count in the pool gauges until the gateway sets its readiness window (llm-d's 2 s). */
+const DEFAULT_FRESH_MS = 2000;
 export type RequestStage = (typeof REQUEST_STAGES)[number];
 
 /**
@@ -501,6 +503,50 @@ export class ModelRequestMetrics {
   }
 }
 
+/** Mean and population standard deviation of one scraped quantity over the pool. */
+export interface PoolSpread {
+  mean: number;
+  stdDev: number;
+}
+
+/** llm-d's pool gauges: over the endpoints in the pool whose metrics are fresh. */
+export interface PoolStats {
+  readyEndpoints: number;
+  /** Absent when no endpoint has fresh metrics. */
+  kvCacheUtilization?: PoolSpread;
+  queueSize?: PoolSpread;
+  runningRequests?: PoolSpread;
+}
+
+function spread(values: readonly number[]): PoolSpread {
+  let sum = 0;
+  for (const v of values) sum += v;
+  const mean = sum / values.length;
+  let squares = 0;
+  for (const v of values) squares += (v - mean) ** 2;
+  return { mean, stdDev: Math.sqrt(squares / values.length) };
+}
+
+/**
+ * The pool's averages and standard deviations of KV-cache usage, waiting and running requests, and
+ * its ready endpoints: those in the pool whose last successful scrape is at most `freshMs` old (llm-d
+ * counts pods with fresh metrics the same way).
+ */
+export function poolStats(endpoints: readonly Endpoint[], now: number, freshMs: number): PoolStats {
+  const kv: number[] = [];
+  const waiting: number[] = [];
+  const running: number[] = [];
+  for (const ep of endpoints) {
+    const m = ep.metrics;
+    if (ep.removed || m === undefined || ep.metricsAge(now) > freshMs) continue;
+    kv.push(m.kvUsage);
+    waiting.push(m.waiting);
+    running.push(m.running);
+  }
+  if (kv.length === 0) return { readyEndpoints: 0 };
+  return { readyEndpoints: kv.length, kvCacheUtilization: spread(kv), queueSize: spread(waiting), runningRequests: spread(running) };
+}
+
 /** All Sluice metrics on a private registry. */
 export class GatewayMetrics {
   readonly registry = new Registry();
@@ -514,6 +560,9 @@ export class GatewayMetrics {
   private readonly maxModelPairs: number;
 
   private saturationSource: (() => SaturationSnapshot | undefined) | undefined;
+  /** How recent an endpoint's metrics must be to count in the pool gauges (the gateway's readiness window). */
+  private freshWindowMs: () => number = () => DEFAULT_FRESH_MS;
+  private currentPoolStats: PoolStats = { readyEndpoints: 0 };
   private prefixIndexerSource: (() => Iterable<PrefixIndexerSnapshot>) | undefined;
   private flowControlSource: (() => FlowControlSnapshot | undefined) | undefined;
 
@@ -692,6 +741,28 @@ export class GatewayMetrics {
       labelNames: ['status', 'endpoint_name'],
     });
 
+    // llm-d's pool gauges, from the stats text() takes once per scrape.
+    const poolGauge = (name: string, help: string, value: (s: PoolStats) => number | undefined): void => {
+      const g: Gauge<'name'> = gauge({
+        name,
+        help,
+        labelNames: ['name'],
+        collect: () => {
+          g.reset();
+          const v = value(this.currentPoolStats);
+          if (v !== undefined) g.set({ name: this.poolName }, v);
+        },
+      });
+    };
+    const fresh = 'over the endpoints with fresh metrics (no series while none has)';
+    poolGauge('llm_d_epp_average_kv_cache_utilization', `Mean KV-cache usage (0-1) ${fresh}.`, (s) => s.kvCacheUtilization?.mean);
+    poolGauge('llm_d_epp_average_queue_size', `Mean of the requests waiting in the model servers' own queues ${fresh}.`, (s) => s.queueSize?.mean);
+    poolGauge('llm_d_epp_average_running_requests', `Mean of the requests the model servers run ${fresh}.`, (s) => s.runningRequests?.mean);
+    poolGauge('llm_d_epp_std_dev_kv_cache_utilization', `Standard deviation of KV-cache usage ${fresh}.`, (s) => s.kvCacheUtilization?.stdDev);
+    poolGauge('llm_d_epp_std_dev_queue_size', `Standard deviation of the model servers' waiting requests ${fresh}.`, (s) => s.queueSize?.stdDev);
+    poolGauge('llm_d_epp_std_dev_running_requests', `Standard deviation of the model servers' running requests ${fresh}.`, (s) => s.runningRequests?.stdDev);
+    poolGauge('llm_d_epp_ready_endpoints', 'Endpoints in the pool whose metrics are fresh (scraped within the gateway\'s readiness window).', (s) => s.readyEndpoints);
+
     // Endpoint gauges are recomputed from the pool at every scrape (reset first, so removed endpoints vanish).
     const endpointGauge = (name: string, help: string, value: (ep: Endpoint, now: number) => number | undefined): Gauge<'endpoint_name' | 'role'> => {
       const g: Gauge<'endpoint_name' | 'role'> = gauge({ name, help, labelNames: ['endpoint_name', 'role'], collect: () => this.collectEndpointGauge(g, value) });
@@ -852,6 +923,7 @@ export class GatewayMetrics {
 
   /** The Prometheus text exposition of every metric. */
   text(): Promise<string> {
+    this.currentPoolStats = poolStats(this.pool().endpoints, this.now(), this.freshWindowMs());
     const live = new Set<string>();
     for (const ep of this.pool().endpoints) if (!ep.removed) live.add(ep.name);
     this.sweepRemovedEndpoints(live);
@@ -915,6 +987,11 @@ export class GatewayMetrics {
     this.poolName = name;
     this.fcRequestChildren.clear();
     this.fcQueueDurationChildren.clear();
+  }
+
+  /** How recent an endpoint's metrics must be to count in the pool gauges, ms (read at each scrape). */
+  setFreshWindow(ms: () => number): void {
+    this.freshWindowMs = ms;
   }
 
   setSaturationSource(source: (() => SaturationSnapshot | undefined) | undefined): void {

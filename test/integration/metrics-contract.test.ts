@@ -115,7 +115,7 @@ schedulingProfiles:
   }
 });
 
-test("flow control's outcomes read 0 for every configured priority before its first request, a band added by a reload too", async () => {
+test("flow control's outcomes read 0 for every configured priority before its first request, a band added by a reload too; the pool gauges", async () => {
   const backend = await startFakeBackend();
   const text = (objectives: string) => fleetConfig([{ name: 'b', port: backend.port }], `objectives:\n${objectives}`);
   await withGateway(backend, text('- { name: batch, priority: -1 }\n'), async (gw) => {
@@ -125,6 +125,10 @@ test("flow control's outcomes read 0 for every configured priority before its fi
       return bands.sort();
     };
     assert.deepEqual(await zeroBands(), ['-1', '0']);
+    // llm-d's pool gauges, over the endpoint with fresh metrics (the gateway's readiness window).
+    const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+    assert.match(m, /^llm_d_epp_ready_endpoints\{name="test-pool"\} 1$/m);
+    assert.match(m, /^llm_d_epp_average_kv_cache_utilization\{name="test-pool"\} 0\.1$/m);
     await gw.reload(loadConfigText(text('- { name: batch, priority: -1 }\n- { name: hi, priority: 10 }\n'), 'test.yaml', builtinRegistry()));
     assert.deepEqual(await zeroBands(), ['-1', '0', '10']);
   });

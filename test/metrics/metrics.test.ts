@@ -1,7 +1,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { Endpoint } from '../../src/datalayer/endpoint.js';
-import { GatewayMetrics, LabelCap, OVERFLOW_LABEL_VALUE, type GatewayMetricsOptions } from '../../src/metrics/metrics.js';
+import { GatewayMetrics, LabelCap, OVERFLOW_LABEL_VALUE, poolStats, type GatewayMetricsOptions } from '../../src/metrics/metrics.js';
 import { runPromtool } from '../helpers/promtool.js';
 import { SPEC_METRICS } from '../helpers/spec-metrics.js';
 
@@ -335,6 +335,40 @@ describe('GatewayMetrics', () => {
     text = await metrics.text();
     for (const m of perEndpoint) assert.deepEqual(namesIn(text, m), ['pod-a', 'pod-b'], `${m}: a live endpoint is never dropped`);
     assert.equal(samplesOf(text, 'llm_d_epp_upstream_retries_total').find((s) => s.labels.endpoint_name === 'pod-b')?.value, 1);
+  });
+
+  test("llm-d's pool gauges: means, standard deviations and ready endpoints over the endpoints with fresh metrics", async () => {
+    const now = 1_000_000;
+    const withMetrics = (name: string, waiting: number, running: number, kvUsage: number, ageMs: number): Endpoint => {
+      const ep = endpoint(name);
+      ep.metrics = { waiting, running, kvUsage };
+      ep.metricsAt = now - ageMs;
+      return ep;
+    };
+    const endpoints = [withMetrics('a', 2, 4, 0.25, 10), withMetrics('b', 4, 8, 0.75, 100), withMetrics('stale', 50, 50, 1, 5000), endpoint('never')];
+    const removed = withMetrics('gone', 9, 9, 0.9, 10);
+    removed.removed = true;
+    assert.deepEqual(poolStats([...endpoints, removed], now, 1000), {
+      readyEndpoints: 2,
+      kvCacheUtilization: { mean: 0.5, stdDev: 0.25 },
+      queueSize: { mean: 3, stdDev: 1 },
+      runningRequests: { mean: 6, stdDev: 2 },
+    });
+    assert.deepEqual(poolStats(endpoints, now, 1), { readyEndpoints: 0 }, 'none fresh: no averages');
+
+    const metrics = makeMetrics([], { pool: () => ({ endpoints }), now: () => now });
+    metrics.setFreshWindow(() => 1000);
+    let text = await metrics.text();
+    const value = (name: string) => samplesOf(text, name).map((s) => [s.labels.name, s.value]);
+    assert.deepEqual(value('llm_d_epp_ready_endpoints'), [['test-pool', 2]]);
+    assert.deepEqual(value('llm_d_epp_average_queue_size'), [['test-pool', 3]]);
+    assert.deepEqual(value('llm_d_epp_average_running_requests'), [['test-pool', 6]]);
+    assert.deepEqual(value('llm_d_epp_std_dev_running_requests'), [['test-pool', 2]]);
+    assert.deepEqual(value('llm_d_epp_average_kv_cache_utilization'), [['test-pool', 0.5]]);
+    metrics.setFreshWindow(() => 1);
+    text = await metrics.text();
+    assert.deepEqual(value('llm_d_epp_ready_endpoints'), [['test-pool', 0]]);
+    assert.deepEqual(value('llm_d_epp_average_queue_size'), [], 'no fresh metrics: no average');
   });
 
   test('saturation gauges come from the source at scrape time; empty stages have no series', async () => {
