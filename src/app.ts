@@ -216,9 +216,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     return { config, runtime, detector, plugins, staleMs, readyMs: readinessWindowMs(config, staleMs) };
   };
   let live = build(loaded.config);
-  const countBands = (l: Live): void => {
-    if (l.runtime.flowControl !== undefined) metrics.flowControlPriorities([0, ...l.config.objectives.map((o) => o.priority)]);
-  };
+  const countBands = (l: Live): void =>
+    metrics.flowControlPriorities(l.runtime.flowControl === undefined ? [] : [0, ...l.config.objectives.map((o) => o.priority)]);
   countBands(live);
 
   // Anything that could change the dispatch answer re-runs a (coalesced) dispatch cycle.

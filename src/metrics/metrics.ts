@@ -984,6 +984,7 @@ export class GatewayMetrics {
   /** The `inference_pool` label changes on a config reload that renames the pool. */
   setPoolName(name: string): void {
     if (name === this.poolName) return;
+    this.dropUnusedBandSeries(new Set()); // the old name's counters that never counted anything
     this.poolName = name;
     this.fcRequestChildren.clear();
     this.fcQueueDurationChildren.clear();
@@ -1146,7 +1147,20 @@ export class GatewayMetrics {
    * rate() and increase() cannot see — the first requests a band drops would read as none.
    */
   flowControlPriorities(priorities: Iterable<number>): void {
-    for (const priority of priorities) for (const outcome of FLOW_OUTCOMES) this.fcRequestChild(outcome, priority);
+    const configured = new Set(priorities);
+    this.dropUnusedBandSeries(configured);
+    for (const priority of configured) for (const outcome of FLOW_OUTCOMES) this.fcRequestChild(outcome, priority);
+  }
+
+  /** The series still at 0 of priorities not in `keep` (a band a reload removed, or all when flow control went off). */
+  private dropUnusedBandSeries(keep: ReadonlySet<number>): void {
+    for (const [outcome, byPriority] of this.fcRequestChildren) {
+      for (const [priority, child] of byPriority) {
+        if (keep.has(priority) || child.current().value !== 0) continue;
+        this.flowControlRequestsTotal.remove(outcome, String(priority), this.poolName);
+        byPriority.delete(priority);
+      }
+    }
   }
 
   private fcRequestChild(outcome: FlowControlOutcome, priority: number): ValueSeries {

@@ -640,15 +640,24 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
    */
   private wholeEvents(buf: Buffer): Buffer {
     const events = (this.partialEvent ??= new HeldTail(lastEventEnd, 1));
-    const out = events.push(buf);
     const { ctx } = this;
+    if (ctx.sseMidEvent && events.length === 0) {
+      // The rest of an event relayed as it comes (below): passed on uncopied up to the last boundary.
+      const end = lastEventEnd(buf);
+      if (end === 0) return buf;
+      ctx.sseMidEvent = false;
+      if (end === buf.length) return buf;
+      events.push(buf.subarray(end)); // (holds it: no boundary after `end`)
+      return buf.subarray(0, end);
+    }
+    const out = events.push(buf);
     if (out.length > 0) {
       ctx.sseMidEvent = false;
       return out;
     }
-    // No boundary yet: hold it, unless an event grows past any sensible size, or part of it went
-    // out already (then relay as it comes: what is held back would be lost to a failure).
-    if (events.length > 0 && (ctx.sseMidEvent || events.length > MAX_HELD_EVENT)) {
+    // No boundary yet: hold it, unless the event grows past any sensible size (then it is relayed as
+    // it comes, above: holding more back would only lose more of it to a failure).
+    if (events.length > MAX_HELD_EVENT) {
       ctx.sseMidEvent = true;
       return events.take();
     }

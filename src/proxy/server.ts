@@ -49,7 +49,7 @@ export class ApiServer {
   active = 0;
   draining = false;
   /** Draining: each connection's answer made its last (`Connection: close`), see closeWith. */
-  private closingAnswers: Map<Duplex, ServerResponse> | undefined = undefined;
+  private closingAnswers: WeakMap<Duplex, ServerResponse> | undefined = undefined;
   private idleWaiters: (() => void)[] = [];
   /** Sluice's own refusals at warn level (debug logging is not needed to see them). */
   readonly refusals: RefusalLog;
@@ -127,6 +127,9 @@ export class ApiServer {
     this.active++;
     trackResponse(res, this.requestEnded);
     if (res.socket === null) watchPipelined(req.socket, res);
+    // Numbered per connection, so the drain knows its last answer (closeWith).
+    const conn = req.socket as Numbered;
+    (res as Numbered)[kAnswerNo] = conn[kAnswerNo] = (conn[kAnswerNo] ?? 0) + 1;
   }
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
@@ -284,20 +287,22 @@ export class ApiServer {
   /** The drain begins: the last answer of each connection, if not yet begun, closes it when done. */
   startDrain(): void {
     this.draining = true;
-    this.closingAnswers = new Map();
-    // Oldest first, so each connection ends up with its newest answer marked.
+    this.closingAnswers = new WeakMap();
+    // Only a connection's newest answer is marked (closeWith).
     for (let c = this.inFlight.oldest; c !== undefined; c = c.newer) this.closeWith(c.res);
     for (let r = this.receiving.oldest; r !== undefined; r = r.newer) this.closeWith(r.res);
   }
 
   /**
-   * Draining: `res` is now its connection's last answer, and only it says `Connection: close` —
-   * Node drops the answers pipelined behind one that closes its connection. One marked before it
-   * on that connection is unmarked, unless its head is written already: then a request pipelined
-   * behind it is answered in vain, as with any HTTP/1.1 server closing a connection.
+   * Draining: when `res` is its connection's last answer so far, only it says `Connection: close` —
+   * Node drops the answers pipelined behind one that closes its connection (a finished one too,
+   * such as a /health queued behind a stream). One marked before it on that connection is
+   * unmarked, unless its head is written already: then a request pipelined behind it is answered in
+   * vain, as with any HTTP/1.1 server closing a connection.
    */
   private closeWith(res: ServerResponse): void {
     const socket = res.req.socket;
+    if ((res as Numbered)[kAnswerNo] !== (socket as Numbered)[kAnswerNo]) return;
     const before = this.closingAnswers!.get(socket);
     if (before !== undefined && !before.headersSent) before.shouldKeepAlive = true;
     if (res.headersSent || !res.shouldKeepAlive) this.closingAnswers!.delete(socket);
@@ -446,6 +451,10 @@ export class ApiServer {
 }
 
 /** A request whose body is still arriving, in the server's `receiving` list. */
+/** The number of a connection's latest answer, on the connection, and of each answer, on it. */
+const kAnswerNo = Symbol('sluice.answerNo');
+type Numbered = { [kAnswerNo]?: number };
+
 interface ReceivingBody {
   readonly res: ServerResponse;
   readonly requestId: string;

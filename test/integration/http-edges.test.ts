@@ -326,6 +326,29 @@ for (const [what, extra, statuses] of [
   });
 }
 
+for (const [what, second, status] of [
+  ['GET /health', 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n', '200'],
+  ['invalid JSON', 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 3\r\n\r\n{x}', '400'],
+] as const) {
+  test(`a request in flight, then ${what} pipelined behind it (answered at once, waiting its turn), then the drain: both answers reach the client`, async () => {
+    const held: (() => void)[] = [];
+    const backend = await startFakeBackend((r, res) => held.push(() => okJson(r, res)));
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+      const { socket: s, received, closed } = await connectRaw(gw.apiPort);
+      s.write(post('/v1/chat/completions').replace('connection: close\r\n', '') + second);
+      await until(() => held.length === 1, 3000, 'the first request at the model server');
+      await until(async () => (await debugRequests(gw)).total === 1, 3000, 'the second answered, waiting behind the first');
+      const closing = gw.close();
+      await until(async () => (await request(`${gw.metricsUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
+      held[0]!();
+      await closing;
+      await closed;
+      const answers = received().split(/(?=HTTP\/1\.1 )/);
+      assert.deepEqual(answers.map((a) => a.slice(9, 12)), ['200', status], received());
+    });
+  });
+}
+
 test('a malformed request pipelined behind a streaming answer: the whole stream first, then the 400, then the connection closes', async () => {
   const fleet = await startFleet(1, { itlMs: 50, ttftOverheadMs: 1 });
   try {

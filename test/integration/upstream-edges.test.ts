@@ -202,6 +202,37 @@ test('an event too long to hold back (over 1 MiB) cut by a reset: every byte of 
   });
 });
 
+test('after an event too long to hold back ends, events are whole again: the next one split across reads is held, and a failure gets its own error event', async () => {
+  const piece = 'x'.repeat(256 * 1024);
+  const big = `data: {"choices":[{"delta":{"content":"${piece.repeat(5)}"}}]}\n\n`;
+  const server = await rawServer((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n');
+    // Five writes of the long event (past 1 MiB: relayed as it comes), the sixth ends it and starts the next.
+    const writes = [0, 1, 2, 3, 4].map((i) => big.slice(i * piece.length, (i + 1) * piece.length));
+    writes.push(big.slice(5 * piece.length) + EVENT.slice(0, 30), EVENT.slice(30), EVENT.slice(0, 20));
+    let n = 0;
+    const next = () => (n < writes.length ? s.write(chunk(writes[n++]!), () => setTimeout(next, 20)) : setTimeout(() => s.resetAndDestroy(), 50));
+    next();
+  });
+  await withGateway(server, fleetConfig([{ name: 'e0', port: server.port }]), async (gw) => {
+    const text = await new Promise<string>((resolve, reject) => {
+      const req = http.request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' } }, (res) => {
+        let body = '';
+        res.setEncoding('latin1');
+        res.on('data', (c: string) => (body += c));
+        res.on('aborted', () => reject(new Error(`cut after ${body.length} bytes`)));
+        res.on('end', () => resolve(body));
+      });
+      req.on('error', reject);
+      req.end(STREAM);
+    });
+    assert.ok(text.startsWith(big + EVENT), 'the long event, then the next one whole');
+    // The third event broke off after 20 bytes: dropped, and the error is an event of its own.
+    assert.match(text.slice(big.length + EVENT.length), /^data: \{"error":\{.*"code":502\}\}\n\n$/);
+    await nothingInFlight(gw);
+  });
+});
+
 test('an SSE stream mid-event when the shutdown grace period ends: the client reads the 503 event', async () => {
   const server = await brokenStream(() => undefined);
   await withGateway(server, fleetConfig([{ name: 'e0', port: server.port }]).replace('shutdownGracePeriod: 2s', 'shutdownGracePeriod: 300ms'), async (gw) => {

@@ -157,6 +157,24 @@ describe('GatewayMetrics', () => {
     assert.ok(outcomes.some((s) => s.labels.outcome === 'EvictedTTL' && s.labels.priority === '-1' && s.labels.inference_pool === 'test-pool'));
   });
 
+  test("a band a reload removes, a renamed pool and flow control turned off leave no series that never counted", async () => {
+    const metrics = makeMetrics([]);
+    const series = async () =>
+      samplesOf(await metrics.text(), 'llm_d_epp_flow_control_requests_total')
+        .map((s) => `${s.labels.inference_pool}/${s.labels.priority}/${s.labels.outcome}=${s.value}`)
+        .filter((s) => s.endsWith('=1') || s.includes('/Dispatched='));
+    metrics.flowControlPriorities([0, -1]);
+    metrics.flowControlOutcome('EvictedTTL', -1, 'f', 1);
+    assert.deepEqual(await series(), ['test-pool/0/Dispatched=0', 'test-pool/-1/Dispatched=0', 'test-pool/-1/EvictedTTL=1']);
+    metrics.flowControlPriorities([0]); // a reload removed the band of -1: what it counted stays
+    assert.deepEqual(await series(), ['test-pool/0/Dispatched=0', 'test-pool/-1/EvictedTTL=1']);
+    metrics.setPoolName('renamed');
+    metrics.flowControlPriorities([0]);
+    assert.deepEqual(await series(), ['test-pool/-1/EvictedTTL=1', 'renamed/0/Dispatched=0']);
+    metrics.flowControlPriorities([]); // flow control off
+    assert.deepEqual(await series(), ['test-pool/-1/EvictedTTL=1']);
+  });
+
   test('records scheduler, datalayer, retry and disaggregation counters', async () => {
     const metrics = makeMetrics([]);
     metrics.schedulerDuration(0.00003);
