@@ -333,7 +333,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const displayHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
   // Said at start: llm-d and GIE leave flow control off, so a team moving over should see it is on.
   const flowControl = featureEnabled(live.config, 'flowControl') ? 'on' : 'off';
-  logger.info({ apiPort, metricsPort, endpoints: pool.endpoints.length, flowControl }, 'sluice gateway listening');
+  logger.info({ apiPort, metricsPort, endpoints: pool.endpoints.length, flowControl, digest: effectiveConfigDigest(loaded.config) }, 'sluice gateway listening');
 
   let closing: Promise<void> | undefined;
   return {
@@ -367,7 +367,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       upstreams.retain(pool.endpoints); // pools of removed endpoints close once their requests finish
       live = nextLive;
       metrics.configRestartNeeded(restartOnly.length > 0);
-      metrics.configInForce(effectiveConfigDigest(config));
+      const digest = effectiveConfigDigest(config);
+      metrics.configInForce(digest);
       const [oldQueue, newQueue] = [previous.runtime.flowControl, live.runtime.flowControl];
       if (oldQueue && newQueue) oldQueue.handOver(newQueue);
       else oldQueue?.dispatchAll(); // flow control turned off: nothing may stay queued
@@ -383,7 +384,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         scraper.start();
       }
       for (const w of next.warnings ?? []) logger.warn({ config: formatProblem(w) }, 'config warning');
-      logger.info({ endpoints: pool.endpoints.length, file: next.file }, 'config reloaded');
+      logger.info({ endpoints: pool.endpoints.length, file: next.file, digest }, 'config reloaded');
     },
     close() {
       closing ??= (async () => {

@@ -462,6 +462,9 @@ ${extra}`;
       assert.equal(await reloader.reloadNow('file change'), true);
       assert.equal(await reloader.reloadNow('SIGHUP'), true);
       assert.deepEqual([applied(), unchanged()], [1, 2]);
+      // The log line names the configuration in force as sluice_config_info does.
+      const info = /sluice_config_info\{digest="([^"]+)"\} 1/.exec(await (await request(`${gw.metricsUrl}/metrics`)).body.text());
+      assert.equal(lines().find((l) => l.msg === 'config reloaded')?.digest, info?.[1]);
       // Comments and key order change nothing in force either.
       writeFileSync(file, `# edited\n${readFileSync(file, 'utf8')}`);
       assert.equal(await reloader.reloadNow('file change'), true);
