@@ -208,7 +208,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
   });
   const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
-  metrics.configInForce(effectiveConfigDigest(loaded.config));
+  const startDigest = effectiveConfigDigest(loaded.config);
+  metrics.configInForce(startDigest);
   const build = (config: SluiceConfig, previous?: Live): Live => {
     const before = previous && { plugins: previous.plugins, queue: previous.runtime.flowControl, replacedEndpoints: movedEndpoints(previous.config, config) };
     const { runtime, detector, plugins } = buildRuntime(config, registry, pool, clock, random, logger, metrics, before);
@@ -333,7 +334,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const displayHost = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
   // Said at start: llm-d and GIE leave flow control off, so a team moving over should see it is on.
   const flowControl = featureEnabled(live.config, 'flowControl') ? 'on' : 'off';
-  logger.info({ apiPort, metricsPort, endpoints: pool.endpoints.length, flowControl, digest: effectiveConfigDigest(loaded.config) }, 'sluice gateway listening');
+  logger.info({ apiPort, metricsPort, endpoints: pool.endpoints.length, flowControl, digest: startDigest }, 'sluice gateway listening');
 
   let closing: Promise<void> | undefined;
   return {

@@ -923,9 +923,10 @@ export class GatewayMetrics {
 
   /** The Prometheus text exposition of every metric. */
   text(): Promise<string> {
-    this.currentPoolStats = poolStats(this.pool().endpoints, this.now(), this.freshWindowMs());
+    const { endpoints } = this.pool();
+    this.currentPoolStats = poolStats(endpoints, this.now(), this.freshWindowMs());
     const live = new Set<string>();
-    for (const ep of this.pool().endpoints) if (!ep.removed) live.add(ep.name);
+    for (const ep of endpoints) if (!ep.removed) live.add(ep.name);
     this.sweepRemovedEndpoints(live);
     this.endpointFailuresFromZero(live);
     return this.registry.metrics();

@@ -450,11 +450,11 @@ export class ApiServer {
   }
 }
 
-/** A request whose body is still arriving, in the server's `receiving` list. */
 /** The number of a connection's latest answer, on the connection, and of each answer, on it. */
 const kAnswerNo = Symbol('sluice.answerNo');
 type Numbered = { [kAnswerNo]?: number };
 
+/** A request whose body is still arriving, in the server's `receiving` list. */
 interface ReceivingBody {
   readonly res: ServerResponse;
   readonly requestId: string;
