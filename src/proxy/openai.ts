@@ -4,6 +4,7 @@
  */
 import type { ApiKind } from '../scheduling/framework.js';
 import { topLevelMemberText } from './json-member.js';
+import { jsonShapeProblem } from './json-shape.js';
 
 export const API_ROUTES: Readonly<Record<string, ApiKind>> = {
   '/v1/chat/completions': 'chat',
@@ -98,6 +99,8 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
  * in the queue without its parsed form is dispatched (same bytes, same result).
  */
 export function parseOpenAIRequest(api: ApiKind, raw: Buffer): ValidRequest | InvalidRequest {
+  const tooMuch = jsonShapeProblem(raw);
+  if (tooMuch !== undefined) return { message: tooMuch, param: null };
   const text = raw.toString('utf8');
   let body: unknown;
   try {

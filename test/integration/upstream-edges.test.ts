@@ -267,9 +267,8 @@ test('SSE events split across chunks anywhere, \\r\\n line ends included, reach 
 });
 
 for (const connector of ['nixlv2', 'shared-storage']) {
-  test(`${connector}: a body nested too deeply to rewrite for the prefill leg is served decode-only, not a 500`, async () => {
+  test(`${connector}: a body nested 1000 levels deep is served with its prefill leg; one nested deeper is refused 400 before either leg`, async () => {
     const [prefill, decode] = [await startFakeBackend(okJson), await startFakeBackend(okJson)];
-    const { logger, lines } = captureLogger('warn');
     const gw = await gatewayFor(
       fleetConfig(
         [
@@ -289,16 +288,18 @@ schedulingProfiles:
   plugins: [ { pluginRef: prefill-filter } ]
 `,
       ),
-      { logger },
     );
     try {
       await waitForMetrics(gw);
-      const deep = `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":${'['.repeat(20000)}${']'.repeat(20000)}}`;
-      const r = await post(gw, deep);
-      assert.equal(r.status, 200, r.text);
-      assert.equal(prefill.received.length, 0);
-      assert.equal(decode.received.at(-1)?.body, deep, 'the decoder got the bytes as sent');
-      assert.ok(lines().some((l) => l.msg === 'P/D degraded' && /cannot be rewritten for the prefill leg/.test(String(l.reason))));
+      // The body itself is one level: tools nests 999 more.
+      const nested = (depth: number) => `{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":${'['.repeat(depth)}${']'.repeat(depth)}}`;
+      const served = await post(gw, nested(999));
+      assert.equal(served.status, 200, served.text);
+      assert.equal(prefill.received.length, 1, 'the prefill leg ran');
+      const refused = await post(gw, nested(1000));
+      assert.equal(refused.status, 400);
+      assert.match(JSON.parse(refused.text).error.message, /nests arrays and objects more than 1000 levels deep/);
+      assert.deepEqual([prefill.received.length, decode.received.length], [1, 1], 'neither leg saw it');
       await nothingInFlight(gw);
     } finally {
       await gw.close();
