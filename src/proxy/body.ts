@@ -98,10 +98,13 @@ function onData(this: Reading, c: Buffer): void {
   }
 }
 
-/** Room for `needed` bytes: the declared length when it fits, else twice as much, within the limit. */
+/**
+ * Room for `needed` bytes: twice as much, up to the declared length (or the limit). Not the declared
+ * length at once: a client declaring 16 MiB and sending a hundred bytes would make the gateway
+ * reserve 16 MiB for each such connection.
+ */
 function capacityFor(state: BodyState, needed: number): number {
-  if (state.declared >= needed) return state.declared;
-  return Math.min(state.limit, Math.max(MIN_JOINED, needed * 2));
+  return Math.min(state.declared >= needed ? state.declared : state.limit, Math.max(MIN_JOINED, needed * 2));
 }
 
 /** A larger copy of `joined[0, filled)` with `c` appended. */
