@@ -131,3 +131,34 @@ export function topLevelMemberText(text: string, key: string): string | undefine
   if (text.charCodeAt(open) !== OPEN_BRACE || !findMember(text, open, key, scratch) || scratch.start < 0) return undefined;
   return text.slice(scratch.start, scratch.end);
 }
+
+/**
+ * A bound on what `JSON.parse` would build from `text`, checked before it runs. Parsing costs per
+ * array and object, not per byte: 8 MiB of `[[[…]]]` took about a second of the one event loop
+ * (every other request waited), where 8 MiB of prompt text takes 10 ms. OpenAI requests hold a
+ * few thousand arrays and objects at most (messages, content parts, tool schemas), nested a few
+ * dozen deep; vLLM's Python parser refuses nesting near 1 000 levels itself.
+ *
+ * Like the member scan it jumps over strings with `indexOf` (the bulk of a prompt), so it costs
+ * 0.1–1 µs on ordinary bodies. It decides only depth and count: whether the text is valid JSON is
+ * `JSON.parse`'s to say (an unterminated string ends the scan).
+ */
+export const MAX_JSON_DEPTH = 1000;
+export const MAX_JSON_CONTAINERS = 100_000;
+
+/** Why `text` nests too deeply or holds too many arrays and objects; undefined when it does not. */
+export function jsonShapeProblem(text: string, maxDepth = MAX_JSON_DEPTH, maxContainers = MAX_JSON_CONTAINERS): string | undefined {
+  let depth = 0;
+  let containers = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      i = stringEnd(text, i);
+      if (i < 0) return undefined;
+    } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
+      if (++depth > maxDepth) return `request JSON nests arrays and objects more than ${maxDepth} levels deep`;
+      if (++containers > maxContainers) return `request JSON holds more than ${maxContainers} arrays and objects`;
+    } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) depth--;
+  }
+  return undefined;
+}

@@ -3,8 +3,7 @@
  * text the prefix index hashes (reference pd-and-vllm.md §3.2 step 1).
  */
 import type { ApiKind } from '../scheduling/framework.js';
-import { topLevelMemberText } from './json-member.js';
-import { jsonShapeProblem } from './json-shape.js';
+import { jsonShapeProblem, topLevelMemberText } from './json-member.js';
 
 export const API_ROUTES: Readonly<Record<string, ApiKind>> = {
   '/v1/chat/completions': 'chat',
@@ -99,9 +98,9 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
  * in the queue without its parsed form is dispatched (same bytes, same result).
  */
 export function parseOpenAIRequest(api: ApiKind, raw: Buffer): ValidRequest | InvalidRequest {
-  const tooMuch = jsonShapeProblem(raw);
-  if (tooMuch !== undefined) return { message: tooMuch, param: null };
   const text = raw.toString('utf8');
+  const tooMuch = jsonShapeProblem(text);
+  if (tooMuch !== undefined) return { message: tooMuch, param: null };
   let body: unknown;
   try {
     body = JSON.parse(text);

@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import test from 'node:test';
-import { jsonShapeProblem } from '../../src/proxy/json-shape.js';
+import { jsonShapeProblem } from '../../src/proxy/json-member.js';
 import { parseOpenAIRequest } from '../../src/proxy/openai.js';
 
-const shape = (text: string, depth?: number, count?: number) => jsonShapeProblem(Buffer.from(text), depth, count);
+const shape = (text: string, depth?: number, count?: number) => jsonShapeProblem(text, depth, count);
 
 test('jsonShapeProblem: nesting past the depth, or more arrays and objects than the count, is named', () => {
   assert.equal(shape('{"a":[[1]]}', 3), undefined);
@@ -20,7 +20,7 @@ test('jsonShapeProblem: brackets inside strings, escaped quotes included, do not
   assert.equal(shape('{"a":"\\\\\\"[[[["}', 1), undefined);
   assert.equal(shape('{"a":"[[[[', 1), undefined);
   assert.match(shape('{"a":"x","b":[[1]]}', 2)!, /levels deep/, 'counting goes on after a string');
-  // Multi-byte text is skipped like any other: 0x22 and 0x5c never occur inside a UTF-8 sequence.
+  // Text beyond ASCII is skipped like any other.
   assert.equal(shape(JSON.stringify({ content: '日本語[[[[ "quoted" \\ ' }), 1), undefined);
 });
 
