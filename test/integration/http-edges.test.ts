@@ -56,6 +56,15 @@ async function connectRaw(port: number): Promise<{ socket: net.Socket; received:
 const CHAT = '{"model":"m","messages":[{"role":"user","content":"h"}]}';
 const post = (path: string, extra = '') =>
   `POST ${path} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${CHAT.length}\r\nconnection: close\r\n${extra}\r\n${CHAT}`;
+/** The chat request of `post`, keeping its connection alive (for a next request on it). */
+const keepAlivePost = (path = '/v1/chat/completions') => post(path).replace('connection: close\r\n', '');
+
+/** Starts the graceful stop and waits until the gateway says it is draining; `stopped` is the stop. */
+async function startDraining(gw: Gateway): Promise<{ stopped: Promise<void> }> {
+  const stopped = gw.close();
+  await until(async () => (await request(`${gw.metricsUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
+  return { stopped };
+}
 
 async function debugRequests(gw: Gateway): Promise<{ total: number; receivingBodies: number }> {
   return (await request(`${gw.metricsUrl}/debug/requests`)).body.json() as Promise<{ total: number; receivingBodies: number }>;
@@ -249,11 +258,10 @@ test('a request arriving during the drain on a connection kept alive by a stream
     let out = '';
     s.on('data', (c) => (out += c));
     s.on('error', () => undefined);
-    const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
+    const keepAlive = keepAlivePost();
     s.write(keepAlive);
     await until(() => out.includes('data: {"choices":[]}'), 3000, 'the stream has begun');
-    const closing = gw.close();
-    await until(async () => (await request(`${gw.apiUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
+    const { stopped: closing } = await startDraining(gw);
     s.write(keepAlive);
     await closing;
     assert.match(out, /^HTTP\/1\.1 200 [\s\S]*data: \[DONE\][\s\S]*HTTP\/1\.1 503 [\s\S]*x-llm-d-request-dropped-reason: rejected-shutting-down/i);
@@ -277,13 +285,12 @@ test('a request arriving during the drain on an idle keep-alive connection gets 
     s.on('data', (c) => (out += c));
     s.on('close', () => (closedAt = out.length));
     s.on('error', () => undefined);
-    const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
+    const keepAlive = keepAlivePost();
     s.write(keepAlive);
     await until(() => out.startsWith('HTTP/1.1 200 ') && out.endsWith('\r\n0\r\n\r\n'), 3000, 'the first answer arrived: the connection is idle');
     const held = request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'held' }] }) });
     await until(() => releaseHeld !== undefined, 3000, 'a request in flight holds the drain open');
-    const closing = gw.close();
-    await until(async () => (await request(`${gw.metricsUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
+    const { stopped: closing } = await startDraining(gw);
     assert.equal(closedAt, -1, 'the idle connection is still open');
     s.write(keepAlive);
     await until(() => /HTTP\/1\.1 503 /.test(out), 3000, 'the second request is answered');
@@ -295,6 +302,28 @@ test('a request arriving during the drain on an idle keep-alive connection gets 
   });
 });
 
+/**
+ * Sends `requests` pipelined on one connection to a gateway (config `extra`) whose model server holds
+ * every request, waits until `ready`, starts the drain, lets the model server answer: the answers the
+ * client got, in order.
+ */
+async function pipelinedThroughDrain(extra: string, requests: string, ready: (gw: Gateway, held: number) => Promise<boolean>): Promise<string[]> {
+  const held: (() => void)[] = [];
+  const backend = await startFakeBackend((r, res) => held.push(() => okJson(r, res)));
+  let answers: string[] = [];
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], extra), async (gw) => {
+    const { socket: s, received, closed } = await connectRaw(gw.apiPort);
+    s.write(requests);
+    await until(() => ready(gw, held.length), 3000, 'the requests taken');
+    const { stopped: closing } = await startDraining(gw);
+    for (const answer of held) answer();
+    await closing;
+    await closed;
+    answers = received().split(/(?=HTTP\/1\.1 )/);
+  });
+  return answers;
+}
+
 for (const [what, extra, statuses] of [
   ['all three at the model server', '', ['200', '200', '200']],
   [
@@ -305,24 +334,12 @@ for (const [what, extra, statuses] of [
 ] as const) {
   test(`three requests pipelined, then the drain (${what}): every answer reaches the client, only the last closes the connection`, async () => {
     // Node drops the answers queued behind one that closes its connection: only the last may say so.
-    const held: (() => void)[] = [];
-    const backend = await startFakeBackend((r, res) => held.push(() => okJson(r, res)));
-    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], extra), async (gw) => {
-      const { socket: s, received, closed } = await connectRaw(gw.apiPort);
-      const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
-      s.write(keepAlive + keepAlive + keepAlive);
-      await until(() => held.length === statuses.filter((st) => st === '200').length, 3000, 'the requests at the model server');
-      await until(async () => (await debugRequests(gw)).total === 3, 3000, 'all three requests taken');
-      const closing = gw.close();
-      await until(async () => (await request(`${gw.metricsUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
-      for (const answer of held) answer();
-      await closed;
-      await closing;
-      const answers = received().split(/(?=HTTP\/1\.1 )/);
-      assert.deepEqual(answers.map((a) => a.slice(9, 12)), statuses, received());
-      assert.deepEqual(answers.map((a) => /\r\nconnection: close\r\n/i.test(a)), [false, false, true]);
-      for (const a of answers.slice(1)) if (a.startsWith('HTTP/1.1 503')) assert.match(a, /x-llm-d-request-dropped-reason: rejected-shutting-down/i);
-    });
+    const atServer = statuses.filter((st) => st === '200').length;
+    const ready = async (gw: Gateway, held: number) => held === atServer && (await debugRequests(gw)).total === 3;
+    const answers = await pipelinedThroughDrain(extra, keepAlivePost().repeat(3), ready);
+    assert.deepEqual(answers.map((a) => a.slice(9, 12)), statuses, answers.join(''));
+    assert.deepEqual(answers.map((a) => /\r\nconnection: close\r\n/i.test(a)), [false, false, true]);
+    for (const a of answers.slice(1)) if (a.startsWith('HTTP/1.1 503')) assert.match(a, /x-llm-d-request-dropped-reason: rejected-shutting-down/i);
   });
 }
 
@@ -331,21 +348,9 @@ for (const [what, second, status] of [
   ['invalid JSON', 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 3\r\n\r\n{x}', '400'],
 ] as const) {
   test(`a request in flight, then ${what} pipelined behind it (answered at once, waiting its turn), then the drain: both answers reach the client`, async () => {
-    const held: (() => void)[] = [];
-    const backend = await startFakeBackend((r, res) => held.push(() => okJson(r, res)));
-    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-      const { socket: s, received, closed } = await connectRaw(gw.apiPort);
-      s.write(post('/v1/chat/completions').replace('connection: close\r\n', '') + second);
-      await until(() => held.length === 1, 3000, 'the first request at the model server');
-      await until(async () => (await debugRequests(gw)).total === 1, 3000, 'the second answered, waiting behind the first');
-      const closing = gw.close();
-      await until(async () => (await request(`${gw.metricsUrl}/ready`).catch(() => undefined))?.statusCode !== 200, 3000, 'draining');
-      held[0]!();
-      await closing;
-      await closed;
-      const answers = received().split(/(?=HTTP\/1\.1 )/);
-      assert.deepEqual(answers.map((a) => a.slice(9, 12)), ['200', status], received());
-    });
+    // The second is answered as it is parsed, with the first: both are taken once the first is at the model server.
+    const answers = await pipelinedThroughDrain('', keepAlivePost() + second, async (_gw, held) => held === 1);
+    assert.deepEqual(answers.map((a) => a.slice(9, 12)), ['200', status], answers.join(''));
   });
 }
 
@@ -386,7 +391,7 @@ test('a malformed request pipelined behind a request still waiting for its answe
   const backend = await startFakeBackend((r, res) => (answer = () => okJson(r, res)));
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
     const { socket: s, received, closed } = await connectRaw(gw.apiPort);
-    s.write(post('/v1/chat/completions').replace('connection: close\r\n', ''));
+    s.write(keepAlivePost());
     await until(() => answer !== undefined, 3000, 'the request at the model server');
     s.write('GARBAGE /\x00 HTTP/9\r\n\r\n');
     await new Promise((r) => setTimeout(r, 100));
@@ -403,7 +408,7 @@ test('two requests pipelined, then malformed bytes: both answers, in order, then
   const backend = await startFakeBackend(slowJson(50));
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
     const { socket: s, received, closed } = await connectRaw(gw.apiPort);
-    const keepAlive = post('/v1/chat/completions').replace('connection: close\r\n', '');
+    const keepAlive = keepAlivePost();
     s.write(keepAlive + keepAlive + 'GARBAGE /\x00 HTTP/9\r\n\r\n');
     await closed;
     const answers = received().split(/(?=HTTP\/1\.1 )/);
@@ -419,7 +424,7 @@ test('bytes after a request that says Connection: close are ignored: that reques
     for (const [first, after] of [
       [post('/v1/chat/completions'), post('/v1/chat/completions')],
       [post('/v1/chat/completions').replace('HTTP/1.1', 'HTTP/1.0').replace('connection: close\r\n', ''), 'GARBAGE /\x00 HTTP/9\r\n\r\n'],
-      [post('/v1/chat/completions').replace('connection: close\r\n', '') + post('/v1/chat/completions'), post('/v1/chat/completions')],
+      [keepAlivePost() + post('/v1/chat/completions'), post('/v1/chat/completions')],
     ] as const) {
       const { socket: s, received, closed } = await connectRaw(gw.apiPort);
       s.write(first + after);
