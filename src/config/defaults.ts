@@ -141,6 +141,14 @@ export function ensure(input: SluiceConfig, registry: PluginRegistry): { config:
 }
 
 /** Is a feature gate on? Later entries win; unset gates take their default (flowControl: on). */
+/** Whether `featureGates` names `gate` (rather than leaving it at its default). */
+export function featureGateWritten(config: Pick<SluiceConfig, 'featureGates'>, gate: string): boolean {
+  return config.featureGates.some((entry) => {
+    const parsed = parseFeatureGate(entry);
+    return !(parsed instanceof Error) && parsed.name === gate;
+  });
+}
+
 export function featureEnabled(config: Pick<SluiceConfig, 'featureGates'>, gate: string): boolean {
   let enabled = FEATURE_GATE_DEFAULTS[gate] ?? false;
   for (const entry of config.featureGates) {

@@ -6,8 +6,7 @@
 import { createHash } from 'node:crypto';
 import { Document } from 'yaml';
 import type { LoadedConfig, PriorityBandConfig, SluiceConfig } from './types.js';
-import { featureEnabled } from './defaults.js';
-import { parseFeatureGate } from './schema.js';
+import { featureEnabled, featureGateWritten } from './defaults.js';
 import { formatDuration, formatQuantity } from './units.js';
 
 /** A size in its shortest form; plain numbers stay YAML numbers rather than quoted strings. */
@@ -101,7 +100,7 @@ export function effectiveConfigYaml(loaded: LoadedConfig): string {
   header.push(
     !featureEnabled(loaded.config, 'flowControl')
       ? ' flow control: off (featureGates): requests are scheduled at once, never queued'
-      : loaded.config.featureGates.some((g) => (parseFeatureGate(g) as { name?: string }).name === 'flowControl')
+      : featureGateWritten(loaded.config, 'flowControl')
         ? ' flow control: on (featureGates)'
         : ' flow control: on (Sluice\'s default; llm-d\'s is off: featureGates: [flowControl=false] turns it off)',
   );

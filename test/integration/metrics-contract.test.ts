@@ -119,17 +119,15 @@ test("flow control's outcomes read 0 for every configured priority before its fi
   const backend = await startFakeBackend();
   const text = (objectives: string) => fleetConfig([{ name: 'b', port: backend.port }], `objectives:\n${objectives}`);
   await withGateway(backend, text('- { name: batch, priority: -1 }\n'), async (gw) => {
-    const zeroBands = async () => {
-      const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
-      const bands = [...m.matchAll(/^llm_d_epp_flow_control_requests_total\{outcome="EvictedTTL",priority="(-?\d+)",inference_pool="test-pool"\} 0$/gm)].map((x) => x[1]);
-      return bands.sort();
-    };
-    assert.deepEqual(await zeroBands(), ['-1', '0']);
+    const exposition = async () => (await request(`${gw.metricsUrl}/metrics`)).body.text();
+    const zeroBands = (m: string) =>
+      [...m.matchAll(/^llm_d_epp_flow_control_requests_total\{outcome="EvictedTTL",priority="(-?\d+)",inference_pool="test-pool"\} 0$/gm)].map((x) => x[1]).sort();
+    const m = await exposition();
+    assert.deepEqual(zeroBands(m), ['-1', '0']);
     // llm-d's pool gauges, over the endpoint with fresh metrics (the gateway's readiness window).
-    const m = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
     assert.match(m, /^llm_d_epp_ready_endpoints\{name="test-pool"\} 1$/m);
     assert.match(m, /^llm_d_epp_average_kv_cache_utilization\{name="test-pool"\} 0\.1$/m);
     await gw.reload(loadConfigText(text('- { name: batch, priority: -1 }\n- { name: hi, priority: 10 }\n'), 'test.yaml', builtinRegistry()));
-    assert.deepEqual(await zeroBands(), ['-1', '0', '10']);
+    assert.deepEqual(zeroBands(await exposition()), ['-1', '0', '10']);
   });
 });
