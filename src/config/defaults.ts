@@ -140,7 +140,6 @@ export function ensure(input: SluiceConfig, registry: PluginRegistry): { config:
   return { config, injections };
 }
 
-/** Is a feature gate on? Later entries win; unset gates take their default (flowControl: on). */
 /** Whether `featureGates` names `gate` (rather than leaving it at its default). */
 export function featureGateWritten(config: Pick<SluiceConfig, 'featureGates'>, gate: string): boolean {
   return config.featureGates.some((entry) => {
@@ -149,6 +148,7 @@ export function featureGateWritten(config: Pick<SluiceConfig, 'featureGates'>, g
   });
 }
 
+/** Is a feature gate on? Later entries win; unset gates take their default (flowControl: on). */
 export function featureEnabled(config: Pick<SluiceConfig, 'featureGates'>, gate: string): boolean {
   let enabled = FEATURE_GATE_DEFAULTS[gate] ?? false;
   for (const entry of config.featureGates) {

@@ -740,7 +740,6 @@ function checkReferences(
 // ---------------------------------------------------------------------------------------------
 // Warnings
 
-/** `true` when the user's document sets the value at `path`. */
 /**
  * Applies the settings plugin parameters stand for (PluginDefinition.standsFor) to `config`. A
  * setting the user also wrote, or that two plugins set, must get one value: else an error at the
@@ -789,6 +788,7 @@ function setValueAt(root: object, path: readonly string[], value: unknown): void
   if (isPlainObject(parent)) parent[path.at(-1)!] = value;
 }
 
+/** `true` when the user's document sets the value at `path`. */
 function rawHas(raw: Record<string, unknown>, path: readonly PathSegment[]): boolean {
   return valueAt(raw, path) !== undefined;
 }

@@ -113,8 +113,7 @@ const TOKEN_BUCKETS = Array.from({ length: 21 }, (_, i) => 2 ** i);
 const MICRO_BUCKETS_SECONDS = [
   0.00001, 0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1,
 ];
-/** Time spent queued in flow control: 100 µs .. 5 min (TTL default is 60 s). */
-/** llm-d's bounds (0.0001 … 60 s), then 120 and 300 s for Sluice's longer default TTL. */
+/** Time spent queued in flow control: llm-d's bounds (0.0001 … 60 s, the default TTL), then 120 and 300 s for longer TTLs. */
 const QUEUE_BUCKETS_SECONDS = [0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300];
 
 // ---------------------------------------------------------------------------------------------

@@ -169,10 +169,10 @@ const MAX_PREFILL_ANSWER = 4 << 20;
 
 type AttemptResult =
   | { kind: 'done'; status: number }
-  /** `prepared`: the decode leg a prefill leg produced, for the next attempt to reuse. */
   /**
    * `lost`: a connection was made and lost before any answer byte (else none was made); `held`: lost
-   * only after the server had the request for LOST_AT_ONCE_MS or more.
+   * only after the server had the request for LOST_AT_ONCE_MS or more; `prepared`: the decode leg a
+   * prefill leg produced, for the next attempt to reuse.
    */
   | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg };
 

@@ -480,7 +480,6 @@ function originForm(target: string): string {
   }
 }
 
-/** The client's `x-request-id` when it is 1–256 characters (longer ones are not trusted into logs and headers), else a new UUID. */
 /** `the pool stayed saturated: prefill 1.00, decode 0.20; 1 endpoint with stale metrics` ('' without a snapshot). */
 function describeSaturation(s: SaturationSnapshot | undefined): string {
   if (s === undefined) return '';
