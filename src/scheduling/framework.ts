@@ -125,6 +125,14 @@ export interface SchedulingResult {
 /** How a P/D decision is carried out (SPEC §7.4). */
 export type ConnectorName = 'sidecar' | 'nixlv2' | 'shared-storage';
 
+/** One prompt, one sequence (no `n` > 1, no `/v1/completions` prompt batch): what one prefill leg's KV can serve. */
+export function singleSequence(body: Readonly<Record<string, unknown>>): boolean {
+  const n = body.n;
+  if (typeof n === 'number' && n > 1) return false;
+  const prompt = body.prompt;
+  return !(Array.isArray(prompt) && prompt.length > 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])));
+}
+
 /** Decision types of `llm_d_epp_disagg_decision_total{decision_type}` (llm-d names). */
 export type DisaggDecision = 'decode-only' | 'prefill-decode';
 

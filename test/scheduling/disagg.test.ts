@@ -122,6 +122,35 @@ describe('disagg-profile-handler', () => {
     assert.equal(result.disaggregation?.decision, 'decode-only');
   });
 
+  test('prefill choosing the decode endpoint: the next endpoint it scored as high prefills instead (wrapping); none as high → decode-only', () => {
+    const [b0, b1, b2] = ['b0', 'b1', 'b2'].map((n) => makeEndpoint(n, { role: 'prefill-decode' })) as [Endpoint, Endpoint, Endpoint];
+    const prefillRun = (scores: [Endpoint, number][]): ProfileRunResult => ({ targets: [b1], scored: scores.map(([endpoint, score]) => ({ endpoint, score })) });
+    const decide = (run: ProfileRunResult) => drive(handler(recordingDecider(true)), makeRequest(), (p) => (p === 'decode' ? ok(b1) : run)).result.disaggregation;
+    assert.deepEqual(decide(prefillRun([[b0, 2], [b1, 2], [b2, 2]])), { decision: 'prefill-decode', prefill: b2, connector: 'sidecar' });
+    assert.deepEqual(decide(prefillRun([[b0, 2], [b1, 2], [b2, 1]])), { decision: 'prefill-decode', prefill: b0, connector: 'sidecar' });
+    assert.deepEqual(decide(prefillRun([[b0, 1.9], [b1, 2], [b2, 1]])), { decision: 'decode-only', connector: 'sidecar' });
+  });
+
+  test('nixlv2: several sequences (n > 1) or a prompt batch are decode-only, without asking the decider; other connectors disaggregate them', () => {
+    for (const body of [{ n: 2 }, { prompt: ['a', 'b'] }, { prompt: [[1, 2], [3, 4]] }]) {
+      const decider = recordingDecider(true);
+      const req = makeRequest('x', { body });
+      const { rounds, result } = drive(handler(decider, { connector: 'nixlv2' }), req, (p) => ok(p === 'decode' ? d0 : p0));
+      assert.deepEqual(rounds, [['decode']], JSON.stringify(body));
+      assert.equal(decider.calls.length, 0);
+      assert.deepEqual(result.disaggregation, { decision: 'decode-only', connector: 'nixlv2' });
+      for (const connector of ['sidecar', 'shared-storage']) {
+        const other = drive(handler(recordingDecider(true), { connector }), req, (p) => ok(p === 'decode' ? d0 : p0));
+        assert.equal(other.result.disaggregation?.decision, 'prefill-decode', connector);
+      }
+    }
+    // One prompt as token ids, or n = 1, is one sequence.
+    for (const body of [{ prompt: [1, 2, 3] }, { n: 1 }]) {
+      const { result } = drive(handler(recordingDecider(true), { connector: 'nixlv2' }), makeRequest('x', { body }), (p) => ok(p === 'decode' ? d0 : p0));
+      assert.equal(result.disaggregation?.decision, 'prefill-decode', JSON.stringify(body));
+    }
+  });
+
   test('decode finding nothing stops at once: no decider call, no prefill, no decision', () => {
     const decider = recordingDecider(true);
     const { rounds, result } = drive(handler(decider), makeRequest(), () => none);
@@ -360,6 +389,24 @@ schedulingProfiles:
     assert.ok(r.ok);
     assert.equal(r.result.disaggregation?.decision, 'prefill-decode');
     assert.equal(r.result.disaggregation?.prefill?.name, 'prefill-0');
+  });
+
+  test('endpoints that can do both, idle (all tied): each request is prefilled on another endpoint than its decoder, in turn', () => {
+    const text = config('always-disagg-pd-decider').replace(/llm-d\.ai\/role: (prefill|decode)/g, 'llm-d.ai/role: both').replace(
+      '  - { name: decode-0',
+      '  - { name: both-2, address: 10.0.0.3, labels: { llm-d.ai/role: both } }\n  - { name: decode-0',
+    );
+    const { scheduler, endpoints } = built(text);
+    const pairs: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = scheduler.schedule(makeRequest(`distinct prompt ${i} `.repeat(20)), endpoints);
+      assert.ok(r.ok);
+      assert.equal(r.result.disaggregation?.decision, 'prefill-decode');
+      pairs.push(`${r.result.disaggregation?.prefill?.name}>${r.target.name}`);
+    }
+    for (const pair of pairs) assert.notEqual(pair.split('>')[0], pair.split('>')[1], pairs.join(' '));
+    const prefills = new Set(pairs.map((p) => p.split('>')[0]));
+    assert.equal(prefills.size, 3, pairs.join(' '));
   });
 
   test('no prefill endpoint left (e.g. all removed): decode-only, still served', () => {

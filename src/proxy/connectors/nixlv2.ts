@@ -19,8 +19,10 @@
  *    cached (not when the prefill returned no `kv_transfer_params`: the decoder computed the prompt).
  *
  * A request for several sequences (`n` > 1) or several prompts (a `/v1/completions` batch) runs
- * decode-only: one `kv_transfer_params` names the KV of one prompt for one sequence.
+ * decode-only: one `kv_transfer_params` names the KV of one prompt for one sequence. The profile
+ * handler decides so already (SINGLE_SEQUENCE_ONLY); this guard keeps the connector safe on its own.
  */
+import { singleSequence } from '../../scheduling/framework.js';
 import { topLevelMemberText } from '../json-member.js';
 import { decodeOnly, isClientError, jsonBuffer, oneTokenBody, type Connector, type PdInput, type PdStep, type SendPrefill } from './types.js';
 
@@ -97,14 +99,6 @@ export function nixlDecodeBodyBuilder(raw: Buffer, body: Readonly<Record<string,
 /** Body of the decode leg: the client's body plus exactly the prefiller's kv_transfer_params (text). */
 export function nixlDecodeBody(raw: Buffer, body: Readonly<Record<string, unknown>>, kvTransferParams: string): Buffer {
   return nixlDecodeBodyBuilder(raw, body)(kvTransferParams);
-}
-
-/** One prompt, one sequence: what a single prefill leg's KV can serve. */
-function singleSequence(body: Readonly<Record<string, unknown>>): boolean {
-  const n = body.n;
-  if (typeof n === 'number' && n > 1) return false;
-  const prompt = body.prompt;
-  return !(Array.isArray(prompt) && prompt.length > 1 && (typeof prompt[0] === 'string' || Array.isArray(prompt[0])));
 }
 
 function lastNonSpace(buf: Buffer): number {

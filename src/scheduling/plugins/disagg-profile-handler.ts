@@ -9,12 +9,14 @@
  * 4. stop.
  * The decode result is primary (the request goes to the decode endpoint). The result carries
  * `disaggregation`: `prefill-decode` with the prefill endpoint when the prefill profile chose one
- * that is not the decode endpoint itself, otherwise `decode-only` (prefill finding nothing degrades
- * to decode-only). The proxy counts the decision in `llm_d_epp_disagg_decision_total` once per
+ * that is not the decode endpoint itself (when it chose that one, the next endpoint it scored as
+ * high, if any), otherwise `decode-only` (prefill finding nothing degrades to decode-only). The proxy counts the decision in `llm_d_epp_disagg_decision_total` once per
  * request and carries it out with `connector`.
  *
  * APIs: `sidecar` disaggregates chat, completions and responses (as the llm-d routing sidecar);
- * `nixlv2` and `shared-storage` chat and completions; embeddings are always decode-only.
+ * `nixlv2` and `shared-storage` chat and completions; embeddings are always decode-only. Under
+ * `nixlv2`, a request for several sequences (`n` > 1) or prompts (a completions batch) is decode-only:
+ * its prefill leg's `kv_transfer_params` name one prompt's KV for one sequence.
  *
  * Parameters:
  * - `profiles.decode` "decode", `profiles.prefill` "prefill" — profile names (must differ)
@@ -25,6 +27,7 @@
  *   `prefillDeciderPluginName` (not mixed with `profiles`/`deciders`)
  */
 import { z } from 'zod';
+import type { Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition, PluginDeps, PluginReference } from '../../plugins/registry.js';
 import {
   isDecider,
@@ -38,6 +41,8 @@ import {
   type SchedulingProfile,
   type SchedulingRequest,
   type SchedulingResult,
+  type ScoredEndpoint,
+  singleSequence,
 } from '../framework.js';
 
 export const DISAGG_PROFILE_HANDLER_TYPE = 'disagg-profile-handler';
@@ -50,6 +55,9 @@ const DISAGG_APIS: Readonly<Record<ConnectorName, ReadonlySet<ApiKind>>> = {
   nixlv2: new Set<ApiKind>(['chat', 'completions']),
   'shared-storage': new Set<ApiKind>(['chat', 'completions']),
 };
+
+/** Connectors whose prefill leg serves one prompt for one sequence: `n` > 1 and prompt batches are decode-only. */
+const SINGLE_SEQUENCE_ONLY: ReadonlySet<ConnectorName> = new Set<ConnectorName>(['nixlv2']);
 
 /** llm-d's older flat parameters, still accepted by llm-d (not mixed with the nested form). */
 const FLAT_KEYS: Readonly<Record<string, readonly ['profiles' | 'deciders', 'decode' | 'prefill']>> = {
@@ -124,6 +132,7 @@ export class DisaggProfileHandler implements ProfileHandler {
   readonly prefillProfile: string;
   readonly connector: ConnectorName;
   private readonly apis: ReadonlySet<ApiKind>;
+  private readonly singleSequenceOnly: boolean;
 
   constructor(
     readonly name: string,
@@ -135,6 +144,7 @@ export class DisaggProfileHandler implements ProfileHandler {
     this.prefillProfile = params.profiles.prefill;
     this.connector = params.connector;
     this.apis = DISAGG_APIS[params.connector];
+    this.singleSequenceOnly = SINGLE_SEQUENCE_ONLY.has(params.connector);
   }
 
   pickProfiles(
@@ -154,6 +164,7 @@ export class DisaggProfileHandler implements ProfileHandler {
     if (results.has(this.prefillProfile)) return NOTHING;
     const target = decoded.targets[0];
     if (target === undefined || this.decider === undefined || !this.apis.has(req.api)) return NOTHING;
+    if (this.singleSequenceOnly && !singleSequence(req.body)) return NOTHING;
     const prefill = profiles.get(this.prefillProfile);
     if (prefill === undefined) return NOTHING;
     return this.decider.disaggregate(ctx, req, target) ? [prefill] : NOTHING;
@@ -163,14 +174,30 @@ export class DisaggProfileHandler implements ProfileHandler {
     const result: SchedulingResult = { primaryProfile: this.decodeProfile, profileResults: new Map(results) };
     const decode = results.get(this.decodeProfile)?.targets[0];
     if (decode === undefined) return result;
-    const prefill = results.get(this.prefillProfile)?.targets[0];
-    // Prefilling on the decode endpoint itself would only add a round trip.
+    const prefillRun = results.get(this.prefillProfile);
+    let prefill = prefillRun?.targets[0];
+    // Prefilling on the decode endpoint itself would only add a round trip; another endpoint the
+    // prefill profile scored as high serves as well (endpoints that can do both, tied: both profiles
+    // would otherwise take the same turn of their picker every time).
+    if (prefill === decode && prefillRun?.scored !== undefined) prefill = nextAsGood(prefillRun.scored, decode);
     result.disaggregation =
       prefill !== undefined && prefill !== decode
         ? { decision: 'prefill-decode', prefill, connector: this.connector }
         : { decision: 'decode-only', connector: this.connector };
     return result;
   }
+}
+
+/** The first endpoint after `taken` (in `scored`'s order, wrapping) scored at least as high as it; undefined when none is. */
+function nextAsGood(scored: readonly ScoredEndpoint[], taken: Endpoint): Endpoint | undefined {
+  const at = scored.findIndex((s) => s.endpoint === taken);
+  if (at < 0) return undefined;
+  const bar = scored[at]!.score;
+  for (let k = 1; k < scored.length; k++) {
+    const s = scored[(at + k) % scored.length]!;
+    if (s.score >= bar) return s.endpoint;
+  }
+  return undefined;
 }
 
 export const disaggProfileHandlerDefinition: PluginDefinition<DisaggProfileHandlerParams> = {
