@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import type { ApiKind } from '../scheduling/framework.js';
 
 export const DROPPED_REASON_HEADER = 'x-llm-d-request-dropped-reason';
 
@@ -48,6 +49,16 @@ export class GatewayError extends Error {
 
 export function errorBody(status: number, message: string, param: string | null = null): string {
   return JSON.stringify({ error: { message, type: errorType(status), param, code: status } });
+}
+
+/**
+ * The last events of an SSE answer the gateway ends with an error (its status line already sent): the
+ * §5 body as an event, then `data: [DONE]` for the chat and completions APIs, as vLLM ends a stream
+ * it failed (the Responses API's typed events have no `[DONE]`).
+ */
+export function sseErrorEnd(api: ApiKind, status: number, message: string): string {
+  const event = `data: ${errorBody(status, message)}\n\n`;
+  return api === 'responses' ? event : `${event}data: [DONE]\n\n`;
 }
 
 /** A whole §5 error response as raw HTTP, for a socket that has no ServerResponse (malformed HTTP, CONNECT); it closes the connection. */

@@ -26,7 +26,7 @@ import type { Pool } from '../datalayer/pool.js';
 import type { Disaggregation, SchedulingRequest, SchedulingResult } from '../scheduling/framework.js';
 import type { DecisionTrace, SchedulingOutcome } from '../scheduling/scheduler.js';
 import type { Clock } from '../util/clock.js';
-import { errorBody, sendError } from './errors.js';
+import { sendError, sseErrorEnd } from './errors.js';
 import { clientResponseHeaders, rawClientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { ModelRequestMetrics } from '../metrics/metrics.js';
@@ -750,7 +750,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
     // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
-    else if (this.sse && !ctx.sseMidEvent) res.end(`data: ${errorBody(status, `upstream ${ep.name} ${what}`)}\n\n`);
+    else if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));
     else res.destroy();
     this.done({ kind: 'done', status });
   }

@@ -13,7 +13,7 @@ import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody } from './body.js';
-import { GatewayError, answerClientError, errorBody, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError } from './errors.js';
+import { GatewayError, answerClientError, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError, sseErrorEnd } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
@@ -330,7 +330,7 @@ export class ApiServer {
       c.endedByGateway = true;
       interruptWatcher(res);
       if (!res.headersSent) refuse(res, c.requestId);
-      else if (c.sseAnswer && !c.sseMidEvent) res.end(`data: ${errorBody(503, message)}\n\n`);
+      else if (c.sseAnswer && !c.sseMidEvent) res.end(sseErrorEnd(c.sreq.api, 503, message));
     }
     // Still uploading: not yet a request of any model, but answered all the same.
     for (let r = this.receiving.oldest; r !== undefined; r = r.newer) {

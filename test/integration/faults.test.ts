@@ -482,7 +482,7 @@ schedulingProfiles:
     await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
       const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat('x', { stream: true }));
       assert.equal(r.status, 200);
-      assert.match(r.text, /data: \{"error":\{.*"code":502/);
+      assert.match(r.text, /data: \{"error":\{.*"code":502\}\}\n\ndata: \[DONE\]\n\n$/);
       assert.equal(gw.pool.endpoints[0]!.inFlight, 0);
       // The client got a broken answer whatever its status line said: an error to alert on.
       const lines = (await (await request(`${gw.metricsUrl}/metrics`)).body.text()).split('\n');

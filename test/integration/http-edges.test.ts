@@ -467,7 +467,8 @@ describe('a model server that stalls its answer past upstream.bodyTimeout: 504 (
       assert.equal(r.statusCode, 200);
       const text = await r.body.text();
       assert.match(text, /"content":"a"/);
-      assert.match(text, /data: \{"error":\{[^}]*"type":"GatewayTimeoutError","param":null,"code":504\}\}\n\n$/);
+      // Then `[DONE]`, as vLLM ends a stream it failed (clients that read to it do not hang on a bare end).
+      assert.match(text, /data: \{"error":\{[^}]*"type":"GatewayTimeoutError","param":null,"code":504\}\}\n\ndata: \[DONE\]\n\n$/);
     });
   });
 });

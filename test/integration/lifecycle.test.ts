@@ -733,7 +733,7 @@ describe('graceful drain', () => {
       assert.match(JSON.parse(json.text).error.message, /shutting down and its shutdown grace period is over/);
       const sse = await streaming;
       assert.equal(sse.status, 200);
-      assert.match(sse.text, /^data: \{"choices".*\n\ndata: \{"error":\{"message":"the gateway is shutting down and its shutdown grace period is over".*"code":503\}\}\n\n$/s);
+      assert.match(sse.text, /^data: \{"choices".*\n\ndata: \{"error":\{"message":"the gateway is shutting down and its shutdown grace period is over".*"code":503\}\}\n\ndata: \[DONE\]\n\n$/s);
       assert.ok(lines().some((l) => l.msg === 'shutdown grace period over: requests still in flight were ended with 503' && l.requests === 2));
       const m = await metricsBefore.text();
       assert.match(m, /llm_d_epp_request_error_total\{model_name="m",target_model_name="m",error_code="503"\} 2/);
@@ -779,8 +779,8 @@ describe('graceful drain', () => {
       s.resume();
       await closing;
       await closed;
-      // The last chunk of the (chunked) answer is the error event, then the answer's end.
-      assert.match(text.slice(-400), /data: \{"error":\{"message":"the gateway is shutting down and its shutdown grace period is over"[^\n]*\n\n\r\n0\r\n\r\n$/);
+      // The last chunk of the (chunked) answer is the error event and `[DONE]`, then the answer's end.
+      assert.match(text.slice(-400), /data: \{"error":\{"message":"the gateway is shutting down and its shutdown grace period is over"[^\n]*\n\ndata: \[DONE\]\n\n\r\n0\r\n\r\n$/);
     } finally {
       await gw.close();
       await a.close();

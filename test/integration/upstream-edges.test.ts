@@ -228,7 +228,7 @@ test('after an event too long to hold back ends, events are whole again: the nex
     });
     assert.ok(text.startsWith(big + EVENT), 'the long event, then the next one whole');
     // The third event broke off after 20 bytes: dropped, and the error is an event of its own.
-    assert.match(text.slice(big.length + EVENT.length), /^data: \{"error":\{.*"code":502\}\}\n\n$/);
+    assert.match(text.slice(big.length + EVENT.length), /^data: \{"error":\{.*"code":502\}\}\n\ndata: \[DONE\]\n\n$/);
     await nothingInFlight(gw);
   });
 });

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { lastEventEnd, sseFieldBegins } from '../../src/proxy/forward.js';
+import { sseErrorEnd } from '../../src/proxy/errors.js';
 
 test('lastEventEnd: past the last blank line, whatever the SSE line ends (LF, CR LF, CR)', () => {
   const end = (s: string) => lastEventEnd(Buffer.from(s, 'latin1'));
@@ -28,4 +29,11 @@ test('sseFieldBegins: an event begins at the first field line, past comments and
   assert.deepEqual(begins(': pi', 'ng: data: x\r\n', '\r\n', 'event: e\n'), [false, false, false, true], 'a comment cut across chunks');
   assert.deepEqual(begins(':\r:\n\r\n', 'id: 1\n'), [false, true]);
   assert.deepEqual(begins('\n'), [false]);
+});
+
+test("sseErrorEnd: the §5 error as an event, then [DONE] as vLLM ends a failed chat or completions stream; none after the Responses API's typed events", () => {
+  const event = 'data: {"error":{"message":"cut","type":"BadGatewayError","param":null,"code":502}}\n\n';
+  assert.equal(sseErrorEnd('chat', 502, 'cut'), `${event}data: [DONE]\n\n`);
+  assert.equal(sseErrorEnd('completions', 502, 'cut'), `${event}data: [DONE]\n\n`);
+  assert.equal(sseErrorEnd('responses', 502, 'cut'), event);
 });
