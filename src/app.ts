@@ -217,9 +217,13 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     return { config, runtime, detector, plugins, staleMs, readyMs: readinessWindowMs(config, staleMs) };
   };
   let live = build(loaded.config);
-  const countBands = (l: Live): void =>
+  /** The labelled counters the configuration in force can move, started at 0. */
+  const countFromZero = (l: Live): void => {
     metrics.flowControlPriorities(l.runtime.flowControl === undefined ? [] : [0, ...l.config.objectives.map((o) => o.priority)]);
-  countBands(live);
+    const connector = l.runtime.scheduler.handler.disaggregatesWith;
+    metrics.pdConnectors(connector === undefined ? [] : [connector]);
+  };
+  countFromZero(live);
 
   // Anything that could change the dispatch answer re-runs a (coalesced) dispatch cycle.
   pool.onChange(() => live.runtime.flowControl?.kick());
@@ -375,7 +379,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       else oldQueue?.dispatchAll(); // flow control turned off: nothing may stay queued
       models.invalidate();
       metrics.setPoolName(config.pool.name);
-      countBands(live);
+      countFromZero(live);
       const m = (c: SluiceConfig) => c.pool.metrics;
       const [before, after] = [m(previous.config), m(config)];
       if (before.interval !== after.interval || before.timeout !== after.timeout || before.path !== after.path || before.maxBytes !== after.maxBytes) {

@@ -573,6 +573,8 @@ export class GatewayMetrics {
   private readonly pollErrorChildren = new Map<string, CounterChild>();
   private readonly retryChildren = new Map<string, CounterChild>();
   private readonly degradedChildren = new Map<string, CounterChild>();
+  /** Connectors whose degraded count is above 0 (their series stays whatever the configuration). */
+  private readonly degradedCounted = new Set<string>();
   private readonly firstByteSeries = new Map<string, HistogramSeries>();
   private readonly upstreamErrorChildren = new Map<string, Map<UpstreamErrorKind, CounterChild>>();
   /** Endpoints out of the pool at the previous exposition: their series go at the next one. */
@@ -1114,6 +1116,22 @@ export class GatewayMetrics {
   /** A request decided prefill-decode was served decode-only after all. */
   pdDegraded(connector: string): void {
     cachedCounterChild(this.degradedChildren, this.pdDegradedTotal, connector).inc();
+    this.degradedCounted.add(connector);
+  }
+
+  /**
+   * The connectors P/D decisions are carried out with now (at start and on reload): their degraded
+   * count starts at 0, so `rate()` sees the first fallback; a connector's series still at 0 goes
+   * when the configuration stops using it.
+   */
+  pdConnectors(inUse: Iterable<string>): void {
+    const keep = new Set(inUse);
+    for (const connector of this.degradedChildren.keys()) {
+      if (keep.has(connector) || this.degradedCounted.has(connector)) continue;
+      this.pdDegradedTotal.remove(connector);
+      this.degradedChildren.delete(connector);
+    }
+    for (const connector of keep) cachedCounterChild(this.degradedChildren, this.pdDegradedTotal, connector).inc(0);
   }
 
   /** A request moved off this endpoint because connecting to it failed. */

@@ -163,6 +163,8 @@ export interface ProfileHandler extends Plugin {
     profiles: ReadonlyMap<string, SchedulingProfile>,
     results: ReadonlyMap<string, ProfileRunResult>,
   ): SchedulingProfile[];
+  /** The connector its prefill/decode decisions are carried out with; undefined when it never disaggregates. */
+  readonly disaggregatesWith?: ConnectorName;
   /** Chooses the primary profile once no more profiles are to run. */
   processResults(req: SchedulingRequest, results: ReadonlyMap<string, ProfileRunResult>): SchedulingResult;
 }

@@ -310,6 +310,8 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
   test('prefill 500 → served decode-only with the original body', async () => {
     const f = await pdFleet({ prefill: errorWith(500) });
     try {
+      // Counted from 0 before the first fallback, so rate() sees it.
+      assert.equal(sample(await metricsText(f.gw), 'sluice_pd_degraded_total', 'connector="nixlv2"'), 0);
       const raw = JSON.stringify(chatBody(longPrompt('p500')));
       const r = await post(f.gw, raw);
       assert.equal(r.status, 200);

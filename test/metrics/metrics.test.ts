@@ -175,6 +175,19 @@ describe('GatewayMetrics', () => {
     assert.deepEqual(await series(), ['test-pool/-1/EvictedTTL=1']);
   });
 
+  test('P/D fallbacks count from 0 for the connector in use; a connector no longer used keeps its series only if it counted', async () => {
+    const metrics = makeMetrics([]);
+    const series = async () => samplesOf(await metrics.text(), 'sluice_pd_degraded_total').map((s) => `${s.labels.connector}=${s.value}`);
+    assert.deepEqual(await series(), []);
+    metrics.pdConnectors(['nixlv2']);
+    assert.deepEqual(await series(), ['nixlv2=0']);
+    metrics.pdDegraded('nixlv2');
+    metrics.pdConnectors(['sidecar']); // a reload changed the connector
+    assert.deepEqual(await series(), ['nixlv2=1', 'sidecar=0']);
+    metrics.pdConnectors([]); // P/D off
+    assert.deepEqual(await series(), ['nixlv2=1']);
+  });
+
   test('records scheduler, datalayer, retry and disaggregation counters', async () => {
     const metrics = makeMetrics([]);
     metrics.schedulerDuration(0.00003);

@@ -133,6 +133,7 @@ export class DisaggProfileHandler implements ProfileHandler {
   readonly connector: ConnectorName;
   private readonly apis: ReadonlySet<ApiKind>;
   private readonly singleSequenceOnly: boolean;
+  readonly disaggregatesWith: ConnectorName | undefined;
 
   constructor(
     readonly name: string,
@@ -145,6 +146,7 @@ export class DisaggProfileHandler implements ProfileHandler {
     this.connector = params.connector;
     this.apis = DISAGG_APIS[params.connector];
     this.singleSequenceOnly = SINGLE_SEQUENCE_ONLY.has(params.connector);
+    this.disaggregatesWith = decider !== undefined ? params.connector : undefined;
   }
 
   pickProfiles(
