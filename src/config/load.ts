@@ -340,7 +340,10 @@ export function loadConfigText(text: string, file: string, registry: PluginRegis
   const ensured = ensure(config, registry);
   checkReferences(raw, ensured.config, registry, sink, pluginState, flowControlValid, detectorRefPath);
   collectWarnings(raw, ensured.config, sink);
-  if (sink.problems.length === 0) collectPluginWarnings(raw, ensured.config, registry, sink);
+  if (sink.problems.length === 0) {
+    collectPluginWarnings(raw, ensured.config, registry, sink);
+    collectEmptyProfileWarnings(raw, ensured.config, registry, sink);
+  }
 
   if (sink.problems.length > 0) throw new ConfigError(sortProblems(sink.problems));
   return { file, config: ensured.config, injections: ensured.injections, warnings: sortProblems(sink.warnings), ...(empty ? { empty } : {}) };
@@ -800,7 +803,7 @@ function rawHas(raw: Record<string, unknown>, path: readonly PathSegment[]): boo
 function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfig, registry: PluginRegistry, sink: ProblemSink): void {
   const rawPlugins = Array.isArray(raw.plugins) ? raw.plugins : [];
   const declaredNames = new Set(rawPlugins.map((p) => (isPlainObject(p) ? (p.name ?? p.type) : undefined)).filter((n): n is string => typeof n === 'string'));
-  const context = { metricsIntervalMs: config.pool.metrics.interval, declaredNames };
+  const context = { metricsIntervalMs: config.pool.metrics.interval, declaredNames, profileNames: new Set(config.schedulingProfiles.map((p) => p.name)) };
   for (const spec of config.plugins) {
     const def = registry.get(spec.type);
     if (def?.configWarnings === undefined) continue;
@@ -817,6 +820,35 @@ function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfi
       sink.warn(at, w.message);
     }
   }
+}
+
+/**
+ * A profile the user wrote whose label filters (PluginDefinition.keepsByLabels) keep none of the
+ * endpoints in pool.endpoints never picks one: a P/D prefill profile then serves every request
+ * decode-only, any other refuses its requests. Most often a role label missing or misspelt.
+ */
+function collectEmptyProfileWarnings(raw: Record<string, unknown>, config: SluiceConfig, registry: PluginRegistry, sink: ProblemSink): void {
+  const endpoints = config.pool.endpoints;
+  if (endpoints.length === 0 || !Array.isArray(raw.schedulingProfiles)) return;
+  const specs = new Map(config.plugins.map((s) => [s.name, s]));
+  raw.schedulingProfiles.forEach((rawProfile, i) => {
+    const profile = isPlainObject(rawProfile) ? config.schedulingProfiles.find((p) => p.name === rawProfile.name) : undefined;
+    if (profile === undefined) return;
+    let kept = endpoints.map((e) => e.labels);
+    for (const { pluginRef } of profile.plugins) {
+      const spec = specs.get(pluginRef);
+      const keeps = spec === undefined ? undefined : registry.get(spec.type)?.keepsByLabels;
+      if (keeps === undefined) continue;
+      kept = kept.filter((labels) => keeps(spec!.parameters, labels));
+      if (kept.length > 0) continue;
+      const n = endpoints.length;
+      sink.warn(
+        ['schedulingProfiles', i, 'name'],
+        `profile ${JSON.stringify(profile.name)} can pick none of the ${n} endpoint${n === 1 ? '' : 's'} in pool.endpoints: ${pluginRef} keeps none${pluginRef === profile.plugins[0]?.pluginRef ? '' : ' of what the filters before it keep'} (check the endpoints' labels); as a P/D prefill profile it serves every request decode-only, otherwise its requests are refused`,
+      );
+      return;
+    }
+  });
 }
 
 function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sink: ProblemSink): void {

@@ -80,6 +80,11 @@ export interface PluginDefinition<P = unknown> {
    */
   configWarnings?(params: P, context: PluginConfigContext): PluginConfigWarning[];
   /**
+   * A filter that decides by an endpoint's labels alone: whether it keeps an endpoint with these
+   * labels. The loader warns about a profile whose filters keep none of the configured endpoints.
+   */
+  keepsByLabels?(params: P, labels: Readonly<Record<string, string>>): boolean;
+  /**
    * The plugin's parameters configure plugins of another type (an llm-d data producer whose work
    * that type does here): the loader copies them into each declared plugin of type `to` whose
    * parameter `referencedBy` names this one or is unset; that plugin's own values win. When none
@@ -111,6 +116,8 @@ export interface PluginConfigContext {
   metricsIntervalMs: number;
   /** The names of the plugins declared in the file (a parameter naming another plugin is checked against them). */
   declaredNames?: ReadonlySet<string>;
+  /** The names of the scheduling profiles. */
+  profileNames?: ReadonlySet<string>;
 }
 
 export interface PluginConfigWarning {

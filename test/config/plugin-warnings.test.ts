@@ -54,3 +54,47 @@ describe('plugin warnings: scrape interval against the staleness threshold', () 
     assert.deepEqual(warnings(yaml('pool:', ...ENDPOINTS)), []);
   });
 });
+
+describe('a profile whose label filters keep none of the configured endpoints', () => {
+  const pd = (roles: [string, string], extraFilter = '') =>
+    yaml(
+      'pool:',
+      '  endpoints:',
+      `  - { name: p, address: 127.0.0.1, port: 8001, labels: { ${roles[0]} } }`,
+      `  - { name: d, address: 127.0.0.1, port: 8002, labels: { ${roles[1]} } }`,
+      'plugins:',
+      '- type: prefill-filter',
+      '- type: decode-filter',
+      '- type: always-disagg-pd-decider',
+      '- type: label-selector-filter',
+      '  parameters: { matchLabels: { zone: a } }',
+      '- type: disagg-profile-handler',
+      '  parameters: { deciders: { prefill: always-disagg-pd-decider } }',
+      'schedulingProfiles:',
+      '- name: prefill',
+      `  plugins: [ { pluginRef: prefill-filter }${extraFilter} ]`,
+      '- name: decode',
+      '  plugins: [ { pluginRef: decode-filter } ]',
+    );
+
+  test('a prefill role misspelt in its label key: the prefill profile is flagged at its name, saying what follows', () => {
+    const ws = warnings(pd(['llmd.ai/role: prefill', 'llm-d.ai/role: decode']));
+    assert.equal(ws.length, 1, ws.join('\n'));
+    assert.match(ws[0]!, /^14:9: schedulingProfiles\[0\]\.name: profile "prefill" can pick none of the 2 endpoints in pool\.endpoints: prefill-filter keeps none \(check the endpoints' labels\); as a P\/D prefill profile it serves every request decode-only/);
+  });
+
+  test('a prefill profile with no decider to run it (easily left so when moving from pd-profile-handler) is flagged at the handler', () => {
+    const ws = warnings(pd(['llm-d.ai/role: prefill', 'llm-d.ai/role: decode']).replace('  parameters: { deciders: { prefill: always-disagg-pd-decider } }', '  parameters: { connector: nixlv2 }'));
+    assert.equal(ws.length, 1, ws.join('\n'));
+    assert.match(ws[0]!, /^12:15: plugins\[4\]\.parameters: no deciders\.prefill: P\/D is off, profile "prefill" never runs and every request is served decode-only/);
+  });
+
+  test('roles right: no warning; a label-selector-filter after the role filter that keeps none is named', () => {
+    assert.deepEqual(warnings(pd(['llm-d.ai/role: prefill', 'llm-d.ai/role: decode'])), []);
+    assert.deepEqual(warnings(pd(['llm-d.ai/role: both', 'llm-d.ai/role: decode'])), []);
+    const ws = warnings(pd(['llm-d.ai/role: prefill, zone: b', 'llm-d.ai/role: decode'], ', { pluginRef: label-selector-filter }'));
+    assert.equal(ws.length, 1, ws.join('\n'));
+    assert.match(ws[0]!, /label-selector-filter keeps none of what the filters before it keep/);
+    assert.deepEqual(warnings(pd(['llm-d.ai/role: prefill, zone: a', 'llm-d.ai/role: decode'], ', { pluginRef: label-selector-filter }')), []);
+  });
+});

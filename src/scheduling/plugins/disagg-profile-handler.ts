@@ -208,6 +208,11 @@ export const disaggProfileHandlerDefinition: PluginDefinition<DisaggProfileHandl
   params: disaggProfileHandlerParams,
   references: disaggReferences,
   writtenPath: flatKeyPath,
+  // A prefill profile with no decider to run it: easily left so when moving from pd-profile-handler, which wires one in.
+  configWarnings: (params, { profileNames }) =>
+    params.deciders.prefill === undefined && profileNames?.has(params.profiles.prefill) === true
+      ? [{ message: `no deciders.prefill: P/D is off, profile ${JSON.stringify(params.profiles.prefill)} never runs and every request is served decode-only; name a decider (prefix-based-pd-decider, always-disagg-pd-decider) to disaggregate, or remove the profile` }]
+      : [],
   create: (name, params, deps) => createDisaggHandler(name, params, deps),
 };
 

@@ -93,4 +93,5 @@ export const labelSelectorFilterDefinition: PluginDefinition<LabelSelectorFilter
   kinds: ['filter'],
   params: labelSelectorFilterParams,
   create: (name, params) => new LabelSelectorFilter(name, params),
+  keepsByLabels: (params, labels) => new LabelSelectorFilter('', params).matches(labels),
 };

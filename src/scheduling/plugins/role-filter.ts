@@ -5,7 +5,7 @@
  * Roles are compared normalised (`both` → `prefill-decode`, see Endpoint.role).
  */
 import { z } from 'zod';
-import { ROLE_LABEL, type Endpoint } from '../../datalayer/endpoint.js';
+import { ROLE_LABEL, roleOf, type Endpoint } from '../../datalayer/endpoint.js';
 import type { PluginDefinition } from '../../plugins/registry.js';
 import type { CycleContext, Filter, SchedulingRequest } from '../framework.js';
 
@@ -39,5 +39,6 @@ export function roleFilterDefinition(type: string, roles: readonly string[], all
     kinds: ['filter'],
     params: z.strictObject({}),
     create: (name) => new RoleFilter(type, name, roles, allowsNoLabel),
+    keepsByLabels: (_params, labels) => (labels[ROLE_LABEL] === undefined ? allowsNoLabel : roles.includes(roleOf(labels))),
   };
 }
