@@ -766,10 +766,13 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     if (signal.aborted) return { kind: 'aborted' };
     pool.acquire(prefill);
     pool.promptSent(prefill, promptTokens);
+    // vLLM takes x-request-id as its request's id, and may still hold an earlier prefill leg of this
+    // request under it (its KV kept for a decoder that never pulled it): a retry's leg gets its own.
+    const requestId = ctx.prefillMs === undefined ? ctx.requestId : `${ctx.requestId}-attempt${ctx.attempts}`;
     const started = ctx.clock.now();
     let answered = false;
     try {
-      const headers = upstreamRequestHeaders(ctx.req.headers, ctx.requestId);
+      const headers = upstreamRequestHeaders(ctx.req.headers, requestId);
       const up = await ctx.upstreams.get(prefill).request({ method: 'POST', path: ctx.req.url ?? '/', headers, body, signal });
       answered = true;
       // A prefill answer is one token, sent whole: its status line is its first byte.

@@ -487,17 +487,22 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
     }
   });
 
-  test('a decode endpoint that lost the connection after taking the decode leg: the retry runs a prefill of its own', async () => {
+  test('a decode endpoint that lost the connection after taking the decode leg: the retry runs a prefill of its own, under its own request id', async () => {
     const f = await pdFleet({ decodeCount: 2 });
     try {
       f.decode[1]!.metrics = vllmPage(3); // decode-0 is picked first
       await until(() => f.gw.pool.byName('decode-1')!.metrics?.waiting === 3);
       // decode-0 reads the leg (it may have pulled the KV blocks it names), then its connection drops.
       f.decode[0]!.behave = (_r, res) => res.socket!.destroy();
-      const r = await post(f.gw, chatBody(longPrompt('lost')));
+      const r = await post(f.gw, chatBody(longPrompt('lost')), { 'x-request-id': 'req-lost' });
       assert.equal(r.status, 200, r.text);
       assert.deepEqual([f.decode[0]!.received.length, f.decode[1]!.received.length], [1, 1]);
       assert.equal(f.prefill[0]!.received.length, 2, 'a second prefill leg: the first one\'s KV blocks may be gone');
+      // vLLM takes x-request-id as its request id and may still hold the first leg under it.
+      const ids = (b: { received: { headers: Record<string, unknown> }[] }) => b.received.map((x) => x.headers['x-request-id']);
+      assert.deepEqual(ids(f.prefill[0]!), ['req-lost', 'req-lost-attempt2']);
+      assert.deepEqual([...ids(f.decode[0]!), ...ids(f.decode[1]!)], ['req-lost', 'req-lost']);
+      assert.equal(r.headers['x-request-id'], 'req-lost');
       assert.deepEqual(json(f.decode[1]!.received[0]!).kv_transfer_params, KV_FROM_PREFILL);
       const m = await metricsText(f.gw);
       assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 1, 'counted once per request');
