@@ -1,6 +1,7 @@
 /**
  * Scrapes every pool endpoint's /metrics (SPEC §7.1): one loop per endpoint, the next scrape
- * `intervalMs` after the previous one finished (so a slow server is never hit by overlapping scrapes),
+ * `intervalMs` after the previous one finished (so a slow server is never hit by overlapping scrapes;
+ * after failures in a row, longer: scrapeDelay),
  * an overall time-out covering connect, headers and body, a body-size cap, and every outcome recorded
  * through `pool.recordScrape`. The loops follow the pool: added endpoints start at once, removed
  * ones stop (an in-progress scrape of a removed endpoint is aborted).
@@ -46,6 +47,22 @@ interface ScrapeLoop {
   readonly ep: Endpoint;
   active: boolean;
   timer: NodeJS.Timeout | undefined;
+  /** Scrapes failed in a row (reset by a good one): the next waits longer (scrapeDelay). */
+  failures: number;
+}
+
+/** A failing endpoint is scraped at most this rarely… unless the interval itself is longer. */
+export const SCRAPE_BACKOFF_CAP_MS = 1000;
+
+/**
+ * The pause before an endpoint's next scrape: the interval, doubled for each failure in a row up to
+ * SCRAPE_BACKOFF_CAP_MS. A dead endpoint (refused connections, each a few hundred µs of the event
+ * loop) is stale whatever the rate; at 20 scrapes a second, a hundred of them took half a core.
+ */
+export function scrapeDelay(intervalMs: number, failures: number): number {
+  if (failures === 0) return intervalMs;
+  const cap = Math.max(intervalMs, SCRAPE_BACKOFF_CAP_MS);
+  return Math.min(cap, intervalMs * 2 ** Math.min(failures, 30));
 }
 
 interface InProgressScrape {
@@ -154,7 +171,7 @@ export class Scraper {
     }
     for (const ep of this.pool.endpoints) {
       if (this.loops.has(ep)) continue;
-      const loop: ScrapeLoop = { ep, active: true, timer: undefined };
+      const loop: ScrapeLoop = { ep, active: true, timer: undefined, failures: 0 };
       this.loops.set(ep, loop);
       this.runLoopIteration(loop);
     }
@@ -176,7 +193,8 @@ export class Scraper {
 
   private scheduleNext(loop: ScrapeLoop): void {
     if (!loop.active) return;
-    loop.timer = setTimeout(() => this.runLoopIteration(loop), this.intervalMs);
+    loop.failures = loop.ep.lastError === undefined ? 0 : loop.failures + 1;
+    loop.timer = setTimeout(() => this.runLoopIteration(loop), scrapeDelay(this.intervalMs, loop.failures));
     loop.timer.unref();
   }
 

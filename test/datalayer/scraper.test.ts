@@ -4,7 +4,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from '../../src/datalayer/pool.js';
-import { Scraper, type ScraperOptions } from '../../src/datalayer/scraper.js';
+import { SCRAPE_BACKOFF_CAP_MS, Scraper, scrapeDelay, type ScraperOptions } from '../../src/datalayer/scraper.js';
 import type { Endpoint } from '../../src/datalayer/endpoint.js';
 import { ManualClock, systemClock } from '../../src/util/clock.js';
 
@@ -392,6 +392,36 @@ describe('Scraper loops', () => {
       await scraper.stop();
       await server.close();
     }
+  });
+
+  test('failures in a row double the pause up to the back-off cap; a good scrape restores the interval', async () => {
+    const starts: number[] = [];
+    const server = await startServer((_req, res, n) => {
+      starts.push(Date.now());
+      if (n <= 4) res.writeHead(500).end();
+      else res.end(page(n));
+    });
+    const pool = poolFor(server.port);
+    const scraper = new Scraper(pool, options({ intervalMs: 20 }));
+    const ep = pool.endpoints[0]!;
+    try {
+      scraper.start();
+      await waitFor('two scrapes after the recovery', () => starts.length >= 7, 5000);
+      const gaps = starts.slice(1).map((t, k) => t - starts[k]!);
+      // Timers never fire early: each pause is at least its delay (40, 80, 160, 320 ms, then 20).
+      for (const [k, delay] of [40, 80, 160, 320].entries()) assert.ok(gaps[k]! >= delay - 2, `gap ${k}: ${gaps.join(', ')}`);
+      assert.ok(gaps[5]! < 300, `back to the interval after a good scrape: ${gaps.join(', ')}`);
+      assert.equal(ep.lastError, undefined);
+    } finally {
+      await scraper.stop();
+      await server.close();
+    }
+  });
+
+  test('scrapeDelay: the interval, doubled per failure in a row, capped at 1 s (or the interval when longer)', () => {
+    assert.deepEqual([0, 1, 2, 3, 4, 5, 6, 100].map((f) => scrapeDelay(50, f)), [50, 100, 200, 400, 800, 1000, 1000, 1000]);
+    assert.deepEqual([0, 1, 2].map((f) => scrapeDelay(2000, f)), [2000, 2000, 2000]);
+    assert.equal(SCRAPE_BACKOFF_CAP_MS, 1000);
   });
 
   test('the next scrape starts intervalMs after the previous one finished, not on a fixed beat', async () => {
