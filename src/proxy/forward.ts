@@ -162,8 +162,12 @@ const MAX_HELD_EVENT = 1 << 20;
 const LF = 0x0a;
 const CR = 0x0d;
 const COLON = 0x3a;
-/** A JSON decode answer whose cached_tokens is rewritten is held whole up to this size (then relayed as is). */
-const MAX_JSON_REWRITE = 16 << 20;
+/**
+ * A JSON decode answer whose cached_tokens is rewritten is held whole up to this size, then relayed as
+ * is: held, it reads on whether or not its client does, so a stalled client keeps all of it (1 MiB, as
+ * an SSE event held back).
+ */
+const MAX_JSON_REWRITE = 1 << 20;
 /** Bytes of a prefill answer kept (a one-token answer; anything longer is read and dropped). */
 const MAX_PREFILL_ANSWER = 4 << 20;
 

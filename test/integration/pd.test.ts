@@ -5,6 +5,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
+import net from 'node:net';
 import { request } from 'undici';
 import OpenAI from 'openai';
 import type { Gateway } from '../../src/app.js';
@@ -302,6 +303,48 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.equal(d.stream, true);
       assert.deepEqual(d.stream_options, { include_usage: true });
       assert.deepEqual(d.kv_transfer_params, KV_FROM_PREFILL);
+    } finally {
+      await f.close();
+    }
+  });
+
+  test('a JSON decode answer over 1 MiB is relayed as it comes (not held whole to rewrite cached_tokens): a client that stops reading holds the model server back', async () => {
+    const big = 'x'.repeat(48 << 20);
+    let sent = 0;
+    const f = await pdFleet({
+      decode: (_r, res) => {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        const body = Buffer.from(JSON.stringify({ id: 'cmpl-d', choices: [{ index: 0, message: { role: 'assistant', content: big } }], usage: { prompt_tokens: 9, prompt_tokens_details: { cached_tokens: DECODE_CACHED } } }));
+        const write = (): void => {
+          while (sent < body.length) {
+            const part = body.subarray(sent, sent + 65536);
+            sent += part.length;
+            if (!res.write(part)) return void res.once('drain', write);
+          }
+          res.end();
+        };
+        write();
+      },
+    });
+    try {
+      const socket = net.connect(f.gw.apiPort, '127.0.0.1');
+      const raw = JSON.stringify(chatBody(longPrompt('big-json')));
+      socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(raw)}\r\n\r\n${raw}`);
+      await until(() => sent > 0);
+      socket.pause(); // reads nothing: the gateway must stop reading the model server too
+      await sleep(500);
+      const stalledAt = sent;
+      // What the sockets' kernel buffers take (about 7 MB on loopback here) and 1 MiB held; it was 16 MiB held, then the rest.
+      assert.ok(stalledAt < 16 << 20, `the model server sent ${stalledAt} of ${big.length} bytes to a client reading nothing`);
+      const chunks: Buffer[] = [];
+      socket.on('data', (c: Buffer) => chunks.push(c));
+      socket.resume();
+      await until(() => Buffer.concat(chunks).includes('"cached_tokens":'));
+      const text = Buffer.concat(chunks).toString();
+      // Relayed as the decoder wrote it: its own count, not the prefill leg's.
+      assert.match(text, new RegExp(`"cached_tokens":${DECODE_CACHED}\\}`));
+      socket.destroy();
+      await nothingInFlight(f.gw);
     } finally {
       await f.close();
     }
