@@ -175,6 +175,28 @@ describe('GatewayMetrics', () => {
     assert.deepEqual(await series(), ['test-pool/-1/EvictedTTL=1']);
   });
 
+  test('a large page is rendered family by family with turns for the event loop between them, as prom-client renders it', async () => {
+    const metrics = makeMetrics([endpoint('pod-a')]);
+    for (let i = 0; i < 1000; i++) {
+      const model = metrics.forModel(`model-${i}`);
+      model.started();
+      model.duration(0.5); // a histogram of its own: about 40 series per model
+    }
+    let turns = 0;
+    let done = false;
+    const tick = (): void => {
+      if (done) return;
+      turns++;
+      setImmediate(tick);
+    };
+    setImmediate(tick);
+    const text = await metrics.text();
+    done = true;
+    assert.ok(turns >= 3, `the event loop had ${turns} turns while the page rendered`);
+    assert.equal(text, await metrics.registry.metrics());
+    assert.ok(text.length > 3_000_000, `${text.length} characters`);
+  });
+
   test('P/D fallbacks count from 0 for the connector in use; a connector no longer used keeps its series only if it counted', async () => {
     const metrics = makeMetrics([]);
     const series = async () => samplesOf(await metrics.text(), 'sluice_pd_degraded_total').map((s) => `${s.labels.connector}=${s.value}`);
