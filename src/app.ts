@@ -18,6 +18,7 @@ import { GatewayError } from './proxy/errors.js';
 import { ModelsCache } from './proxy/models.js';
 import type { ProxyRuntime } from './proxy/runtime.js';
 import { ApiServer } from './proxy/server.js';
+import { bodyBytesReceiving } from './proxy/body.js';
 import { Upstreams } from './proxy/upstreams.js';
 import type { SaturationDetector } from './saturation/detector.js';
 import { globalSaturation, stageSaturation } from './saturation/stages.js';
@@ -299,6 +300,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     isReady,
     saturation: saturationNow,
   });
+  metrics.setReceivingSource(() => ({ bodies: api.receivingBodies, bytes: bodyBytesReceiving() }));
   const admin = buildAdminServer({
     pool,
     clock,

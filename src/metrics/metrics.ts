@@ -567,6 +567,7 @@ export class GatewayMetrics {
   private currentPoolStats: PoolStats = { readyEndpoints: 0 };
   private prefixIndexerSource: (() => Iterable<PrefixIndexerSnapshot>) | undefined;
   private flowControlSource: (() => FlowControlSnapshot | undefined) | undefined;
+  private receivingSource: (() => { bodies: number; bytes: number }) | undefined;
 
   // Caches of labelled children, keyed by already-capped values (nested maps: no key-string building).
   private readonly modelPairs = new Map<string, Map<string, ModelRequestMetrics>>();
@@ -675,6 +676,16 @@ export class GatewayMetrics {
     this.requestBodyIncompleteTotal = counter({
       name: 'sluice_request_body_incomplete_total',
       help: 'API requests whose connection ended before their whole body arrived: the client went away, or it was cut (408 past server.requestTimeout, 503 when the shutdown grace period ended). Not in request_total: the model is not known before the body is.',
+    });
+    const receiving: Gauge = gauge({
+      name: 'sluice_request_bodies_receiving',
+      help: 'API requests whose body is still arriving (not yet requests of a model): each holds what it sent so far, up to server.bodyLimit, until it is whole or server.requestTimeout cuts it.',
+      collect: (): void => receiving.set(this.receivingSource?.().bodies ?? 0),
+    });
+    const receivingBytes: Gauge = gauge({
+      name: 'sluice_request_body_bytes_receiving',
+      help: 'Bytes held for request bodies still arriving (outside flowControl.maxBytes, which counts queued requests).',
+      collect: (): void => receivingBytes.set(this.receivingSource?.().bytes ?? 0),
     });
     this.requestRejectedTotal = counter({
       name: 'sluice_request_rejected_total',
@@ -1023,6 +1034,11 @@ export class GatewayMetrics {
   }
 
   /** The prefix indexers in force (the plugins keeping an approximate prefix index), read at scrape time. */
+  /** Request bodies still arriving: how many, and their bytes so far. */
+  setReceivingSource(source: () => { bodies: number; bytes: number }): void {
+    this.receivingSource = source;
+  }
+
   setPrefixIndexerSource(source: (() => Iterable<PrefixIndexerSnapshot>) | undefined): void {
     this.prefixIndexerSource = source;
   }

@@ -25,6 +25,14 @@ interface BodyState {
 }
 
 const kBody = Symbol('sluice.body');
+
+/** Bytes of the bodies being read right now, in every request (`sluice_request_body_bytes_receiving`). */
+let bytesReceiving = 0;
+
+/** Bytes of request bodies being read right now (not yet whole). */
+export function bodyBytesReceiving(): number {
+  return bytesReceiving;
+}
 type Reading = IncomingMessage & { [kBody]?: BodyState | undefined };
 
 /** The body length the request's `Content-Length` declares, or -1 (none: chunked). */
@@ -64,6 +72,7 @@ function detach(req: Reading): BodyState | undefined {
   const state = req[kBody];
   if (state === undefined) return undefined;
   req[kBody] = undefined;
+  bytesReceiving -= state.size;
   req.off('data', onData);
   req.off('end', onEnd);
   req.off('error', onError);
@@ -75,6 +84,7 @@ function onData(this: Reading, c: Buffer): void {
   const state = this[kBody];
   if (state === undefined) return;
   state.size += c.length;
+  bytesReceiving += c.length;
   if (state.size > state.limit) {
     detach(this);
     this.pause();

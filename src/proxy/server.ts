@@ -58,6 +58,11 @@ export class ApiServer {
   /** API requests whose body is still arriving: the end of the shutdown grace period answers them too. */
   private readonly receiving = new AgeList<ReceivingBody>();
 
+  /** How many API requests' bodies are still arriving. */
+  get receivingBodies(): number {
+    return this.receiving.size;
+  }
+
   constructor(private readonly deps: ApiServerDeps) {
     this.refusals = new RefusalLog(deps.logger);
     const { requestHeadersTimeout, requestTimeout } = deps.runtime().config.server;

@@ -120,13 +120,22 @@ describe('requests Node would answer on its own', () => {
     assertSpecError(await raw(gw.metricsPort, `GET /metrics HTTP/1.1\r\nHost: x\r\nx-big: ${'a'.repeat(20_000)}\r\n\r\n`), 431);
   });
 
-  test('a client that leaves mid-body is counted in sluice_request_body_incomplete_total', async () => {
+  test('a client that leaves mid-body is counted in sluice_request_body_incomplete_total; while it sends, the receiving gauges show it', async () => {
     const s = net.connect(gw.apiPort, '127.0.0.1');
     await new Promise((r) => s.once('connect', r));
-    s.write(post('/v1/chat/completions').slice(0, -10));
+    const whole = post('/v1/chat/completions');
+    s.write(whole.slice(0, -10));
     await until(async () => (await debugRequests(gw)).receivingBodies === 1, 3000, 'the body is arriving');
+    const sentBytes = Buffer.byteLength(whole.slice(whole.indexOf('\r\n\r\n') + 4)) - 10;
+    const gauges = async () => {
+      const text = await metricsText(gw);
+      return [/^sluice_request_bodies_receiving (\d+)$/m.exec(text)?.[1], /^sluice_request_body_bytes_receiving (\d+)$/m.exec(text)?.[1]];
+    };
+    await until(async () => (await gauges())[1] === String(sentBytes), 3000, `bytes received: ${sentBytes}`);
+    assert.deepEqual(await gauges(), ['1', String(sentBytes)]);
     s.destroy();
     await until(async () => /sluice_request_body_incomplete_total 1\b/.test(await metricsText(gw)), 3000, 'counted');
+    assert.deepEqual(await gauges(), ['0', '0']);
     // A client that leaves is no malformed request: nobody got a 400.
     assert.match(await metricsText(gw), /^sluice_request_rejected_total\{reason="malformed_http",code="400"\} 0$/m);
   });

@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
-import { BodyTooLargeError, discardRest, readBody } from '../../src/proxy/body.js';
+import { BodyTooLargeError, bodyBytesReceiving, discardRest, readBody } from '../../src/proxy/body.js';
 import { heapAfterGc } from '../helpers/heap.js';
 import { until } from '../helpers/wait.js';
 
@@ -184,6 +184,8 @@ test('readBody: a few chunks, many chunks of a declared length, and chunks past 
     const over = Buffer.alloc(100_001, 'z');
     assert.match(await sendChunked(port, over, 3), /^HTTP\/1\.1 413/);
     assert.ok(bodies[3] instanceof BodyTooLargeError);
+    // Bodies whole or refused hold nothing any more (sluice_request_body_bytes_receiving).
+    assert.equal(bodyBytesReceiving(), 0);
   } finally {
     server.closeAllConnections();
     server.close();
