@@ -22,8 +22,9 @@ export interface DemoOptions {
   /** Install signal handlers and print the banner (off in tests). */
   interactive?: boolean;
   /**
-   * Start the simulated servers on free ports rather than the config's 8101–8104. Tests set it: on
-   * a machine whose ephemeral port range starts at 1024, any outgoing connection may hold 8102.
+   * Start the simulated servers on free ports rather than the config's 8101–8104 (which the demo
+   * also falls back to when one of those is taken). Tests set it: on a machine whose ephemeral port
+   * range starts at 1024, any outgoing connection may hold 8102.
    */
   anyFleetPorts?: boolean;
 }
@@ -34,12 +35,22 @@ export async function startDemo(opts: DemoOptions) {
   const logger = createLogger({ level: opts.logLevel ?? 'warn', pretty: opts.prettyLogs });
   const model = 'sim-model';
   const endpoints = loaded.config.pool.endpoints;
-  const sims = await startAllOrNone(
-    endpoints.map((ep) =>
-      startSimulator({ host: ep.address, port: opts.anyFleetPorts ? 0 : ep.port, name: ep.name, model, ttftOverheadMs: 30, itlMs: 25 }),
-    ),
-  );
-  if (opts.anyFleetPorts) endpoints.forEach((ep, i) => (ep.port = sims[i]!.port));
+  const fleet = (anyPorts: boolean) =>
+    startAllOrNone(
+      endpoints.map((ep) => startSimulator({ host: ep.address, port: anyPorts ? 0 : ep.port, name: ep.name, model, ttftOverheadMs: 30, itlMs: 25 })),
+    );
+  let anyPorts = opts.anyFleetPorts === true;
+  let sims;
+  try {
+    sims = await fleet(anyPorts);
+  } catch (err) {
+    // Another program holds one of 8101–8104: the demo's fleet is the demo's own business, any ports do.
+    if (anyPorts || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
+    logger.warn({ err: (err as Error).message }, 'a port of the simulated fleet is taken: the simulators listen on free ports instead');
+    anyPorts = true;
+    sims = await fleet(true);
+  }
+  if (anyPorts) endpoints.forEach((ep, i) => (ep.port = sims[i]!.port));
   let gw;
   try {
     gw = await startGateway(loaded, { logger, registry, port: opts.port, metricsPort: opts.metricsPort, host: '127.0.0.1' });

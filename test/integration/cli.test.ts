@@ -2,6 +2,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import net from 'node:net';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,6 +10,7 @@ import { request } from 'undici';
 import OpenAI from 'openai';
 import { DEMO_LONG_PROMPT, startDemo } from '../../src/demo.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
+import { until } from '../helpers/wait.js';
 
 const CLI = join(import.meta.dirname, '../../src/cli.ts');
 
@@ -170,6 +172,27 @@ describe('sluice CLI', () => {
     } finally {
       p.kill('SIGKILL');
       await backend.close();
+    }
+  });
+
+  test("the demo with one of its fleet's ports (8101–8104) taken: the simulators listen on free ports and the demo answers", async () => {
+    // Take 8102 (or find it taken already: the same case).
+    const squatter = net.createServer();
+    await new Promise<void>((resolve) => squatter.once('error', () => resolve()).listen(8102, '127.0.0.1', resolve));
+    try {
+      const demo = await startDemo({ port: 0, metricsPort: 0 });
+      try {
+        assert.ok(demo.sims.every((s) => s.port !== 8102), demo.sims.map((s) => s.port).join(' '));
+        assert.deepEqual(demo.gateway.pool.endpoints.map((e) => e.port), demo.sims.map((s) => s.port));
+        const client = new OpenAI({ baseURL: `${demo.gateway.apiUrl}/v1`, apiKey: 'x', maxRetries: 0 });
+        await until(() => demo.gateway.pool.endpoints.every((e) => e.metricsAt > 0), 5000, 'the fleet scraped');
+        const res = await client.chat.completions.create({ model: demo.model, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+        assert.equal(res.usage?.completion_tokens, 2);
+      } finally {
+        await demo.close();
+      }
+    } finally {
+      squatter.close();
     }
   });
 
