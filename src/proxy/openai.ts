@@ -18,7 +18,6 @@ export interface ValidRequest {
   model: string;
   promptText: string;
   stream: boolean;
-  includeUsage: boolean;
 }
 
 export interface InvalidRequest {
@@ -88,9 +87,7 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
   }
   // JSON.parse reads any depth; re-serialising a structure nested thousands deep overflows the stack.
   if (promptText === undefined) return { message: 'request body is nested too deeply', param: null };
-  const so = body.stream_options;
-  const includeUsage = stream === true && isObject(so) && so.include_usage === true;
-  return { body, model, promptText, stream: stream === true, includeUsage };
+  return { body, model, promptText, stream: stream === true };
 }
 
 /**

@@ -214,10 +214,15 @@ describe('pool and objectives', () => {
     ]);
   });
 
-  test('server.port and metricsPort must differ', () => {
+  test('server.port and metricsPort must differ; both 0 (each a free port, as tests and embedders ask) is fine', () => {
     assert.deepEqual(problems(yaml('server: { port: 9000, metricsPort: 9000 }')), [
       'c.yaml:1:36: server.metricsPort: must differ from server.port (both are 9000)',
     ]);
+    assert.doesNotThrow(() => load(yaml('server: { port: 0, metricsPort: 0 }')));
+  });
+
+  test('pool.metrics.path must start with "/" (else every scrape fails and the whole pool reads stale)', () => {
+    assert.deepEqual(problems(yaml('pool:', '  metrics: { path: metrics }')), ['c.yaml:2:20: pool.metrics.path: must start with "/"']);
   });
 });
 

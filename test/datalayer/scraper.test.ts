@@ -163,6 +163,26 @@ describe('Scraper.scrapeOnce', () => {
     }
   });
 
+  test('any answer but 200 is an error naming its status, a 204 or a redirect too (its body is no metrics page)', async () => {
+    const server = await startServer((_req, res, n) => {
+      res.statusCode = n === 1 ? 204 : 302;
+      res.end();
+    });
+    const pool = poolFor(server.port);
+    const scraper = new Scraper(pool, options());
+    try {
+      const ep = pool.endpoints[0]!;
+      await scraper.scrapeOnce(ep);
+      assert.equal(ep.lastError, 'HTTP 204 from /metrics');
+      await scraper.scrapeOnce(ep);
+      assert.equal(ep.lastError, 'HTTP 302 from /metrics');
+      assert.equal(ep.metrics, undefined);
+    } finally {
+      await scraper.stop();
+      await server.close();
+    }
+  });
+
   test('a garbage page is an error, not zeros', async () => {
     const server = await startServer((_req, res) => res.end('<html><body>hello</body></html>'));
     const pool = poolFor(server.port);

@@ -293,6 +293,36 @@ describe('dispatch gating (reference §2.6, §6.4)', () => {
     assert.ok(fc.policyErrors >= 1);
     assert.equal(fc.queued, 1);
   });
+
+  test('a selector choosing no flow (or one not its band\'s) skips its band, and the next band is served', () => {
+    for (const choice of ['none', 'foreign'] as const) {
+      const lost = { type: 'lost', name: 'lost', newBandSelector: () => ({ select: () => (choice === 'none' ? undefined : ({} as never)) }) };
+      const fc = new FlowController({
+        config: makeConfig({ priorityBands: [band(10, { fairnessPolicyRef: 'lost' })] }),
+        objectivePriorities: [],
+        fairness: (name) => (name === 'lost' ? lost : oldestHeadFairness),
+        ordering: () => fcfsOrdering,
+        usageLimit: staticCeiling(1),
+        clock: new ManualClock(0),
+        timers: { setTimeout: () => 0, clearTimeout: () => {}, setImmediate: () => 0 },
+        saturation: () => 0,
+        poolEmpty: () => false,
+      });
+      const got: string[] = [];
+      fc.enqueue({ fairnessId: 'x', priority: 10, byteSize: 1, receivedAt: 0, onOutcome: (o) => got.push(`high:${o}`) });
+      fc.enqueue({ fairnessId: 'x', priority: 0, byteSize: 1, receivedAt: 0, onOutcome: (o) => got.push(`low:${o}`) });
+      assert.deepEqual(got, ['low:Dispatched'], choice);
+    }
+  });
+
+  test('a clock that steps back while a request waits: its queue time is 0, never negative', () => {
+    const h = new Harness({ saturation: 1.0 });
+    h.clock.set(10_000);
+    h.submit('a');
+    h.clock.set(9_990);
+    h.unblock(0.5);
+    assert.equal(h.outcomeOf('a')!.queuedMs, 0);
+  });
 });
 
 describe('bands', () => {

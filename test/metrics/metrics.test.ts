@@ -130,6 +130,18 @@ describe('GatewayMetrics', () => {
     assert.equal(inputBuckets.find((s) => s.labels.le === '128')?.value, 1);
   });
 
+  test('token counts that are no finite number (a model server sending 1e999) are not observed: one would poison the sums for good', async () => {
+    const metrics = makeMetrics([]);
+    const series = metrics.forModel('m');
+    series.tokens(Infinity, NaN);
+    series.tokens(5, Infinity);
+    const text = await metrics.text();
+    const one = (name: string) => samplesOf(text, name).map((s) => s.value);
+    assert.deepEqual(one('llm_d_epp_request_input_tokens_count'), [1]);
+    assert.deepEqual(one('llm_d_epp_request_input_tokens_sum'), [5]);
+    assert.deepEqual(one('llm_d_epp_request_output_tokens_count'), [], 'nothing observed, no series');
+  });
+
   test('target model defaults to the requested model', async () => {
     const metrics = makeMetrics([]);
     metrics.forModel('m').started();

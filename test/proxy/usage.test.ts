@@ -18,6 +18,12 @@ describe('usage of an answer', () => {
     assert.equal(usageFromJson('not json'), undefined);
   });
 
+  test('a key ending in "usage" (its opening quote escaped) after the real usage: the real one counts', () => {
+    const body = '{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1},"say \\"usage":{"prompt_tokens":999,"completion_tokens":9}}';
+    assert.equal(Object.keys(JSON.parse(body)).at(-1), 'say "usage');
+    assert.deepEqual(usageFromJson(body), { promptTokens: 3, completionTokens: 1 });
+  });
+
   test('embeddings: no completion count, so no output-token sample', () => {
     assert.deepEqual(usageFromJson(JSON.stringify({ data: [], usage: { prompt_tokens: 7, total_tokens: 7 } })), { promptTokens: 7 });
   });

@@ -95,6 +95,20 @@ describe('concurrency-detector, requests mode, headroom 0: at the limit is dropp
   test('max 10: 9 kept, 10 dropped', () => {
     assert.deepEqual(kept(detector({ maxConcurrency: 10 }), req(9, 10, 3)), ['e0', 'e2']);
   });
+
+  test('the limit rounds down: floor(7 × 1.1) = 7, so 7 in flight is dropped', () => {
+    assert.deepEqual(kept(detector({ maxConcurrency: 7, headroom: 0.1 }), req(7, 6, 0)), ['e1', 'e2']);
+  });
+});
+
+describe('concurrency-detector, tokens mode, each maximum in its own mode', () => {
+  test('tokens divide by maxTokenConcurrency, not maxConcurrency; requests the other way round', () => {
+    const params = { maxConcurrency: 10, maxTokenConcurrency: 1000 };
+    assertSaturation(detector({ ...params, concurrencyMode: 'tokens' }), tok(500, 0), 0.25);
+    assertSaturation(detector({ ...params, concurrencyMode: 'requests' }), req(5, 0), 0.25);
+    // The default maxTokenConcurrency (1 000 000): 20 000 tokens in flight on one endpoint is 2 %.
+    assertSaturation(detector({ concurrencyMode: 'tokens' }), tok(20_000), 0.02);
+  });
 });
 
 describe('concurrency-detector, tokens mode (max 100)', () => {

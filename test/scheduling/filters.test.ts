@@ -97,6 +97,12 @@ describe('label-selector-filter', () => {
     assert.deepEqual(run(filter, fleet), ['c']);
   });
 
+  test("a key named like an Object method is a label like any other (not found on endpoints that lack it)", () => {
+    const exists = selector({ matchExpressions: [{ key: 'constructor', operator: 'Exists' }] });
+    assert.deepEqual(run(exists, fleet), []);
+    assert.deepEqual(run(selector({ matchExpressions: [{ key: 'toString', operator: 'DoesNotExist' }] }), fleet), ['a', 'b', 'c', 'd']);
+  });
+
   test('empty selector keeps everything', () => {
     assert.deepEqual(run(selector({}), fleet), ['a', 'b', 'c', 'd']);
   });

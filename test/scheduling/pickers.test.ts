@@ -131,6 +131,10 @@ describe('random-picker', () => {
     assert.equal(new Set(names(picked)).size, 3);
     const capped = new RandomPicker('p', { maxNumOfEndpoints: 9 }).pick(makeContext(3), makeRequest(), scoredOf([[a, 0]]));
     assert.deepEqual(names(capped), ['a']);
+    // Draws near 1 each time: every pick comes from the ones not yet picked (a partial shuffle), never past the end.
+    const high = { clock: makeContext().clock, random: () => 0.999 };
+    const all = new RandomPicker('p', { maxNumOfEndpoints: eps.length }).pick(high, makeRequest(), scoredOf(eps.map((e) => [e, 0])));
+    assert.deepEqual(new Set(names(all)), new Set(names(eps)));
   });
 
   test('parameters', () => {

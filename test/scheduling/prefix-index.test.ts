@@ -388,6 +388,9 @@ describe('prefix-cache-scorer', () => {
     assert.deepEqual(score(prompt, { body: { cache_salt: 'tenant-2' } }).scores, [0, 0, 0]);
     assert.deepEqual(score(prompt).scores, [0, 0, 0]);
     assert.deepEqual(score(prompt, { model: 'other', body: { cache_salt: 'tenant-1' } }).scores, [0, 0, 0]);
+    // An empty salt is no salt: those requests share the unsalted chain.
+    learn(prompt, b);
+    assert.deepEqual(score(prompt, { body: { cache_salt: '' } }).scores, [0, 1, 0]);
   });
 
   test('LRU capacity: lruCapacityPerServer, or num_gpu_blocks when autoTune', () => {
@@ -439,6 +442,8 @@ describe('prefix-cache-scorer', () => {
     assert.deepEqual(setup({}).scorer.hashOptions, { blockChars: 64, maxBlocks: 8192 });
     assert.deepEqual(setup({ maxPrefixTokensToMatch: 0 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 2048 });
     assert.deepEqual(setup({ maxPrefixTokensToMatch: 0, maxPrefixBlocksToMatch: 0 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 0 });
+    // A window under one block is one block, not none (0 would mean no limit).
+    assert.deepEqual(setup({ maxPrefixTokensToMatch: 8 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 1 });
     const { req } = byTokens.score(text(1, 64 * 40));
     assert.equal((req.state.get(byTokens.scorer.stateKey) as number[]).length, 10);
   });
@@ -450,6 +455,11 @@ describe('prefix-cache-scorer', () => {
     const s = score(prompt).scores[0]!;
     const expected = 0.5 * (160 / 320) ** 2 + 0.5 * (10 / 40);
     assert.ok(Math.abs(s - expected) < 1e-12, `${s} vs ${expected}`);
+    // A match longer than the scale counts as the scale (min(1, …)): the ratio still tells partial from whole.
+    const short = setup({ matchLengthWeight: 0.5, matchLengthScaleTokens: 16 });
+    short.learn(prompt.slice(0, 64 * 20), a);
+    const partial = short.score(prompt).scores[0]!;
+    assert.ok(Math.abs(partial - (0.5 + 0.5 * (20 / 40))) < 1e-12, `${partial}`);
   });
 
   test('prefixMatch for one endpoint (for P/D deciders)', () => {

@@ -172,6 +172,9 @@ describe('utilization-detector filter (reference §6.2: q=5, kv=0.8, headroom 0.
   const cases: [string, EndpointOptions[], string[]][] = [
     ['(1,0.1)+(4,0.7) → keep 2', [{ waiting: 1, kv: 0.1 }, { waiting: 4, kv: 0.7 }], ['e0', 'e1']],
     ['(5,0.8) → keep', [{ waiting: 5, kv: 0.8 }], ['e0']],
+    // Next to another endpoint, so fail-open cannot keep it: the headroom really raises the queue limit.
+    ['(5,0.1)+(1,0.1) → keep 2', [{ waiting: 5, kv: 0.1 }, { waiting: 1, kv: 0.1 }], ['e0', 'e1']],
+    ['(1,0.9)+(1,0.1) → keep 2', [{ waiting: 1, kv: 0.9 }, { waiting: 1, kv: 0.1 }], ['e0', 'e1']],
     ['(5,0.9) → keep', [{ waiting: 5, kv: 0.9 }], ['e0']],
     ['(7,0.1)+(1,0.1) → keep 1', [{ waiting: 7, kv: 0.1 }, { waiting: 1, kv: 0.1 }], ['e1']],
     ['(1,0.97)+(1,0.5) → keep 1', [{ waiting: 1, kv: 0.97 }, { waiting: 1, kv: 0.5 }], ['e1']],
