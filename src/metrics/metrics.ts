@@ -1033,12 +1033,12 @@ export class GatewayMetrics {
     this.saturationSource = source;
   }
 
-  /** The prefix indexers in force (the plugins keeping an approximate prefix index), read at scrape time. */
   /** Request bodies still arriving: how many, and their bytes so far. */
   setReceivingSource(source: () => { bodies: number; bytes: number }): void {
     this.receivingSource = source;
   }
 
+  /** The prefix indexers in force (the plugins keeping an approximate prefix index), read at scrape time. */
   setPrefixIndexerSource(source: (() => Iterable<PrefixIndexerSnapshot>) | undefined): void {
     this.prefixIndexerSource = source;
   }

@@ -25,6 +25,7 @@ interface BodyState {
 }
 
 const kBody = Symbol('sluice.body');
+type Reading = IncomingMessage & { [kBody]?: BodyState | undefined };
 
 /** Bytes of the bodies being read right now, in every request (`sluice_request_body_bytes_receiving`). */
 let bytesReceiving = 0;
@@ -33,7 +34,6 @@ let bytesReceiving = 0;
 export function bodyBytesReceiving(): number {
   return bytesReceiving;
 }
-type Reading = IncomingMessage & { [kBody]?: BodyState | undefined };
 
 /** The body length the request's `Content-Length` declares, or -1 (none: chunked). */
 function declaredLength(req: IncomingMessage): number {

@@ -10,8 +10,9 @@
  * The decode result is primary (the request goes to the decode endpoint). The result carries
  * `disaggregation`: `prefill-decode` with the prefill endpoint when the prefill profile chose one
  * that is not the decode endpoint itself (when it chose that one, the next endpoint it scored as
- * high, if any), otherwise `decode-only` (prefill finding nothing degrades to decode-only). The proxy counts the decision in `llm_d_epp_disagg_decision_total` once per
- * request and carries it out with `connector`.
+ * high, if any), otherwise `decode-only` (prefill finding nothing degrades to decode-only). The
+ * proxy counts the decision in `llm_d_epp_disagg_decision_total` once per request and carries it
+ * out with `connector`.
  *
  * APIs: `sidecar` disaggregates chat, completions and responses (as the llm-d routing sidecar);
  * `nixlv2` and `shared-storage` chat and completions; embeddings are always decode-only. Under
