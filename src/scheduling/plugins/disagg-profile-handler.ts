@@ -181,8 +181,12 @@ export class DisaggProfileHandler implements ProfileHandler {
     let prefill = prefillRun?.targets[0];
     // Prefilling on the decode endpoint itself would only add a round trip; another endpoint the
     // prefill profile scored as high serves as well (endpoints that can do both, tied: both profiles
-    // would otherwise take the same turn of their picker every time).
-    if (prefill === decode && prefillRun?.scored !== undefined) prefill = nextAsGood(prefillRun.scored, decode);
+    // would otherwise take the same turn of their picker every time). The prefill run then names it
+    // first, for the plugins that read it there (session tokens, no-hit LRU).
+    if (prefill === decode && prefillRun?.scored !== undefined) {
+      prefill = nextAsGood(prefillRun.scored, decode);
+      if (prefill !== undefined) result.profileResults.set(this.prefillProfile, { ...prefillRun, targets: [prefill, ...prefillRun.targets.filter((e) => e !== prefill)] });
+    }
     result.disaggregation =
       prefill !== undefined && prefill !== decode
         ? { decision: 'prefill-decode', prefill, connector: this.connector }
