@@ -264,24 +264,16 @@ describe('dispatch gating (reference §2.6, §6.4)', () => {
     assert.equal(seen, Infinity);
   });
 
-  test('a throwing selector is counted and the next band is tried (work-conserving)', () => {
-    const broken = {
-      type: 'broken',
-      name: 'broken',
-      newBandSelector: () => ({
-        select(): never {
-          throw new Error('boom');
-        },
-      }),
-    };
-    const clock = new ManualClock(0);
+  /** Band 10 with `selector` as its fairness policy's, over a band 0 of the usual one; a request queued in each, unsaturated. */
+  function highBandWith(select: () => unknown) {
+    const policy = { type: 'odd', name: 'odd', newBandSelector: () => ({ select }) };
     const fc = new FlowController({
-      config: makeConfig({ priorityBands: [band(10, { fairnessPolicyRef: 'broken' })] }),
+      config: makeConfig({ priorityBands: [band(10, { fairnessPolicyRef: 'odd' })] }),
       objectivePriorities: [],
-      fairness: (name) => (name === 'broken' ? broken : oldestHeadFairness),
+      fairness: (name) => (name === 'odd' ? (policy as never) : oldestHeadFairness),
       ordering: () => fcfsOrdering,
       usageLimit: staticCeiling(1),
-      clock,
+      clock: new ManualClock(0),
       timers: { setTimeout: () => 0, clearTimeout: () => {}, setImmediate: () => 0 },
       saturation: () => 0,
       poolEmpty: () => false,
@@ -289,30 +281,21 @@ describe('dispatch gating (reference §2.6, §6.4)', () => {
     const got: string[] = [];
     fc.enqueue({ fairnessId: 'x', priority: 10, byteSize: 1, receivedAt: 0, onOutcome: (o) => got.push(`high:${o}`) });
     fc.enqueue({ fairnessId: 'x', priority: 0, byteSize: 1, receivedAt: 0, onOutcome: (o) => got.push(`low:${o}`) });
+    return { fc, got };
+  }
+
+  test('a throwing selector is counted and the next band is tried (work-conserving)', () => {
+    const { fc, got } = highBandWith(() => {
+      throw new Error('boom');
+    });
     assert.deepEqual(got, ['low:Dispatched']);
     assert.ok(fc.policyErrors >= 1);
     assert.equal(fc.queued, 1);
   });
 
-  test('a selector choosing no flow (or one not its band\'s) skips its band, and the next band is served', () => {
-    for (const choice of ['none', 'foreign'] as const) {
-      const lost = { type: 'lost', name: 'lost', newBandSelector: () => ({ select: () => (choice === 'none' ? undefined : ({} as never)) }) };
-      const fc = new FlowController({
-        config: makeConfig({ priorityBands: [band(10, { fairnessPolicyRef: 'lost' })] }),
-        objectivePriorities: [],
-        fairness: (name) => (name === 'lost' ? lost : oldestHeadFairness),
-        ordering: () => fcfsOrdering,
-        usageLimit: staticCeiling(1),
-        clock: new ManualClock(0),
-        timers: { setTimeout: () => 0, clearTimeout: () => {}, setImmediate: () => 0 },
-        saturation: () => 0,
-        poolEmpty: () => false,
-      });
-      const got: string[] = [];
-      fc.enqueue({ fairnessId: 'x', priority: 10, byteSize: 1, receivedAt: 0, onOutcome: (o) => got.push(`high:${o}`) });
-      fc.enqueue({ fairnessId: 'x', priority: 0, byteSize: 1, receivedAt: 0, onOutcome: (o) => got.push(`low:${o}`) });
-      assert.deepEqual(got, ['low:Dispatched'], choice);
-    }
+  test("a selector choosing no flow (or one not its band's) skips its band, and the next band is served", () => {
+    assert.deepEqual(highBandWith(() => undefined).got, ['low:Dispatched']);
+    assert.deepEqual(highBandWith(() => ({})).got, ['low:Dispatched']);
   });
 
   test('a clock that steps back while a request waits: its queue time is 0, never negative', () => {
