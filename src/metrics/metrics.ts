@@ -419,6 +419,8 @@ export interface GatewayMetricsOptions {
   maxLabelValues?: number;
   /** Include prom-client's standard `process_*` / `nodejs_*` metrics. Default true. */
   defaultMetrics?: boolean;
+  /** How long rendering /metrics runs before it lets requests through, ms. Default RENDER_SLICE_MS. */
+  renderSliceMs?: number;
 }
 
 type CounterChild = ReturnType<Counter<string>['labels']>;
@@ -555,6 +557,7 @@ export class GatewayMetrics {
   private poolName: string;
   private readonly pool: () => PoolView;
   private readonly now: () => number;
+  private readonly renderSliceMs: number;
 
   private readonly modelCap: LabelCap;
   private readonly targetModelCap: LabelCap;
@@ -640,6 +643,7 @@ export class GatewayMetrics {
     this.poolName = opts.poolName;
     this.pool = opts.pool;
     this.now = opts.now ?? Date.now;
+    this.renderSliceMs = opts.renderSliceMs ?? RENDER_SLICE_MS;
     const maxLabelValues = opts.maxLabelValues ?? DEFAULT_MAX_LABEL_VALUES;
     this.modelCap = new LabelCap(maxLabelValues);
     this.targetModelCap = new LabelCap(maxLabelValues);
@@ -948,7 +952,7 @@ export class GatewayMetrics {
   }
 
   /**
-   * The registry's text, family by family, yielding to the event loop every RENDER_SLICE_MS: a page of
+   * The registry's text, family by family, yielding to the event loop every renderSliceMs: a page of
    * a few hundred thousand series (client-chosen model names and fairness ids, up to their caps) took
    * 0.8 s to render at once, and every request and stream waited that long at each scrape.
    */
@@ -957,7 +961,7 @@ export class GatewayMetrics {
     let sliceStart = performance.now();
     for (const metric of this.registry.getMetricsAsArray()) {
       parts.push(await this.registry.getSingleMetricAsString(metric.name));
-      if (performance.now() - sliceStart < RENDER_SLICE_MS) continue;
+      if (performance.now() - sliceStart < this.renderSliceMs) continue;
       await new Promise<void>((resolve) => setImmediate(resolve));
       sliceStart = performance.now();
     }
