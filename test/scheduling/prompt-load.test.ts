@@ -193,7 +193,9 @@ describe('prefix-cache-affinity-filter', () => {
     assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a']);
     a.inFlight = 4;
     assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a', 'b']);
-    assert.deepEqual(outcomes, ['sticky', 'request_load_override']);
+    c.inFlightTokens = 340; // 500 ms: exactly the penalty, so within it
+    assert.deepEqual(names(filter.filter(makeContext(), makeRequest(text), endpoints)), ['a', 'b', 'c']);
+    assert.deepEqual(outcomes, ['sticky', 'request_load_override', 'request_load_override']);
   });
 
   test("a flow-control probe (the affinity look-ahead's) filters alike but counts nothing and never explores", () => {
