@@ -1,7 +1,7 @@
 /**
  * Scrapes every pool endpoint's /metrics (SPEC §7.1): one loop per endpoint, the next scrape
  * `intervalMs` after the previous one finished (so a slow server is never hit by overlapping scrapes;
- * after failures in a row, longer: scrapeDelay),
+ * one failing for a second, once a second: scrapeDelay),
  * an overall time-out covering connect, headers and body, a body-size cap, and every outcome recorded
  * through `pool.recordScrape`. The loops follow the pool: added endpoints start at once, removed
  * ones stop (an in-progress scrape of a removed endpoint is aborted).
@@ -47,22 +47,24 @@ interface ScrapeLoop {
   readonly ep: Endpoint;
   active: boolean;
   timer: NodeJS.Timeout | undefined;
-  /** Scrapes failed in a row (reset by a good one): the next waits longer (scrapeDelay). */
-  failures: number;
+  /** When the scrapes began failing in a row (reset by a good one); undefined while they succeed. */
+  failingSince: number | undefined;
 }
 
-/** A failing endpoint is scraped at most this rarely… unless the interval itself is longer. */
-export const SCRAPE_BACKOFF_CAP_MS = 1000;
+/** Scrapes failing in a row for this long (a dead endpoint, not a hiccup)… */
+export const SCRAPE_BACKOFF_AFTER_MS = 1000;
+/** …are retried this often (or at the interval when longer) until one succeeds. */
+export const SCRAPE_BACKOFF_MS = 1000;
 
 /**
- * The pause before an endpoint's next scrape: the interval, doubled for each failure in a row up to
- * SCRAPE_BACKOFF_CAP_MS. A dead endpoint (refused connections, each a few hundred µs of the event
- * loop) is stale whatever the rate; at 20 scrapes a second, a hundred of them took half a core.
+ * The pause before an endpoint's next scrape: the interval, or SCRAPE_BACKOFF_MS once its scrapes
+ * have failed for SCRAPE_BACKOFF_AFTER_MS. A dead endpoint (refused connections, each a few hundred
+ * µs of the event loop) is stale whatever the rate: at 20 scrapes a second, a hundred of them took
+ * half a core. A hiccup of a few failed scrapes is retried at the interval, so that the endpoint's
+ * metrics are fresh again as soon as it answers (the detector reads stale metrics as saturated).
  */
-export function scrapeDelay(intervalMs: number, failures: number): number {
-  if (failures === 0) return intervalMs;
-  const cap = Math.max(intervalMs, SCRAPE_BACKOFF_CAP_MS);
-  return Math.min(cap, intervalMs * 2 ** Math.min(failures, 30));
+export function scrapeDelay(intervalMs: number, failingForMs: number): number {
+  return failingForMs < SCRAPE_BACKOFF_AFTER_MS ? intervalMs : Math.max(intervalMs, SCRAPE_BACKOFF_MS);
 }
 
 interface InProgressScrape {
@@ -171,7 +173,7 @@ export class Scraper {
     }
     for (const ep of this.pool.endpoints) {
       if (this.loops.has(ep)) continue;
-      const loop: ScrapeLoop = { ep, active: true, timer: undefined, failures: 0 };
+      const loop: ScrapeLoop = { ep, active: true, timer: undefined, failingSince: undefined };
       this.loops.set(ep, loop);
       this.runLoopIteration(loop);
     }
@@ -193,8 +195,10 @@ export class Scraper {
 
   private scheduleNext(loop: ScrapeLoop): void {
     if (!loop.active) return;
-    loop.failures = loop.ep.lastError === undefined ? 0 : loop.failures + 1;
-    loop.timer = setTimeout(() => this.runLoopIteration(loop), scrapeDelay(this.intervalMs, loop.failures));
+    const now = this.clock.now();
+    if (loop.ep.lastError === undefined) loop.failingSince = undefined;
+    else loop.failingSince ??= now;
+    loop.timer = setTimeout(() => this.runLoopIteration(loop), scrapeDelay(this.intervalMs, loop.failingSince === undefined ? 0 : now - loop.failingSince));
     loop.timer.unref();
   }
 
