@@ -29,6 +29,8 @@ import {
 import type { Endpoint, Stage } from '../datalayer/endpoint.js';
 import type { PoolView } from '../plugins/registry.js';
 
+const ignore = (): void => undefined;
+
 /** How long rendering /metrics runs before it lets requests through (render). */
 const RENDER_SLICE_MS = 5;
 
@@ -940,8 +942,21 @@ export class GatewayMetrics {
     return this.registry.contentType;
   }
 
-  /** The Prometheus text exposition of every metric. */
+  /**
+   * The Prometheus text exposition of every metric. Pages are rendered one after another: a render
+   * yields between families (render), and a second scrape sweeping removed endpoints or taking new
+   * pool stats meanwhile would take them out of the page under way.
+   */
   text(): Promise<string> {
+    const page = this.rendering.then(() => this.renderPage());
+    this.rendering = page.then(ignore, ignore); // holds no page: a large one is megabytes
+    return page;
+  }
+
+  /** Settles when the page being rendered (if any) is done. */
+  private rendering: Promise<void> = Promise.resolve();
+
+  private renderPage(): Promise<string> {
     const { endpoints } = this.pool();
     this.currentPoolStats = poolStats(endpoints, this.now(), this.freshWindowMs());
     const live = new Set<string>();

@@ -346,6 +346,20 @@ describe('GatewayMetrics', () => {
     assert.equal(samplesOf(text, 'llm_d_epp_endpoint_inflight_requests').length, 0, 'endpoints flagged removed have no series');
   });
 
+  test('two scrapes at once (two Prometheus replicas): pages are rendered one after the other, so a removed endpoint is still exposed once', async () => {
+    let endpoints = [endpoint('pod-a'), endpoint('pod-b')];
+    // A turn for the event loop after every family: the second scrape arrives mid-render.
+    const metrics = makeMetrics([], { pool: () => ({ endpoints }), renderSliceMs: 0 });
+    metrics.upstreamRetry('pod-b');
+    await metrics.text();
+    endpoints = [endpoints[0]!]; // a reload removed pod-b
+    const first = metrics.text();
+    const second = new Promise<string>((resolve) => setImmediate(() => resolve(metrics.text())));
+    const has = (text: string) => samplesOf(text, 'llm_d_epp_upstream_retries_total').some((s) => s.labels.endpoint_name === 'pod-b');
+    const [one, two] = await Promise.all([first, second]);
+    assert.deepEqual([has(one), has(two)], [true, false]);
+  });
+
   test('recorded series of a removed endpoint are exposed once more, then dropped; a late event shows once', async () => {
     const [kept, leaving] = [endpoint('pod-a'), endpoint('pod-b')];
     let endpoints = [kept, leaving];
