@@ -299,9 +299,14 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       const input = { raw: ctx.raw, body: ctx.sreq.body, api: ctx.sreq.api, prefill: plan.prefill };
       // Only a prefill leg needs a signal (the decode leg is aborted through undici's controller).
       const ac = (x.prefillAbort = new AbortController());
+      // vLLM takes x-request-id as its request's id, and a prefill server may still hold an earlier
+      // prefill leg of this request under it (its KV kept for a decoder that never pulled it): a
+      // retry's pair of legs goes by an id of its own, both legs alike (as llm-d's sidecar sends one
+      // id for both), so that the decoder's notice frees the right blocks.
+      const pairId = ctx.prefillMs === undefined ? ctx.requestId : `${ctx.requestId}-attempt${ctx.attempts}`;
       let step: PdStep;
       try {
-        const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, prefillPromptTokens, ac.signal));
+        const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, prefillPromptTokens, ac.signal, pairId));
         step = pending instanceof Promise ? await pending : pending;
       } catch (err) {
         // A body nested too deeply to serialise again (JSON.parse reads any depth): the decoder takes the bytes as sent.
@@ -315,7 +320,7 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
         ctx.metrics.pdDegraded(connector.name);
         ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep.name, connector: connector.name, reason: step.warning }, 'P/D degraded');
       }
-      leg = step.leg;
+      leg = pairId === ctx.requestId ? step.leg : { ...step.leg, headers: { ...step.leg.headers, 'x-request-id': pairId } };
       if (connector.runsPrefill) prepared = leg;
     }
     if (leg === undefined || leg.recomputesPrompt === true) x.countPrompt(ep, prompt.primaryPromptTokens ?? 0);
@@ -764,15 +769,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
  * The prefill leg of a connector: same path and headers as the client request (uncompressed answer),
  * the prefill endpoint in flight for exactly the leg, aborted with the attempt's signal.
  */
-function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: number, signal: AbortSignal): SendPrefill {
+function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: number, signal: AbortSignal, requestId: string): SendPrefill {
   return async (body: Buffer): Promise<PrefillLegResult> => {
     const { pool } = ctx;
     if (signal.aborted) return { kind: 'aborted' };
     pool.acquire(prefill);
     pool.promptSent(prefill, promptTokens);
-    // vLLM takes x-request-id as its request's id, and may still hold an earlier prefill leg of this
-    // request under it (its KV kept for a decoder that never pulled it): a retry's leg gets its own.
-    const requestId = ctx.prefillMs === undefined ? ctx.requestId : `${ctx.requestId}-attempt${ctx.attempts}`;
     const started = ctx.clock.now();
     let answered = false;
     try {

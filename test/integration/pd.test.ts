@@ -530,7 +530,7 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
     }
   });
 
-  test('a decode endpoint that lost the connection after taking the decode leg: the retry runs a prefill of its own, under its own request id', async () => {
+  test('a decode endpoint that lost the connection after taking the decode leg: the retry runs a pair of legs of its own, under an id of its own', async () => {
     const f = await pdFleet({ decodeCount: 2 });
     try {
       f.decode[1]!.metrics = vllmPage(3); // decode-0 is picked first
@@ -541,11 +541,12 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
       assert.equal(r.status, 200, r.text);
       assert.deepEqual([f.decode[0]!.received.length, f.decode[1]!.received.length], [1, 1]);
       assert.equal(f.prefill[0]!.received.length, 2, 'a second prefill leg: the first one\'s KV blocks may be gone');
-      // vLLM takes x-request-id as its request id and may still hold the first leg under it.
+      // vLLM takes x-request-id as its request id and may still hold the first leg under it; the two
+      // legs of a pair share theirs (the decoder's notice names the blocks to free), as llm-d's sidecar sends them.
       const ids = (b: { received: { headers: Record<string, unknown> }[] }) => b.received.map((x) => x.headers['x-request-id']);
       assert.deepEqual(ids(f.prefill[0]!), ['req-lost', 'req-lost-attempt2']);
-      assert.deepEqual([...ids(f.decode[0]!), ...ids(f.decode[1]!)], ['req-lost', 'req-lost']);
-      assert.equal(r.headers['x-request-id'], 'req-lost');
+      assert.deepEqual([...ids(f.decode[0]!), ...ids(f.decode[1]!)], ['req-lost', 'req-lost-attempt2']);
+      assert.equal(r.headers['x-request-id'], 'req-lost', 'the client keeps its id');
       assert.deepEqual(json(f.decode[1]!.received[0]!).kv_transfer_params, KV_FROM_PREFILL);
       const m = await metricsText(f.gw);
       assert.equal(sample(m, 'llm_d_epp_disagg_decision_total', 'decision_type="prefill-decode"'), 1, 'counted once per request');
