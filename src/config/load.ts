@@ -835,16 +835,20 @@ function collectEmptyProfileWarnings(raw: Record<string, unknown>, config: Sluic
     const profile = isPlainObject(rawProfile) ? config.schedulingProfiles.find((p) => p.name === rawProfile.name) : undefined;
     if (profile === undefined) return;
     let kept = endpoints.map((e) => e.labels);
+    let filtered = false;
     for (const { pluginRef } of profile.plugins) {
       const spec = specs.get(pluginRef);
       const keeps = spec === undefined ? undefined : registry.get(spec.type)?.keepsByLabels;
       if (keeps === undefined) continue;
       kept = kept.filter((labels) => keeps(spec!.parameters, labels));
-      if (kept.length > 0) continue;
+      if (kept.length > 0) {
+        filtered = true;
+        continue;
+      }
       const n = endpoints.length;
       sink.warn(
         ['schedulingProfiles', i, 'name'],
-        `profile ${JSON.stringify(profile.name)} can pick none of the ${n} endpoint${n === 1 ? '' : 's'} in pool.endpoints: ${pluginRef} keeps none${pluginRef === profile.plugins[0]?.pluginRef ? '' : ' of what the filters before it keep'} (check the endpoints' labels); as a P/D prefill profile it serves every request decode-only, otherwise its requests are refused`,
+        `profile ${JSON.stringify(profile.name)} can pick none of the ${n} endpoint${n === 1 ? '' : 's'} in pool.endpoints: ${pluginRef} keeps none${filtered ? ' of what the label filters before it keep' : ''} (check the endpoints' labels); the requests it should place are refused, or, if it is a P/D handler's prefill profile, all served decode-only`,
       );
       return;
     }

@@ -80,7 +80,7 @@ describe('a profile whose label filters keep none of the configured endpoints', 
   test('a prefill role misspelt in its label key: the prefill profile is flagged at its name, saying what follows', () => {
     const ws = warnings(pd(['llmd.ai/role: prefill', 'llm-d.ai/role: decode']));
     assert.equal(ws.length, 1, ws.join('\n'));
-    assert.match(ws[0]!, /^14:9: schedulingProfiles\[0\]\.name: profile "prefill" can pick none of the 2 endpoints in pool\.endpoints: prefill-filter keeps none \(check the endpoints' labels\); as a P\/D prefill profile it serves every request decode-only/);
+    assert.match(ws[0]!, /^14:9: schedulingProfiles\[0\]\.name: profile "prefill" can pick none of the 2 endpoints in pool\.endpoints: prefill-filter keeps none \(check the endpoints' labels\); the requests it should place are refused, or, if it is a P\/D handler's prefill profile, all served decode-only$/);
   });
 
   test('a prefill profile with no decider to run it (easily left so when moving from pd-profile-handler) is flagged at the handler', () => {
@@ -94,7 +94,12 @@ describe('a profile whose label filters keep none of the configured endpoints', 
     assert.deepEqual(warnings(pd(['llm-d.ai/role: both', 'llm-d.ai/role: decode'])), []);
     const ws = warnings(pd(['llm-d.ai/role: prefill, zone: b', 'llm-d.ai/role: decode'], ', { pluginRef: label-selector-filter }'));
     assert.equal(ws.length, 1, ws.join('\n'));
-    assert.match(ws[0]!, /label-selector-filter keeps none of what the filters before it keep/);
+    assert.match(ws[0]!, /label-selector-filter keeps none of what the label filters before it keep/);
+    // A scorer before the one label filter: no "filters before it".
+    const scorerFirst = pd(['llmd.ai/role: prefill', 'llm-d.ai/role: decode'])
+      .replace('- type: disagg-profile-handler', '- type: queue-scorer\n- type: disagg-profile-handler')
+      .replace('  plugins: [ { pluginRef: prefill-filter } ]', '  plugins: [ { pluginRef: queue-scorer }, { pluginRef: prefill-filter } ]');
+    assert.match(warnings(scorerFirst).join('\n'), /prefill-filter keeps none \(check/);
     assert.deepEqual(warnings(pd(['llm-d.ai/role: prefill, zone: a', 'llm-d.ai/role: decode'], ', { pluginRef: label-selector-filter }')), []);
   });
 });
