@@ -129,7 +129,7 @@ describe('disagg-profile-handler', () => {
     assert.deepEqual(decide(prefillRun([[b0, 2], [b1, 2], [b2, 2]])), { decision: 'prefill-decode', prefill: b2, connector: 'sidecar' });
     // The prefill run names it first too (session-affinity and no-hit-lru scorers read it there).
     const { result } = drive(handler(recordingDecider(true)), makeRequest(), (p) => (p === 'decode' ? ok(b1) : prefillRun([[b0, 2], [b1, 2], [b2, 2]])));
-    assert.deepEqual(result.profileResults.get('prefill')!.targets, [b2, b1]);
+    assert.deepEqual(result.profileResults.get('prefill')!.targets, [b2]);
     assert.deepEqual(result.profileResults.get('decode')!.targets, [b1]);
     assert.deepEqual(decide(prefillRun([[b0, 2], [b1, 2], [b2, 1]])), { decision: 'prefill-decode', prefill: b0, connector: 'sidecar' });
     assert.deepEqual(decide(prefillRun([[b0, 1.9], [b1, 2], [b2, 1]])), { decision: 'decode-only', connector: 'sidecar' });

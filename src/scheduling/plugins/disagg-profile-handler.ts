@@ -184,8 +184,12 @@ export class DisaggProfileHandler implements ProfileHandler {
     // would otherwise take the same turn of their picker every time). The prefill run then names it
     // first, for the plugins that read it there (session tokens, no-hit LRU).
     if (prefill === decode && prefillRun?.scored !== undefined) {
-      prefill = nextAsGood(prefillRun.scored, decode);
-      if (prefill !== undefined) result.profileResults.set(this.prefillProfile, { ...prefillRun, targets: [prefill, ...prefillRun.targets.filter((e) => e !== prefill)] });
+      const other = nextAsGood(prefillRun.scored, decode);
+      if (other !== undefined) {
+        const targets = prefillRun.targets.map((e) => (e === decode ? other : e === other ? decode : e)); // swapped: as many as picked
+        result.profileResults.set(this.prefillProfile, { ...prefillRun, targets });
+      }
+      prefill = other;
     }
     result.disaggregation =
       prefill !== undefined && prefill !== decode
