@@ -330,6 +330,15 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
   }
 }
 
+const DONE_EVENT = Buffer.from('data: [DONE]');
+
+/** Whether whole SSE events `buf` end with `data: [DONE]` (then a blank line: LF, CR LF or CR ends). */
+function endsWithDone(buf: Buffer): boolean {
+  let end = buf.length;
+  while (end > 0 && (buf[end - 1] === LF || buf[end - 1] === CR)) end--;
+  return end >= DONE_EVENT.length && buf.compare(DONE_EVENT, 0, DONE_EVENT.length, end - DONE_EVENT.length, end) === 0;
+}
+
 const DONE_GONE: AttemptResult = Object.freeze({ kind: 'done', status: 0 });
 
 const cutStalledClient = (x: Exchange): void => x.stalled();
@@ -380,6 +389,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private headers: Record<string, string | string[]> | undefined = undefined;
   private mode = Mode.Stream;
   private sse = false;
+  /** The SSE events relayed so far end with `data: [DONE]`: the client has the whole stream. */
+  private doneRelayed = false;
   private scanner: SseUsageScanner | undefined = undefined;
   private sseRewriter: SseCachedTokensRewriter | undefined = undefined;
   /** Chunks kept: the whole answer (Buffer, HoldJson) or its first MiB for usage (Stream, status 200). */
@@ -613,6 +624,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     let out = this.sseRewriter !== undefined ? this.sseRewriter.push(chunk) : chunk;
     if (this.sse) out = this.wholeEvents(out);
     if (out.length === 0) return;
+    if (this.sse) this.doneRelayed = endsWithDone(out);
     if (this.headPending) {
       this.headPending = false;
       ctx.res.writeHead(this.status, this.headers);
@@ -759,7 +771,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
     // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
-    else if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));
+    else if (this.sse && !ctx.sseMidEvent) res.end(this.doneRelayed ? undefined : sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));
     else res.destroy();
     this.done({ kind: 'done', status });
   }

@@ -496,6 +496,19 @@ schedulingProfiles:
     });
   });
 
+  test('an upstream cut right after its data: [DONE] gets no error event after it (the client has the whole stream)', async () => {
+    const backend = await startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+      setTimeout(() => res.socket?.destroy(), 30); // no end of the chunked body
+    });
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat('x', { stream: true }));
+      assert.equal(r.status, 200);
+      assert.equal(r.text, 'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+    });
+  });
+
   test('an upstream that never answers → 504 after headersTimeout', async () => {
     const backend = await startFakeBackend(() => undefined);
     const log = captureLogger();
