@@ -18,7 +18,6 @@ import { GatewayError } from './proxy/errors.js';
 import { ModelsCache } from './proxy/models.js';
 import type { ProxyRuntime } from './proxy/runtime.js';
 import { ApiServer } from './proxy/server.js';
-import { bodyBytesReceiving } from './proxy/body.js';
 import { Upstreams } from './proxy/upstreams.js';
 import type { SaturationDetector } from './saturation/detector.js';
 import { globalSaturation, stageSaturation } from './saturation/stages.js';
@@ -300,7 +299,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     isReady,
     saturation: saturationNow,
   });
-  metrics.setReceivingSource(() => ({ bodies: api.receivingBodies, bytes: bodyBytesReceiving() }));
+  metrics.setReceivingSource(() => ({ bodies: api.receivingBodies, bytes: api.uploads.bytes }));
   const admin = buildAdminServer({
     pool,
     clock,

@@ -20,6 +20,7 @@ interface BodyState {
   /** The declared Content-Length, or -1 (chunked). */
   declared: number;
   limit: number;
+  tally: BodyTally;
   resolve: (body: Buffer) => void;
   reject: (err: Error) => void;
 }
@@ -27,13 +28,12 @@ interface BodyState {
 const kBody = Symbol('sluice.body');
 type Reading = IncomingMessage & { [kBody]?: BodyState | undefined };
 
-/** Bytes of the bodies being read right now, in every request (`sluice_request_body_bytes_receiving`). */
-let bytesReceiving = 0;
-
-/** Bytes of request bodies being read right now (not yet whole). */
-export function bodyBytesReceiving(): number {
-  return bytesReceiving;
+/** Bytes of the bodies being read right now, for a server's `sluice_request_body_bytes_receiving`. */
+export interface BodyTally {
+  bytes: number;
 }
+
+const NO_TALLY: BodyTally = { bytes: 0 };
 
 /** The body length the request's `Content-Length` declares, or -1 (none: chunked). */
 function declaredLength(req: IncomingMessage): number {
@@ -55,11 +55,12 @@ export function declaresMoreThan(req: IncomingMessage, limit: number): boolean {
 const MAX_KEPT_CHUNKS = 16;
 const MIN_JOINED = 64 << 10;
 
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/** The request's body, whole; `tally` counts its bytes while it arrives. */
+export function readBody(req: IncomingMessage, limit: number, tally: BodyTally = NO_TALLY): Promise<Buffer> {
   const declared = declaredLength(req);
   if (declared > limit) return Promise.reject(new BodyTooLargeError(limit));
   return new Promise((resolve, reject) => {
-    (req as Reading)[kBody] = { chunks: [], joined: undefined, size: 0, declared, limit, resolve, reject };
+    (req as Reading)[kBody] = { chunks: [], joined: undefined, size: 0, declared, limit, tally, resolve, reject };
     req.on('data', onData);
     req.on('end', onEnd);
     req.on('error', onError);
@@ -72,7 +73,7 @@ function detach(req: Reading): BodyState | undefined {
   const state = req[kBody];
   if (state === undefined) return undefined;
   req[kBody] = undefined;
-  bytesReceiving -= state.size;
+  state.tally.bytes -= state.size;
   req.off('data', onData);
   req.off('end', onEnd);
   req.off('error', onError);
@@ -84,7 +85,7 @@ function onData(this: Reading, c: Buffer): void {
   const state = this[kBody];
   if (state === undefined) return;
   state.size += c.length;
-  bytesReceiving += c.length;
+  state.tally.bytes += c.length;
   if (state.size > state.limit) {
     detach(this);
     this.pause();

@@ -12,7 +12,7 @@ import type { Pool } from '../datalayer/pool.js';
 import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
-import { BodyTooLargeError, declaresMoreThan, discardRest, readBody } from './body.js';
+import { BodyTooLargeError, declaresMoreThan, discardRest, readBody, type BodyTally } from './body.js';
 import { GatewayError, answerClientError, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError, sseErrorEnd } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
@@ -57,6 +57,9 @@ export class ApiServer {
   private readonly inFlight = new AgeList<ForwardContext>();
   /** API requests whose body is still arriving: the end of the shutdown grace period answers them too. */
   private readonly receiving = new AgeList<ReceivingBody>();
+
+  /** The bytes received so far of the API requests' bodies still arriving. */
+  readonly uploads: BodyTally = { bytes: 0 };
 
   /** How many API requests' bodies are still arriving. */
   get receivingBodies(): number {
@@ -196,7 +199,7 @@ export class ApiServer {
       const receiving: ReceivingBody = { res, requestId, older: undefined, newer: undefined };
       this.receiving.push(receiving);
       try {
-        raw = await readBody(req, deps.runtime().config.server.bodyLimit);
+        raw = await readBody(req, deps.runtime().config.server.bodyLimit, this.uploads);
       } catch (err) {
         if (err instanceof BodyTooLargeError) {
           deps.metrics.requestRejected('body_too_large');
