@@ -581,9 +581,7 @@ export class GatewayMetrics {
   private readonly attemptChildren = new Map<SchedulerAttemptStatus, Map<string, ValueSeries>>();
   private readonly pollErrorChildren = new Map<string, CounterChild>();
   private readonly retryChildren = new Map<string, CounterChild>();
-  private readonly degradedChildren = new Map<string, CounterChild>();
-  /** Connectors whose degraded count is above 0 (their series stays whatever the configuration). */
-  private readonly degradedCounted = new Set<string>();
+  private readonly degradedChildren = new Map<string, ValueSeries>();
   private readonly firstByteSeries = new Map<string, HistogramSeries>();
   private readonly upstreamErrorChildren = new Map<string, Map<UpstreamErrorKind, CounterChild>>();
   /** Endpoints out of the pool at the previous exposition: their series go at the next one. */
@@ -639,7 +637,7 @@ export class GatewayMetrics {
   readonly capacityUtilizationRequests: Gauge<'priority' | 'inference_pool'>;
   readonly capacityUtilizationBytes: Gauge<'priority' | 'inference_pool'>;
   readonly disaggDecisionTotal: Counter<'model_name' | 'decision_type'>;
-  readonly pdDegradedTotal: Counter<'connector'>;
+  readonly pdDegradedTotal: FastValueMetric<'connector'>;
 
   constructor(opts: GatewayMetricsOptions) {
     this.poolName = opts.poolName;
@@ -929,7 +927,7 @@ export class GatewayMetrics {
       help: 'Prefill/decode disaggregation decisions of the profile handler, by model and decision_type.',
       labelNames: ['model_name', 'decision_type'],
     });
-    this.pdDegradedTotal = counter({
+    this.pdDegradedTotal = fastCounter({
       name: 'sluice_pd_degraded_total',
       help: 'Requests disaggregated by the profile handler that were served decode-only after all (a prefill leg that failed, timed out or answered without kv_transfer_params; a body the connector could not rewrite), by connector. Counted as prefill-decode in llm_d_epp_disagg_decision_total.',
       labelNames: ['connector'],
@@ -1171,8 +1169,17 @@ export class GatewayMetrics {
 
   /** A request decided prefill-decode was served decode-only after all. */
   pdDegraded(connector: string): void {
-    cachedCounterChild(this.degradedChildren, this.pdDegradedTotal, connector).inc();
-    this.degradedCounted.add(connector);
+    this.degradedChild(connector).inc();
+  }
+
+  private degradedChild(connector: string): ValueSeries {
+    let child = this.degradedChildren.get(connector);
+    if (child === undefined) {
+      child = this.pdDegradedTotal.labels(connector);
+      child.inc(0);
+      this.degradedChildren.set(connector, child);
+    }
+    return child;
   }
 
   /**
@@ -1182,12 +1189,12 @@ export class GatewayMetrics {
    */
   pdConnectors(inUse: Iterable<string>): void {
     const keep = new Set(inUse);
-    for (const connector of this.degradedChildren.keys()) {
-      if (keep.has(connector) || this.degradedCounted.has(connector)) continue;
+    for (const [connector, child] of this.degradedChildren) {
+      if (keep.has(connector) || child.current().value !== 0) continue;
       this.pdDegradedTotal.remove(connector);
       this.degradedChildren.delete(connector);
     }
-    for (const connector of keep) cachedCounterChild(this.degradedChildren, this.pdDegradedTotal, connector).inc(0);
+    for (const connector of keep) this.degradedChild(connector);
   }
 
   /** A request moved off this endpoint because connecting to it failed. */
