@@ -146,6 +146,14 @@ export class Endpoint {
   observedSlots = 0;
   /** The most requests the server was ever scraped running (what it has shown it can start at least). */
   peakRunning = 0;
+  /**
+   * Slow-start slots grown by use (Pool.release): one more for each request that finished while
+   * Sluice had all the assumed slots outstanding and the server had never shown a queue. A server
+   * that answers within a scrape interval is rarely caught running much, yet it keeps up with
+   * every request sent: without this, its peak would cap it at a handful of slots and its own
+   * answers would read as a queue.
+   */
+  grownSlots = 0;
   /** Set when the endpoint left the pool; in-flight requests still finish. */
   removed = false;
 
@@ -181,18 +189,29 @@ export class Endpoint {
    * without metrics). `n = inFlight − inFlightAtScrape`: requests sent minus requests finished since
    * the scrape. A finished request freed a slot that a waiting one took, so `n < 0` shortens the
    * queue; a request sent since fills a free slot first (free = slots − running; none while the
-   * server had a queue), then waits. Slots = observedSlots once a queue has been seen; before, a
-   * slow start: twice the most it was seen running, at least SLOW_START_SLOTS, so a server just
-   * added (or never loaded) is not handed a whole backlog before its first scrape shows its size.
+   * server had a queue), then waits. Slots = observedSlots once a queue has been seen; before, the
+   * slow start of `slowStartSlots`.
    */
   estimatedWaiting(): number {
     const m = this.metrics;
     if (m === undefined) return NaN;
     const n = this.inFlight - this.inFlightAtScrape;
     if (n <= 0) return Math.max(0, m.waiting + n);
-    const slots = this.observedSlots > 0 ? this.observedSlots : Math.max(SLOW_START_SLOTS, 2 * this.peakRunning);
+    const slots = this.observedSlots > 0 ? this.observedSlots : this.slowStartSlots();
     const free = m.waiting > 0 ? 0 : Math.max(0, slots - m.running);
     return m.waiting + Math.max(0, n - free);
+  }
+
+  /**
+   * Slots assumed while the server has never shown a queue: SLOW_START_SLOTS, twice the most it was
+   * seen running, or what finishing requests proved (`grownSlots`), whichever is most. So a server
+   * just added (or never loaded) is not handed a whole backlog before its first scrape shows its size,
+   * and one kept busy grows its share by use, as a TCP window does.
+   */
+  slowStartSlots(): number {
+    const shown = 2 * this.peakRunning;
+    const most = shown > this.grownSlots ? shown : this.grownSlots;
+    return most > SLOW_START_SLOTS ? most : SLOW_START_SLOTS;
   }
 
   /**

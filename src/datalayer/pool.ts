@@ -192,6 +192,12 @@ export class Pool implements PoolView {
       this.onInvariantViolation?.(`release without a matching acquire on endpoint '${ep.name}'`, ep);
       return;
     }
+    // Slow start (Endpoint.slowStartSlots): a request finished with every assumed slot in use and no
+    // queue ever shown, so the server holds at least one more than assumed.
+    if (ep.observedSlots === 0) {
+      const slots = ep.slowStartSlots();
+      if (ep.inFlight >= slots) ep.grownSlots = slots + 1;
+    }
     ep.inFlight--;
     if (ep.removed) this.forgetIfIdle(ep);
     this.notify('inflight', ep);

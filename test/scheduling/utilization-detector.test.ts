@@ -236,6 +236,38 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
     assert.equal(idle!.estimatedWaiting(), 5);
   });
 
+  test('slow start grows by use: each request finished with every assumed slot outstanding adds one, until a queue is seen', async () => {
+    const { Pool } = await import('../../src/datalayer/pool.js');
+    const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
+    const ep = pool.byName('a')!;
+    pool.scrapeStarted(ep);
+    pool.recordScrape(ep, { metrics: { waiting: 0, running: 1, kvUsage: 0.1 } }, NOW);
+    // A server that answers at once: scraped running 1 while Sluice keeps 16 outstanding.
+    for (let i = 0; i < 16; i++) pool.acquire(ep);
+    assert.equal(ep.estimatedWaiting(), 9, 'read with 8 assumed slots, its own answers look like a queue');
+    // Each release with every assumed slot outstanding proved one more: 16 ≥ 8, 15 ≥ 9, … 12 ≥ 12.
+    for (let i = 0; i < 16; i++) pool.release(ep);
+    assert.equal(ep.slowStartSlots(), 13);
+    // Light use proves nothing: releases below the assumed slots leave them as they were.
+    for (let i = 0; i < 5; i++) pool.acquire(ep);
+    for (let i = 0; i < 5; i++) pool.release(ep);
+    assert.equal(ep.slowStartSlots(), 13);
+    // Kept busy, the assumed slots follow what it holds: one more than the 16 it is given, then no more.
+    for (let round = 0; round < 5; round++) {
+      for (let i = 0; i < 16; i++) pool.acquire(ep);
+      for (let i = 0; i < 16; i++) pool.release(ep);
+    }
+    assert.equal(ep.slowStartSlots(), 17);
+    for (let i = 0; i < 16; i++) pool.acquire(ep);
+    assert.equal(ep.estimatedWaiting(), 0);
+    // Once a page shows a queue, the slots it showed are the answer and use grows nothing.
+    pool.scrapeStarted(ep);
+    pool.recordScrape(ep, { metrics: { waiting: 4, running: 12, kvUsage: 0.5 } }, NOW + 50);
+    for (let i = 0; i < 16; i++) pool.acquire(ep);
+    for (let i = 0; i < 32; i++) pool.release(ep);
+    assert.deepEqual([ep.observedSlots, ep.grownSlots], [12, 17]);
+  });
+
   test('a server seen full: requests sent since the scrape fill its free slots, then wait', () => {
     const [e] = fleet({ waiting: 0, running: 6, inFlight: 6 });
     e!.observedSlots = 8;
