@@ -124,6 +124,8 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       inFlightTokens: ep.inFlightTokens,
       // What the detector and queue-scorer read (configuration §5): null until known.
       slots: ep.observedSlots > 0 ? ep.observedSlots : null,
+      // Until then, the slow start's assumption (configuration §5, "starts slowly").
+      slowStartSlots: ep.observedSlots > 0 ? null : ep.slowStartSlots(),
       reckonedWaiting: ep.metrics ? ep.estimatedWaiting() : null,
       queueAhead: ep.metrics ? ep.queueAhead() : null,
     };

@@ -208,7 +208,7 @@ describe('gateway in front of simulators', () => {
 
   test('/debug/pool shows every endpoint with its metrics and in-flight count', async () => {
     const r = await request(`${fleet.gw.metricsUrl}/debug/pool`);
-    type Row = { name: string; stale: boolean; inFlight: number; metrics: unknown; slots: number | null; reckonedWaiting: number; queueAhead: number };
+    type Row = { name: string; stale: boolean; inFlight: number; metrics: unknown; slots: number | null; slowStartSlots: number | null; reckonedWaiting: number; queueAhead: number };
     const body = (await r.body.json()) as { endpoints: Row[]; saturation: { global: number } };
     assert.equal(body.endpoints.length, 3);
     for (const ep of body.endpoints) {
@@ -216,6 +216,7 @@ describe('gateway in front of simulators', () => {
       assert.ok(ep.metrics);
       assert.equal(typeof ep.inFlight, 'number');
       assert.equal(ep.slots, null, 'no queue seen yet: slots unknown');
+      assert.ok(ep.slowStartSlots !== null && ep.slowStartSlots >= 8, 'slow start assumes at least 8');
       assert.equal(ep.reckonedWaiting, 0);
       assert.equal(ep.queueAhead, 0);
     }
