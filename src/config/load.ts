@@ -823,17 +823,21 @@ function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfi
 }
 
 /**
- * A profile the user wrote whose label filters (PluginDefinition.keepsByLabels) keep none of the
- * endpoints in pool.endpoints never picks one: a P/D prefill profile then serves every request
- * decode-only, any other refuses its requests. Most often a role label missing or misspelt.
+ * A profile whose label filters (PluginDefinition.keepsByLabels) keep none of the endpoints in
+ * pool.endpoints never picks one: a P/D prefill profile then serves every request decode-only, any
+ * other refuses its requests. Most often a role label missing or misspelt. A profile the user wrote
+ * is warned at its name; the one built from the declared plugins (no schedulingProfiles) at the
+ * filter that keeps none.
  */
 function collectEmptyProfileWarnings(raw: Record<string, unknown>, config: SluiceConfig, registry: PluginRegistry, sink: ProblemSink): void {
   const endpoints = config.pool.endpoints;
-  if (endpoints.length === 0 || !Array.isArray(raw.schedulingProfiles)) return;
+  if (endpoints.length === 0) return;
   const specs = new Map(config.plugins.map((s) => [s.name, s]));
-  raw.schedulingProfiles.forEach((rawProfile, i) => {
-    const profile = isPlainObject(rawProfile) ? config.schedulingProfiles.find((p) => p.name === rawProfile.name) : undefined;
-    if (profile === undefined) return;
+  const written = Array.isArray(raw.schedulingProfiles) ? raw.schedulingProfiles : [];
+  const rawPlugins = Array.isArray(raw.plugins) ? raw.plugins : [];
+  for (const profile of config.schedulingProfiles) {
+    const writtenAt = written.findIndex((p) => isPlainObject(p) && p.name === profile.name);
+    if (writtenAt < 0 && written.length > 0) continue; // injected beside written ones: not the user's to fix
     let kept = endpoints.map((e) => e.labels);
     let filtered = false;
     for (const { pluginRef } of profile.plugins) {
@@ -845,14 +849,15 @@ function collectEmptyProfileWarnings(raw: Record<string, unknown>, config: Sluic
         filtered = true;
         continue;
       }
+      const pluginAt = rawPlugins.findIndex((p) => isPlainObject(p) && (p.name ?? p.type) === pluginRef);
       const n = endpoints.length;
       sink.warn(
-        ['schedulingProfiles', i, 'name'],
-        `profile ${JSON.stringify(profile.name)} can pick none of the ${n} endpoint${n === 1 ? '' : 's'} in pool.endpoints: ${pluginRef} keeps none${filtered ? ' of what the label filters before it keep' : ''} (check the endpoints' labels); the requests it should place are refused, or, if it is a P/D handler's prefill profile, all served decode-only`,
+        writtenAt >= 0 ? ['schedulingProfiles', writtenAt, 'name'] : pluginAt >= 0 ? ['plugins', pluginAt, 'type'] : ['plugins'],
+        `profile ${JSON.stringify(profile.name)}${writtenAt >= 0 ? '' : ' (built from the plugins)'} can pick none of the ${n} endpoint${n === 1 ? '' : 's'} in pool.endpoints: ${pluginRef} keeps none${filtered ? ' of what the label filters before it keep' : ''} (check the endpoints' labels); the requests it should place are refused, or, if it is a P/D handler's prefill profile, all served decode-only`,
       );
-      return;
+      break;
     }
-  });
+  }
 }
 
 function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sink: ProblemSink): void {

@@ -89,6 +89,21 @@ describe('a profile whose label filters keep none of the configured endpoints', 
     assert.match(ws[0]!, /^12:15: plugins\[4\]\.parameters: no deciders\.prefill: P\/D is off, profile "prefill" never runs and every request is served decode-only/);
   });
 
+  test('the profile built from the declared plugins (no schedulingProfiles) is flagged at the filter that keeps none', () => {
+    const built = yaml(
+      'pool:',
+      '  endpoints:',
+      '  - { name: p, address: 127.0.0.1, port: 8001, labels: { llm-d.ai/role: prefill } }',
+      'plugins:',
+      '- type: queue-scorer',
+      '- type: decode-filter',
+    );
+    const ws = warnings(built);
+    assert.equal(ws.length, 1, ws.join('\n'));
+    assert.match(ws[0]!, /^6:9: plugins\[1\]\.type: profile "default" \(built from the plugins\) can pick none of the 1 endpoint in pool\.endpoints: decode-filter keeps none \(check/);
+    assert.deepEqual(warnings(built.replace('role: prefill', 'role: decode')), []);
+  });
+
   test('roles right: no warning; a label-selector-filter after the role filter that keeps none is named', () => {
     assert.deepEqual(warnings(pd(['llm-d.ai/role: prefill', 'llm-d.ai/role: decode'])), []);
     assert.deepEqual(warnings(pd(['llm-d.ai/role: both', 'llm-d.ai/role: decode'])), []);
