@@ -147,13 +147,18 @@ export class Endpoint {
   /** The most requests the server was ever scraped running (what it has shown it can start at least). */
   peakRunning = 0;
   /**
-   * Slow-start slots grown by use (Pool.release): one more for each request that finished while
-   * Sluice had all the assumed slots outstanding and the server had never shown a queue. A server
-   * that answers within a scrape interval is rarely caught running much, yet it keeps up with
-   * every request sent: without this, its peak would cap it at a handful of slots and its own
-   * answers would read as a queue.
+   * Slow-start slots grown by use (Pool.release): one more for each request answered (2xx) that
+   * finished while Sluice had all the assumed slots outstanding and the server had never shown a
+   * queue, at most twice what was assumed when the last page landed (`slowStartAtScrape`). A server
+   * that answers within a scrape interval is rarely caught running much, yet it keeps up with every
+   * request sent: without this, its peak would cap it at a handful of slots and its own answers
+   * would read as a queue. A failed request proves nothing (a server failing at once would
+   * otherwise draw ever more), and the cap keeps a small server that finishes fast from taking a
+   * backlog before a page shows its queue.
    */
   grownSlots = 0;
+  /** `slowStartSlots()` when the last good page landed (0 before the first): the growth's base. */
+  slowStartAtScrape = 0;
   /** Set when the endpoint left the pool; in-flight requests still finish. */
   removed = false;
 
@@ -189,7 +194,7 @@ export class Endpoint {
    * without metrics). `n = inFlight − inFlightAtScrape`: requests sent minus requests finished since
    * the scrape. A finished request freed a slot that a waiting one took, so `n < 0` shortens the
    * queue; a request sent since fills a free slot first (free = slots − running; none while the
-   * server had a queue), then waits. Slots = observedSlots once a queue has been seen; before, the
+   * server had a queue), then waits. Slots = `shownSlots` once a queue has been seen; before, the
    * slow start of `slowStartSlots`.
    */
   estimatedWaiting(): number {
@@ -197,7 +202,7 @@ export class Endpoint {
     if (m === undefined) return NaN;
     const n = this.inFlight - this.inFlightAtScrape;
     if (n <= 0) return Math.max(0, m.waiting + n);
-    const slots = this.observedSlots > 0 ? this.observedSlots : this.slowStartSlots();
+    const slots = this.observedSlots > 0 ? this.shownSlots() : this.slowStartSlots();
     const free = m.waiting > 0 ? 0 : Math.max(0, slots - m.running);
     return m.waiting + Math.max(0, n - free);
   }
@@ -215,16 +220,28 @@ export class Endpoint {
   }
 
   /**
+   * Running slots, once the server has shown a queue (0 before): the most it was ever scraped
+   * running, with or without a queue. One page with a brief queue and few running (a prompt held
+   * back by the token budget or a LoRA limit) must not set it below what the server has run, for
+   * good; while a page shows a queue, no slot counts as free anyway.
+   */
+  shownSlots(): number {
+    if (this.observedSlots === 0) return 0;
+    return this.peakRunning > this.observedSlots ? this.peakRunning : this.observedSlots;
+  }
+
+  /**
    * The queue a request sent now would join (NaN without metrics; `queue-scorer`): the scraped
    * waiting queue, plus one when no running slot is free, since the request then waits for a slot
    * too. Running = the scraped count plus what Sluice sent and saw finish since; slots are unknown,
-   * and assumed free, until the server has shown a queue (`observedSlots`).
+   * and assumed free, until the server has shown a queue (`shownSlots`).
    */
   queueAhead(): number {
     const m = this.metrics;
     if (m === undefined) return NaN;
     if (m.waiting > 0) return m.waiting + 1;
-    if (this.observedSlots === 0) return 0;
-    return m.running + this.inFlight - this.inFlightAtScrape >= this.observedSlots ? 1 : 0;
+    const slots = this.shownSlots();
+    if (slots === 0) return 0;
+    return m.running + this.inFlight - this.inFlightAtScrape >= slots ? 1 : 0;
   }
 }

@@ -185,18 +185,21 @@ export class Pool implements PoolView {
     this.notify('inflight', ep);
   }
 
-  /** A request to `ep` finished (exactly once per acquire). Never takes the count below zero. */
-  release(ep: Endpoint): void {
+  /**
+   * A request to `ep` finished (exactly once per acquire); `answered`: with a 2xx answer, which grows
+   * a slow start (Endpoint.grownSlots). Never takes the count below zero.
+   */
+  release(ep: Endpoint, answered = false): void {
     if (ep.inFlight <= 0) {
       this.releaseUnderflows++;
       this.onInvariantViolation?.(`release without a matching acquire on endpoint '${ep.name}'`, ep);
       return;
     }
-    // Slow start (Endpoint.slowStartSlots): a request finished with every assumed slot in use and no
-    // queue ever shown, so the server holds at least one more than assumed.
-    if (ep.observedSlots === 0) {
+    // Slow start (Endpoint.grownSlots): answered with every assumed slot in use and no queue ever
+    // shown, so the server holds at least one more than assumed — up to twice the last page's.
+    if (answered && ep.observedSlots === 0) {
       const slots = ep.slowStartSlots();
-      if (ep.inFlight >= slots) ep.grownSlots = slots + 1;
+      if (ep.inFlight >= slots && slots < 2 * ep.slowStartAtScrape) ep.grownSlots = slots + 1;
     }
     ep.inFlight--;
     if (ep.removed) this.forgetIfIdle(ep);
@@ -238,6 +241,7 @@ export class Pool implements PoolView {
       const m = result.metrics;
       if (m.waiting > 0 && m.running > ep.observedSlots) ep.observedSlots = m.running;
       if (m.running > ep.peakRunning) ep.peakRunning = m.running;
+      ep.slowStartAtScrape = ep.slowStartSlots();
       ep.lastError = undefined;
       // A page fetched while a request was being refused says nothing about the server now.
       if (ep.connectFailures === ep.connectFailuresAtScrapeStart) ep.connectFailure = undefined;

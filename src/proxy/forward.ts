@@ -452,11 +452,16 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const prefill = this.sidecarPrefillEp;
     if (prefill !== undefined) {
       this.sidecarPrefillEp = undefined;
-      this.ctx.pool.release(prefill);
+      this.ctx.pool.release(prefill, this.answeredOk());
     }
     if (this.promptEp === undefined) return;
     this.ctx.pool.promptDone(this.promptEp, this.promptTokens);
     this.promptEp = undefined;
+  }
+
+  /** The model server answered 2xx (what grows a slow start, Pool.release). */
+  private answeredOk(): boolean {
+    return this.status >= 200 && this.status <= 299;
   }
 
   /** Sends the decode leg (or the client's request) and relays the answer. */
@@ -482,7 +487,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       try {
         this.promptDone();
       } finally {
-        this.ctx.pool.release(this.ep);
+        this.ctx.pool.release(this.ep, this.answeredOk());
       }
     }
     unwatchClient(this.ctx.res, this);
@@ -789,10 +794,12 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     pool.promptSent(prefill, promptTokens);
     const started = ctx.clock.now();
     let answered = false;
+    let status = 0;
     try {
       const headers = upstreamRequestHeaders(ctx.req.headers, requestId);
       const up = await ctx.upstreams.get(prefill).request({ method: 'POST', path: ctx.req.url ?? '/', headers, body, signal });
       answered = true;
+      status = up.statusCode;
       // A prefill answer is one token, sent whole: its status line is its first byte.
       ctx.metrics.endpointFirstByte(prefill.name, (ctx.clock.now() - started) / 1000);
       if (up.statusCode >= 500) ctx.metrics.endpointUpstreamError(prefill.name, 'http_5xx');
@@ -815,7 +822,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     } finally {
       ctx.prefillMs = ctx.clock.now() - started;
       pool.promptDone(prefill, promptTokens);
-      pool.release(prefill);
+      pool.release(prefill, answered && status >= 200 && status <= 299);
     }
   };
 }

@@ -4,7 +4,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import assert from 'node:assert/strict';
 import { request } from 'undici';
-import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor, waitForMetrics, withGateway } from '../helpers/fleet.js';
 import { okJson, slowJson, startFakeBackend, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
 import type { Gateway } from '../../src/app.js';
 import { until } from '../helpers/wait.js';
@@ -595,4 +595,26 @@ flowControl:
       await closeAll(s.gw, s.a, s.b);
     }
   });
+});
+
+test('slow start: requests answered 2xx with every assumed slot outstanding grow it, failed ones do not', async () => {
+  for (const status of [200, 500]) {
+    // A server that fails (or answers) ten requests at once while its page says 0 running, 0 waiting.
+    const held: { url: string; res: http.ServerResponse }[] = [];
+    const backend = await startFakeBackend((r, res) => {
+      held.push({ url: r.url, res });
+      if (held.length < 10) return;
+      for (const h of held.splice(0)) {
+        if (status === 200) okJson({ ...r, url: h.url }, h.res);
+        else h.res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"boom"}}');
+      }
+    });
+    await withGateway(backend, fleetConfig([{ name: 'e0', port: backend.port }]), async (gw) => {
+      const answers = await Promise.all(Array.from({ length: 10 }, () => post(gw)));
+      assert.deepEqual([...new Set(answers.map((a) => a.status))], [status]);
+      const slots = gw.pool.byName('e0')!.slowStartSlots();
+      if (status === 200) assert.ok(slots > 8, `answered at 10 and 9 outstanding: ${slots}`);
+      else assert.equal(slots, 8, 'a failure proves no slot');
+    });
+  }
 });

@@ -236,36 +236,68 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
     assert.equal(idle!.estimatedWaiting(), 5);
   });
 
-  test('slow start grows by use: each request finished with every assumed slot outstanding adds one, until a queue is seen', async () => {
+  test('slow start grows by use: each answered request finished with every assumed slot outstanding adds one, at most doubling per page, until a queue is seen', async () => {
     const { Pool } = await import('../../src/datalayer/pool.js');
     const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
     const ep = pool.byName('a')!;
-    pool.scrapeStarted(ep);
-    pool.recordScrape(ep, { metrics: { waiting: 0, running: 1, kvUsage: 0.1 } }, NOW);
+    const page = (waiting: number, running: number, at: number): void => {
+      pool.scrapeStarted(ep);
+      pool.recordScrape(ep, { metrics: { waiting, running, kvUsage: 0.1 } }, at);
+    };
+    const round = (n: number, answered: boolean): void => {
+      for (let i = 0; i < n; i++) pool.acquire(ep);
+      for (let i = 0; i < n; i++) pool.release(ep, answered);
+    };
+    page(0, 1, NOW);
     // A server that answers at once: scraped running 1 while Sluice keeps 16 outstanding.
     for (let i = 0; i < 16; i++) pool.acquire(ep);
     assert.equal(ep.estimatedWaiting(), 9, 'read with 8 assumed slots, its own answers look like a queue');
-    // Each release with every assumed slot outstanding proved one more: 16 ≥ 8, 15 ≥ 9, … 12 ≥ 12.
+    // Failures prove nothing: a server failing at once would otherwise draw ever more.
     for (let i = 0; i < 16; i++) pool.release(ep);
+    assert.equal(ep.slowStartSlots(), 8);
+    // Each answered release with every assumed slot outstanding proves one more: 16 ≥ 8, 15 ≥ 9, … 12 ≥ 12.
+    round(16, true);
     assert.equal(ep.slowStartSlots(), 13);
     // Light use proves nothing: releases below the assumed slots leave them as they were.
-    for (let i = 0; i < 5; i++) pool.acquire(ep);
-    for (let i = 0; i < 5; i++) pool.release(ep);
+    round(5, true);
     assert.equal(ep.slowStartSlots(), 13);
-    // Kept busy, the assumed slots follow what it holds: one more than the 16 it is given, then no more.
-    for (let round = 0; round < 5; round++) {
-      for (let i = 0; i < 16; i++) pool.acquire(ep);
-      for (let i = 0; i < 16; i++) pool.release(ep);
-    }
-    assert.equal(ep.slowStartSlots(), 17);
+    // At most twice what was assumed when the last page landed (8), however many finish before the next.
+    for (let r = 0; r < 5; r++) round(16, true);
+    assert.equal(ep.slowStartSlots(), 16);
+    page(0, 1, NOW + 50);
+    for (let r = 0; r < 5; r++) round(16, true);
+    assert.equal(ep.slowStartSlots(), 17, 'one more than the 16 it is given, then no more');
     for (let i = 0; i < 16; i++) pool.acquire(ep);
     assert.equal(ep.estimatedWaiting(), 0);
     // Once a page shows a queue, the slots it showed are the answer and use grows nothing.
-    pool.scrapeStarted(ep);
-    pool.recordScrape(ep, { metrics: { waiting: 4, running: 12, kvUsage: 0.5 } }, NOW + 50);
-    for (let i = 0; i < 16; i++) pool.acquire(ep);
-    for (let i = 0; i < 32; i++) pool.release(ep);
+    page(4, 12, NOW + 100);
+    round(16, true);
+    for (let i = 0; i < 16; i++) pool.release(ep, true);
     assert.deepEqual([ep.observedSlots, ep.grownSlots], [12, 17]);
+    // Before any page, nothing grows (no base to double).
+    const fresh = new Pool([{ name: 'b', address: '127.0.0.1', port: 9, labels: {} }]);
+    const b = fresh.byName('b')!;
+    for (let i = 0; i < 16; i++) fresh.acquire(b);
+    for (let i = 0; i < 16; i++) fresh.release(b, true);
+    assert.equal(b.slowStartSlots(), 8);
+  });
+
+  test('a page with a brief queue and few running does not set the slots below what the server has run', async () => {
+    const { Pool } = await import('../../src/datalayer/pool.js');
+    const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
+    const ep = pool.byName('a')!;
+    const page = (waiting: number, running: number, at: number): void => {
+      pool.scrapeStarted(ep);
+      pool.recordScrape(ep, { metrics: { waiting, running, kvUsage: 0.1 } }, at);
+    };
+    page(0, 30, NOW);
+    page(1, 2, NOW + 50); // a prompt held back by the token budget for a moment
+    assert.deepEqual([ep.observedSlots, ep.shownSlots()], [2, 30]);
+    page(0, 10, NOW + 100);
+    for (let i = 0; i < 20; i++) pool.acquire(ep);
+    assert.deepEqual([ep.estimatedWaiting(), ep.queueAhead()], [0, 1], '10 + 20 fill its 30 slots: nothing waits yet, the next one would');
+    pool.acquire(ep);
+    assert.equal(ep.estimatedWaiting(), 1);
   });
 
   test('a server seen full: requests sent since the scrape fill its free slots, then wait', () => {
