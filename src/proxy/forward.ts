@@ -793,12 +793,10 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     pool.acquire(prefill);
     pool.promptSent(prefill, promptTokens);
     const started = ctx.clock.now();
-    let answered = false;
-    let status = 0;
+    let status = 0; // the answer's, once it began
     try {
       const headers = upstreamRequestHeaders(ctx.req.headers, requestId);
       const up = await ctx.upstreams.get(prefill).request({ method: 'POST', path: ctx.req.url ?? '/', headers, body, signal });
-      answered = true;
       status = up.statusCode;
       // A prefill answer is one token, sent whole: its status line is its first byte.
       ctx.metrics.endpointFirstByte(prefill.name, (ctx.clock.now() - started) / 1000);
@@ -815,14 +813,14 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     } catch (err) {
       if (signal.aborted) return { kind: 'aborted' };
       const e = err as Error & { code?: string };
-      const kind = answered ? 'cut' : isConnectError(e) ? connectErrorKind(e) : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
+      const kind = status !== 0 ? 'cut' : isConnectError(e) ? connectErrorKind(e) : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
       ctx.metrics.endpointUpstreamError(prefill.name, kind);
       if (kind === 'connect') pool.connectFailed(prefill, `a request could not connect: ${e.message}`);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {
       ctx.prefillMs = ctx.clock.now() - started;
       pool.promptDone(prefill, promptTokens);
-      pool.release(prefill, answered && status >= 200 && status <= 299);
+      pool.release(prefill, status >= 200 && status <= 299);
     }
   };
 }
