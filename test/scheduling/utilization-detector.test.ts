@@ -11,6 +11,18 @@ import { makeContext, makeDeps, makeEndpoint, makeRequest, names, recordingLogge
 
 const NOW = 1_000_000;
 
+/** A real Pool of one endpoint, and `page(waiting, running, at)`: a scrape of it sent and landed. */
+async function poolOfOne() {
+  const { Pool } = await import('../../src/datalayer/pool.js');
+  const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
+  const ep = pool.byName('a')!;
+  const page = (waiting: number, running: number, at: number): void => {
+    pool.scrapeStarted(ep);
+    pool.recordScrape(ep, { metrics: { waiting, running, kvUsage: 0.1 } }, at);
+  };
+  return { pool, ep, page };
+}
+
 function detector(params: Record<string, unknown>, logger = recordingLogger()): UtilizationDetector {
   return new UtilizationDetector('utilization-detector', utilizationDetectorParams.parse(params), logger);
 }
@@ -237,13 +249,7 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
   });
 
   test('slow start grows by use: each answered request finished with every assumed slot outstanding adds one, at most doubling per page, until a queue is seen', async () => {
-    const { Pool } = await import('../../src/datalayer/pool.js');
-    const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
-    const ep = pool.byName('a')!;
-    const page = (waiting: number, running: number, at: number): void => {
-      pool.scrapeStarted(ep);
-      pool.recordScrape(ep, { metrics: { waiting, running, kvUsage: 0.1 } }, at);
-    };
+    const { pool, ep, page } = await poolOfOne();
     const round = (n: number, answered: boolean): void => {
       for (let i = 0; i < n; i++) pool.acquire(ep);
       for (let i = 0; i < n; i++) pool.release(ep, answered);
@@ -275,21 +281,14 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
     for (let i = 0; i < 16; i++) pool.release(ep, true);
     assert.deepEqual([ep.observedSlots, ep.grownSlots], [12, 17]);
     // Before any page, nothing grows (no base to double).
-    const fresh = new Pool([{ name: 'b', address: '127.0.0.1', port: 9, labels: {} }]);
-    const b = fresh.byName('b')!;
-    for (let i = 0; i < 16; i++) fresh.acquire(b);
-    for (let i = 0; i < 16; i++) fresh.release(b, true);
-    assert.equal(b.slowStartSlots(), 8);
+    const fresh = await poolOfOne();
+    for (let i = 0; i < 16; i++) fresh.pool.acquire(fresh.ep);
+    for (let i = 0; i < 16; i++) fresh.pool.release(fresh.ep, true);
+    assert.equal(fresh.ep.slowStartSlots(), 8);
   });
 
   test('a page with a brief queue and few running does not set the slots below what the server has run', async () => {
-    const { Pool } = await import('../../src/datalayer/pool.js');
-    const pool = new Pool([{ name: 'a', address: '127.0.0.1', port: 9, labels: {} }]);
-    const ep = pool.byName('a')!;
-    const page = (waiting: number, running: number, at: number): void => {
-      pool.scrapeStarted(ep);
-      pool.recordScrape(ep, { metrics: { waiting, running, kvUsage: 0.1 } }, at);
-    };
+    const { pool, ep, page } = await poolOfOne();
     page(0, 30, NOW);
     page(1, 2, NOW + 50); // a prompt held back by the token budget for a moment
     assert.deepEqual([ep.observedSlots, ep.shownSlots()], [2, 30]);
