@@ -391,3 +391,8 @@ describe('llm-d compatibility', () => {
     assert.equal(config.schedulingProfiles[0]!.name, 'default');
   });
 });
+
+test('with flow control off, saturationDetector is not listed among the ignored flowControl settings', () => {
+  const r = load(yaml('featureGates: ["flowControl=false"]', 'flowControl:', '  saturationDetector: { pluginRef: utilization-detector }', '  maxRequests: 10'));
+  assert.deepEqual(r.warnings.map((w) => w.message), ['flow control is disabled by featureGates, so maxRequests is ignored (only saturationDetector is used)']);
+});

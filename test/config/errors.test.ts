@@ -4,7 +4,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
-import { ConfigError, formatPath, loadConfigFile, loadConfigText } from '../../src/config/load.js';
+import { ConfigError, decodeConfigText, formatPath, loadConfigFile, loadConfigText } from '../../src/config/load.js';
 import { closestMatch, poolSchema } from '../../src/config/schema.js';
 import { featureEnabled } from '../../src/config/defaults.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
@@ -734,5 +734,32 @@ describe('what a file means, said where it is written', () => {
     assert.deepEqual(problems(text, 'c.yaml', builtin), [
       'c.yaml:5:7: plugins[0].parameters.matchExpressions[0].operator: plugin "label-selector-filter" (label-selector-filter): required key is missing (one of "In", "NotIn", "Exists", "DoesNotExist")',
     ]);
+  });
+});
+
+describe('mutation review: loader edges', () => {
+  test('a second document is an error even when the file ends with ---', () => {
+    assert.match(problems('pool: {}\n---\nplugins: []\n---\n').join('\n'), /a second YAML document/);
+  });
+
+  test('a declared plugin named like the first default Sluice injects is named at its own key', () => {
+    assert.deepEqual(problems(yaml('plugins:', '- type: queue-scorer', '  name: single-profile-handler')), [
+      'c.yaml:3:9: plugins[0].name: plugin name "single-profile-handler" is taken: Sluice adds a single-profile-handler of that name (the default it injects when none is configured); rename this queue-scorer',
+    ]);
+  });
+
+  test('an empty nested pluginRef leaves the top-level detector in use, and the warning says only that it moved', () => {
+    const builtin = builtinRegistry();
+    const text = yaml('plugins:', '- { type: concurrency-detector, name: conc }', 'saturationDetector: { pluginRef: conc }', 'flowControl:', "  saturationDetector: { pluginRef: '' }");
+    const r = load(text, 'c.yaml', builtin);
+    assert.equal(r.config.flowControl.saturationDetector.pluginRef, 'conc');
+    assert.deepEqual(r.warnings.map((w) => w.message), ['deprecated location; move it to flowControl.saturationDetector']);
+  });
+
+  test('invalid UTF-8 continuation bytes and overlong forms are errors at their column', () => {
+    const badAt4 = (bytes: number[]) =>
+      assert.throws(() => decodeConfigText(Buffer.from(bytes), 'c.yaml'), (e: unknown) => e instanceof ConfigError && e.problems[0]!.line === 1 && e.problems[0]!.col === 4);
+    badAt4([0x61, 0x3a, 0x20, 0xc3, 0xc3, 0x0a]); // a lead byte where a continuation must be
+    badAt4([0x61, 0x3a, 0x20, 0xe0, 0x80, 0x80, 0x0a]); // overlong U+0000
   });
 });

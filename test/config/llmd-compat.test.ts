@@ -340,3 +340,9 @@ describe('llm-d compatibility', () => {
     assert.equal(problems(yaml('plugins:', '- type: endpoint-notification-source', '  parameters: { x: 1 }')).length, 1, 'it has no parameters');
   });
 });
+
+test('a scorer that names its producer explicitly borrows its parameters (llm-d\'s usual form)', () => {
+  const r = load(yaml('plugins:', '- type: approx-prefix-cache-producer', '  parameters: { blockSizeTokens: 32 }', '- type: prefix-cache-scorer', '  parameters: { prefixMatchInfoProducerName: approx-prefix-cache-producer }'));
+  assert.equal(pluginParams(r, 'prefix-cache-scorer')?.blockSizeTokens, 32);
+  assert.equal(r.config.plugins.filter((p) => p.type === 'prefix-cache-scorer').length, 1);
+});

@@ -290,3 +290,13 @@ describe('extractVllmMetrics: pages we must not trust', () => {
     assert.throws(() => extractVllmMetrics(referencePage, 'tgi'), /unknown engine type 'tgi' \(known: vllm, sglang/);
   });
 });
+
+test('sglang: pipeline-parallel ranks repeat rank 0, counted once', () => {
+  const page = [
+    'sglang:num_queue_reqs{tp_rank="0",pp_rank="0"} 3', 'sglang:num_queue_reqs{tp_rank="0",pp_rank="1"} 3',
+    'sglang:num_running_reqs{tp_rank="0",pp_rank="0"} 5', 'sglang:num_running_reqs{tp_rank="0",pp_rank="1"} 5',
+    'sglang:token_usage{tp_rank="0",pp_rank="0"} 0.5', '',
+  ].join('\n');
+  const m = extractVllmMetrics(page, 'sglang');
+  assert.deepEqual([m.waiting, m.running], [3, 5]);
+});

@@ -109,3 +109,15 @@ describe('reload', () => {
     assert.equal(h.fc.queued, 0);
   });
 });
+
+test('a carried band below every configured band takes the lowest configured ceiling (a dropped sheddable objective stays held back)', () => {
+  const rank: UsageLimitPolicy = { type: 'rank', name: 'rank', computeCeilings(_s, p, out) { p.forEach((_x, i) => (out[i] = 1 - i / p.length)); } };
+  const old = new Harness({ saturation: 1, objectivePriorities: [-3], usageLimit: rank });
+  old.submit('low', { priority: -3 });
+  const next = new Harness({ saturation: 1, objectivePriorities: [-2], carriedPriorities: old.fc.queuedPriorities(), usageLimit: rank });
+  old.fc.handOver(next.fc);
+  assert.deepEqual(next.fc.snapshot().ceilings.map((c) => [c.priority, c.ceiling]), [[0, 1], [-2, 0.5], [-3, 0.5]]);
+  next.saturation = 0.7;
+  next.fc.runDispatch();
+  assert.deepEqual(old.labels('Dispatched'), []);
+});

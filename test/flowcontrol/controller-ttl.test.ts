@@ -309,3 +309,14 @@ describe('shutdown', () => {
     );
   });
 });
+
+test('defaultRequestTTL 0 (wait for ever): a pool that comes back does not evict what queued while it was empty', () => {
+  const h = new Harness({ saturation: 1, poolEmpty: true, config: { defaultRequestTTL: 0, noEndpointRequestTTL: 1000 } });
+  h.submit('a');
+  h.timers.advance(100);
+  h.poolEmpty = false; // endpoints are back, still saturated: the request's deadline is re-keyed to no deadline
+  h.fc.kick();
+  h.timers.advance(5000);
+  assert.equal(h.outcomeOf('a'), undefined);
+  assert.equal(h.fc.queued, 1);
+});

@@ -26,6 +26,13 @@ function approx(actual: number[], expected: number[], what = ''): void {
 }
 
 describe('queue-scorer', () => {
+  test('requests in flight at the scrape are in its running count: not counted twice', () => {
+    const a = makeEndpoint('a', { running: 3, inFlight: 3 }); // in the page: inFlightAtScrape 3
+    const b = makeEndpoint('b', { running: 0 });
+    a.observedSlots = b.observedSlots = 4;
+    approx(scores(new QueueScorer('q'), [a, b]), [1, 1], 'a has a free slot');
+  });
+
   const scorer = new QueueScorer('queue-scorer');
   const llmd = new QueueScorer('queue-scorer', false);
 

@@ -299,6 +299,17 @@ describe('utilization-detector reads the queue reckoned since the last scrape (c
     assert.equal(ep.estimatedWaiting(), 1);
   });
 
+  test('once a queue was seen, the slots it showed count, not the slow start; more finished than waited is no queue', () => {
+    const a = makeEndpoint('a', { running: 2 });
+    a.observedSlots = 4;
+    a.peakRunning = 4; // the slow start would assume 8
+    a.inFlight += 5; // 5 sent since the scrape, 2 slots free
+    assert.equal(a.estimatedWaiting(), 3);
+    const b = makeEndpoint('b', { waiting: 1, inFlight: 3 });
+    b.inFlight = 0;
+    assert.equal(b.estimatedWaiting(), 0);
+  });
+
   test('a server seen full: requests sent since the scrape fill its free slots, then wait', () => {
     const [e] = fleet({ waiting: 0, running: 6, inFlight: 6 });
     e!.observedSlots = 8;
