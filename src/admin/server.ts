@@ -123,7 +123,7 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       // Uncached prompt tokens sent to it whose answer has not begun (token-load-scorer, affinity filter).
       inFlightTokens: ep.inFlightTokens,
       // What the detector and queue-scorer read (configuration §5): null until known.
-      slots: ep.observedSlots > 0 ? ep.shownSlots() : null,
+      slots: ep.shownSlots() || null,
       // Until then, the slow start's assumption (configuration §5, "starts slowly").
       slowStartSlots: ep.observedSlots > 0 ? null : ep.slowStartSlots(),
       reckonedWaiting: ep.metrics ? ep.estimatedWaiting() : null,

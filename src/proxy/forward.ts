@@ -330,6 +330,9 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
   }
 }
 
+/** A 2xx answer: what a cached_tokens rewrite applies to, and what grows a slow start (Pool.release). */
+const is2xx = (status: number): boolean => status >= 200 && status <= 299;
+
 const DONE_EVENT = Buffer.from('data: [DONE]');
 
 /** Whether whole SSE events `buf` end with `data: [DONE]` (then a blank line: LF, CR LF or CR ends). */
@@ -452,16 +455,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const prefill = this.sidecarPrefillEp;
     if (prefill !== undefined) {
       this.sidecarPrefillEp = undefined;
-      this.ctx.pool.release(prefill, this.answeredOk());
+      this.ctx.pool.release(prefill, is2xx(this.status));
     }
     if (this.promptEp === undefined) return;
     this.ctx.pool.promptDone(this.promptEp, this.promptTokens);
     this.promptEp = undefined;
-  }
-
-  /** The model server answered 2xx (what grows a slow start, Pool.release). */
-  private answeredOk(): boolean {
-    return this.status >= 200 && this.status <= 299;
   }
 
   /** Sends the decode leg (or the client's request) and relays the answer. */
@@ -487,7 +485,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       try {
         this.promptDone();
       } finally {
-        this.ctx.pool.release(this.ep, this.answeredOk());
+        this.ctx.pool.release(this.ep, is2xx(this.status));
       }
     }
     unwatchClient(this.ctx.res, this);
@@ -561,7 +559,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     // A stream compressed anyway cannot be cut at event ends: relayed as it comes, as any other answer.
     const sse = (this.sse =
       typeof contentType === 'string' && contentType.startsWith('text/event-stream') && (encoding === undefined || encoding === 'identity'));
-    const rewrite = cachedTokens !== undefined && status >= 200 && status <= 299 && (encoding === undefined || encoding === 'identity');
+    const rewrite = cachedTokens !== undefined && is2xx(status) && (encoding === undefined || encoding === 'identity');
     if (rewrite) delete headers['content-length'];
     if (sse) {
       this.scanner = new SseUsageScanner();
@@ -820,7 +818,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     } finally {
       ctx.prefillMs = ctx.clock.now() - started;
       pool.promptDone(prefill, promptTokens);
-      pool.release(prefill, status >= 200 && status <= 299);
+      pool.release(prefill, is2xx(status));
     }
   };
 }
