@@ -204,10 +204,20 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const registry = opts.registry ?? builtinRegistry();
 
   for (const w of loaded.warnings ?? []) logger.warn({ config: formatProblem(w) }, 'config warning');
+  // The metrics read the pool only when scraped.
+  const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
   const pool = new Pool(endpointSpecs(loaded.config), {
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
+    outlierPolicy: loaded.config.server.upstream.outlierDetection,
+    onOutlier: (ep, event) => {
+      if (event.kind === 'returned') {
+        logger.info({ endpoint: ep.name }, 'endpoint back from ejection: it takes requests again (one more failure ejects it again, for longer)');
+        return;
+      }
+      metrics.endpointEjection(ep.name);
+      logger.warn({ endpoint: ep.name, ejectedForMs: event.ms, reason: event.reason }, 'endpoint ejected: it failed request after request, so it gets none for a while (server.upstream.outlierDetection)');
+    },
   });
-  const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
   const startDigest = effectiveConfigDigest(loaded.config);
   metrics.configInForce(startDigest);
   const build = (config: SluiceConfig, previous?: Live): Live => {
@@ -370,6 +380,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       // Before the queue is handed over: what it dispatches then goes out with the new upstream
       // settings, and to a new endpoint through its own pooled connections.
       upstreams.configure(config.server.upstream);
+      pool.setOutlierPolicy(config.server.upstream.outlierDetection);
       upstreams.retain(pool.endpoints); // pools of removed endpoints close once their requests finish
       live = nextLive;
       metrics.configRestartNeeded(restartOnly.length > 0);

@@ -46,6 +46,11 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
         bodyTimeout: formatDuration(server.upstream.bodyTimeout),
         retries: server.upstream.retries,
         connections: server.upstream.connections,
+        outlierDetection: {
+          ...server.upstream.outlierDetection,
+          baseEjectionTime: formatDuration(server.upstream.outlierDetection.baseEjectionTime),
+          maxEjectionTime: formatDuration(server.upstream.outlierDetection.maxEjectionTime),
+        },
       },
     },
     pool: {

@@ -16,7 +16,7 @@ import type {
   SchedulingProfileConfig,
   ServerConfig,
 } from './types.js';
-import { parseDuration, parseQuantity } from './units.js';
+import { formatDuration, parseDuration, parseQuantity } from './units.js';
 import { engineLabelOf } from '../datalayer/endpoint.js';
 import { KNOWN_ENGINE_TYPES } from '../datalayer/vllm-metrics.js';
 import { MAX_TIMER_DELAY_MS } from '../util/clock.js';
@@ -306,6 +306,26 @@ const addressField = z.string().superRefine((v, ctx) => {
 // ---------------------------------------------------------------------------------------------
 // server
 
+/** Passive health (datalayer/outlier.ts): an endpoint that fails request after request is set aside for a while. */
+export const outlierDetectionSchema = z
+  .strictObject({
+    consecutiveFailures: z.number().int().min(0).default(5),
+    baseEjectionTime: durationField({ positive: true }).prefault('5s'),
+    maxEjectionTime: durationField({ positive: true }).prefault('5m'),
+    maxEjectionPercent: z.number().int().min(0).max(100).default(50),
+  })
+  .prefault({})
+  .superRefine((o, ctx) => {
+    if (o.maxEjectionTime < o.baseEjectionTime) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `${formatDuration(o.maxEjectionTime)} is shorter than baseEjectionTime (${formatDuration(o.baseEjectionTime)}); the longest ejection must be at least the first`,
+        path: ['maxEjectionTime'],
+        input: o.maxEjectionTime,
+      });
+    }
+  });
+
 export const upstreamSchema = z
   .strictObject({
     connectTimeout: durationField({ positive: true }).prefault('5s'),
@@ -313,6 +333,7 @@ export const upstreamSchema = z
     bodyTimeout: durationField({ positive: true }).prefault('5m'),
     retries: z.number().int().min(0).default(2),
     connections: z.number().int().min(0).default(0),
+    outlierDetection: outlierDetectionSchema,
   })
   .prefault({});
 

@@ -13,6 +13,19 @@ export interface UpstreamConfig {
   retries: number; // default 2
   /** Connections per endpoint at most; 0 (the default) = no limit. A limit queues requests past it inside the HTTP client. */
   connections: number;
+  outlierDetection: OutlierDetectionConfig;
+}
+
+/** Passive health checking (datalayer/outlier.ts). */
+export interface OutlierDetectionConfig {
+  /** Failed requests in a row (upstream 5xx, time-out, lost or refused connection) that set an endpoint aside; 0 = never. Default 5. */
+  consecutiveFailures: number;
+  /** First ejection (ms), doubled for each ejection in a row; default 5s. */
+  baseEjectionTime: number;
+  /** Longest ejection (ms); default 5m. */
+  maxEjectionTime: number;
+  /** Share of the pool's endpoints that may be set aside at once (floor), 0–100; default 50. */
+  maxEjectionPercent: number;
 }
 
 export interface ServerConfig {

@@ -161,6 +161,13 @@ export class Endpoint {
   slowStartAtScrape = 0;
   /** Set when the endpoint left the pool; in-flight requests still finish. */
   removed = false;
+  // Outlier detection (outlier.ts): failed requests and ejections since the last 2xx answer, and
+  // the clock time (ms) until which the endpoint is set aside (0 = never was).
+  failureStreak = 0;
+  ejections = 0;
+  ejectedUntil = 0;
+  /** Why it was last ejected (the failures and the last error), for logs and /debug/pool. */
+  ejectedFor: string | undefined = undefined;
 
   constructor(spec: EndpointSpec) {
     this.name = spec.name;

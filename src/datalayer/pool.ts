@@ -7,14 +7,22 @@
  */
 import type { PoolView } from '../plugins/registry.js';
 import { Endpoint, engineTypeOf, type EndpointMetrics, type EndpointSpec } from './endpoint.js';
+import { DEFAULT_OUTLIER_POLICY, recordFailure, recordSuccess, type OutlierPolicy } from './outlier.js';
 
-export type PoolChangeReason = 'metrics' | 'endpoints' | 'inflight';
+export type PoolChangeReason = 'metrics' | 'endpoints' | 'inflight' | 'outlier';
 export type PoolListener = (reason: PoolChangeReason, ep?: Endpoint) => void;
 export type ScrapeResult = { metrics: EndpointMetrics } | { error: string };
+
+/** An endpoint was set aside for failing (`ms` long), or took requests again. */
+export type OutlierEvent = { kind: 'ejected'; ms: number; reason: string } | { kind: 'returned' };
 
 export interface PoolOptions {
   /** Told about broken invariants (e.g. a release without an acquire); the pool never throws for them. */
   onInvariantViolation?: (message: string, ep: Endpoint) => void;
+  /** Outlier detection (outlier.ts); its defaults when unset. */
+  outlierPolicy?: OutlierPolicy;
+  /** Told when an endpoint is ejected or back (logs, metrics). */
+  onOutlier?: (ep: Endpoint, event: OutlierEvent) => void;
 }
 
 function sameLabels(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
@@ -51,18 +59,79 @@ export class Pool implements PoolView {
   // Copy-on-write so notify() can iterate without copying and listeners may unsubscribe mid-notify.
   private listeners: readonly PoolListener[] = [];
   private readonly onInvariantViolation: ((message: string, ep: Endpoint) => void) | undefined;
+  private readonly onOutlier: ((ep: Endpoint, event: OutlierEvent) => void) | undefined;
+  private outlierPolicy: OutlierPolicy;
+  // The endpoints not ejected (`eligible`), as of the last look: recomputed when an ejection starts,
+  // when the earliest one ends, or when the list changes while any is ejected — never per request.
+  private eligibleList: readonly Endpoint[] = this.list;
+  private ejectedCount = 0;
+  private nextReturnAt = Infinity;
+  private eligibleStale = false;
 
   /** Releases that would have taken an in-flight count below zero (a proxy accounting bug). */
   releaseUnderflows = 0;
 
   constructor(specs: readonly EndpointSpec[], opts: PoolOptions = {}) {
     this.onInvariantViolation = opts.onInvariantViolation;
+    this.onOutlier = opts.onOutlier;
+    this.outlierPolicy = opts.outlierPolicy ?? DEFAULT_OUTLIER_POLICY;
     this.setEndpoints(specs);
   }
 
   /** Current endpoints in configuration order. The array is frozen and replaced only when the set changes. */
   get endpoints(): readonly Endpoint[] {
     return this.list;
+  }
+
+  /**
+   * The endpoints requests may be sent to at `now`: all but those ejected for failing (outlier.ts),
+   * in configuration order; all of them if every one is ejected. The same frozen array as
+   * `endpoints` while none is.
+   */
+  eligible(now: number): readonly Endpoint[] {
+    if (this.ejectedCount === 0 && !this.eligibleStale) return this.list;
+    if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
+    return this.eligibleList;
+  }
+
+  private refreshEligible(now: number): void {
+    this.eligibleStale = false;
+    let next = Infinity;
+    const kept: Endpoint[] = [];
+    for (const ep of this.list) {
+      if (ep.ejectedUntil > now) {
+        if (ep.ejectedUntil < next) next = ep.ejectedUntil;
+        continue;
+      }
+      kept.push(ep);
+      if (ep.ejectedFor !== undefined) {
+        ep.ejectedFor = undefined;
+        this.onOutlier?.(ep, { kind: 'returned' });
+      }
+    }
+    this.nextReturnAt = next;
+    this.ejectedCount = this.list.length - kept.length;
+    this.eligibleList = this.ejectedCount === 0 || kept.length === 0 ? this.list : Object.freeze(kept);
+  }
+
+  /** A reload's outlier detection settings (the endpoints' runs of failures and ejections stay). */
+  setOutlierPolicy(policy: OutlierPolicy): void {
+    this.outlierPolicy = policy;
+  }
+
+  /**
+   * A request to `ep` failed there (`error`: the kind counted in sluice_endpoint_upstream_errors_total):
+   * one more in its run of failures, which may eject it (outlier.ts).
+   */
+  upstreamFailed(ep: Endpoint, error: string, now: number): void {
+    if (ep.removed) return;
+    if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
+    const ms = recordFailure(this.outlierPolicy, ep, now, this.ejectedCount, this.list.length);
+    if (ms === 0) return;
+    ep.ejectedFor = `${ep.failureStreak} failed requests in a row, the last: ${error}`;
+    this.eligibleStale = true;
+    this.onOutlier?.(ep, { kind: 'ejected', ms, reason: ep.ejectedFor });
+    this.notify('outlier', ep);
   }
 
   byName(name: string): Endpoint | undefined {
@@ -125,6 +194,9 @@ export class Pool implements PoolView {
     this.byNameMap.clear();
     for (const ep of next) this.byNameMap.set(ep.name, ep);
     this.list = Object.freeze(next);
+    this.eligibleList = this.list;
+    // An ejected endpoint stays ejected in the new list; one that left is no longer counted.
+    if (this.ejectedCount > 0) this.eligibleStale = true;
     this.notify('endpoints');
     return { added, removed, relabelled };
   }
@@ -195,6 +267,8 @@ export class Pool implements PoolView {
       this.onInvariantViolation?.(`release without a matching acquire on endpoint '${ep.name}'`, ep);
       return;
     }
+    // A 2xx answer ends the endpoint's runs of failures and ejections (outlier detection).
+    if (answered) recordSuccess(ep);
     // Slow start (Endpoint.grownSlots): answered with every assumed slot in use and no queue ever
     // shown, so the server holds at least one more than assumed — up to twice the last page's.
     if (answered && ep.observedSlots === 0) {

@@ -581,6 +581,7 @@ export class GatewayMetrics {
   private readonly attemptChildren = new Map<SchedulerAttemptStatus, Map<string, ValueSeries>>();
   private readonly pollErrorChildren = new Map<string, CounterChild>();
   private readonly retryChildren = new Map<string, CounterChild>();
+  private readonly ejectionChildren = new Map<string, CounterChild>();
   private readonly degradedChildren = new Map<string, ValueSeries>();
   private readonly firstByteSeries = new Map<string, HistogramSeries>();
   private readonly upstreamErrorChildren = new Map<string, Map<UpstreamErrorKind, CounterChild>>();
@@ -618,6 +619,8 @@ export class GatewayMetrics {
   readonly endpointInflightTokens: Gauge<'endpoint_name' | 'role'>;
   readonly datalayerPollErrorsTotal: Counter<'endpoint_name'>;
   readonly upstreamRetriesTotal: Counter<'endpoint_name'>;
+  readonly endpointEjected: Gauge<'endpoint_name' | 'role'>;
+  readonly endpointEjectionsTotal: Counter<'endpoint_name'>;
   readonly endpointFirstByteSeconds: FastHistogram<'endpoint_name'>;
   readonly endpointUpstreamErrorsTotal: Counter<'endpoint_name' | 'error'>;
   // --- configuration (Sluice's own; named like Prometheus' config_last_reload_successful)
@@ -818,6 +821,16 @@ export class GatewayMetrics {
       'Uncached prompt tokens the gateway has sent the endpoint whose answer has not begun (its prefill backlog, as llm-d\'s in-flight load producer counts it).',
       (ep) => ep.inFlightTokens,
     );
+    this.endpointEjected = endpointGauge(
+      'sluice_endpoint_ejected',
+      '1 while the endpoint is set aside for failing request after request (server.upstream.outlierDetection): it gets no requests until the ejection runs out, unless every endpoint is out; else 0.',
+      (ep, now) => (ep.ejectedUntil > now ? 1 : 0),
+    );
+    this.endpointEjectionsTotal = counter({
+      name: 'sluice_endpoint_ejections_total',
+      help: 'Times the endpoint was set aside for failing server.upstream.outlierDetection.consecutiveFailures requests in a row (5xx, time-outs, lost or refused connections).',
+      labelNames: ['endpoint_name'],
+    });
     this.datalayerPollErrorsTotal = counter({
       name: 'llm_d_epp_datalayer_poll_errors_total',
       help: 'Failed scrapes of an endpoint\'s /metrics (connection error, time-out, bad status or unparsable page).',
@@ -991,6 +1004,7 @@ export class GatewayMetrics {
     for (const name of live) {
       if (!this.pollErrorChildren.has(name)) cachedCounterChild(this.pollErrorChildren, this.datalayerPollErrorsTotal, name).inc(0);
       if (!this.retryChildren.has(name)) cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, name).inc(0);
+      if (!this.ejectionChildren.has(name)) cachedCounterChild(this.ejectionChildren, this.endpointEjectionsTotal, name).inc(0);
       const kinds = this.upstreamErrorChildren.get(name);
       if (kinds?.size === UPSTREAM_ERROR_KINDS.length) continue;
       for (const kind of UPSTREAM_ERROR_KINDS) if (!kinds?.has(kind)) cachedChild2(this.upstreamErrorChildren, this.endpointUpstreamErrorsTotal, name, kind).inc(0);
@@ -1011,6 +1025,7 @@ export class GatewayMetrics {
     for (const byEndpoint of this.attemptChildren.values()) note(byEndpoint.keys());
     note(this.pollErrorChildren.keys());
     note(this.retryChildren.keys());
+    note(this.ejectionChildren.keys());
     note(this.firstByteSeries.keys());
     note(this.upstreamErrorChildren.keys());
     for (const name of this.retiring) {
@@ -1027,6 +1042,7 @@ export class GatewayMetrics {
     }
     if (this.pollErrorChildren.delete(name)) this.datalayerPollErrorsTotal.remove(name);
     if (this.retryChildren.delete(name)) this.upstreamRetriesTotal.remove(name);
+    if (this.ejectionChildren.delete(name)) this.endpointEjectionsTotal.remove(name);
     if (this.firstByteSeries.delete(name)) this.endpointFirstByteSeconds.remove(name);
     for (const error of this.upstreamErrorChildren.get(name)?.keys() ?? []) this.endpointUpstreamErrorsTotal.remove(name, error);
     this.upstreamErrorChildren.delete(name);
@@ -1200,6 +1216,11 @@ export class GatewayMetrics {
   /** A request moved off this endpoint because connecting to it failed. */
   upstreamRetry(endpointName: string): void {
     cachedCounterChild(this.retryChildren, this.upstreamRetriesTotal, endpointName).inc();
+  }
+
+  /** The endpoint was set aside for failing (outlier detection). */
+  endpointEjection(endpointName: string): void {
+    cachedCounterChild(this.ejectionChildren, this.endpointEjectionsTotal, endpointName).inc();
   }
 
   /** The configuration now in force (its effective-config digest). */

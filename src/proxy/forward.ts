@@ -29,7 +29,7 @@ import type { Clock } from '../util/clock.js';
 import { sendError, sseErrorEnd } from './errors.js';
 import { clientResponseHeaders, rawClientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
-import type { ModelRequestMetrics } from '../metrics/metrics.js';
+import type { ModelRequestMetrics, UpstreamErrorKind } from '../metrics/metrics.js';
 import type { Upstreams } from './upstreams.js';
 import { HeldTail } from './held-tail.js';
 import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
@@ -191,7 +191,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   // A client that left while its request was queued (and whose close we could not observe) costs nothing.
   if (res.destroyed || ctx.req.socket?.destroyed) return 0;
   const retries = rt.config.server.upstream.retries;
-  let candidates: readonly Endpoint[] = pool.endpoints;
+  let candidates: readonly Endpoint[] = pool.eligible(ctx.clock.now());
   /** Servers a connection failed on (by origin: an endpoint a reload moved is a new server). */
   let failedOrigins: string[] | undefined;
   /** Servers that lost a connection once and stay eligible (below). */
@@ -253,12 +253,22 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       else (failedOrigins ??= []).push(ep.origin);
       const failed = failedOrigins ?? [];
       const lost = lostOnce ?? [];
-      const untried = pool.endpoints.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
-      candidates = untried.length > 0 ? untried : pool.endpoints.filter((c) => !failed.includes(c.origin));
+      const eligible = pool.eligible(ctx.clock.now());
+      const untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
+      candidates = untried.length > 0 ? untried : eligible.filter((c) => !failed.includes(c.origin));
     }
   } finally {
     if (decision !== undefined) metrics.disaggDecision(ctx.sreq.model, decision);
   }
+}
+
+/**
+ * A request failed on `ep` (before or during its answer, or with a 5xx): counted by kind, and one
+ * more in the endpoint's run of failures, which may set it aside for a while (outlier detection).
+ */
+function upstreamError(ctx: ForwardContext, ep: Endpoint, kind: UpstreamErrorKind): void {
+  ctx.metrics.endpointUpstreamError(ep.name, kind);
+  ctx.pool.upstreamFailed(ep, kind, ctx.clock.now());
 }
 
 /**
@@ -545,7 +555,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (status < 200 || this.settled) return;
     const { ctx, ep, cachedTokens, result } = this;
     this.status = status;
-    if (status >= 500) ctx.metrics.endpointUpstreamError(ep.name, 'http_5xx');
+    if (status >= 500) upstreamError(ctx, ep, 'http_5xx');
     const headers = rawClientResponseHeaders(rawHeaders);
     // Read before the response hooks add theirs.
     const { 'content-type': contentType, 'content-encoding': encoding, 'content-length': length } = headers;
@@ -743,7 +753,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (this.headers === undefined) {
       // No answer yet.
       if (isConnectError(err)) {
-        ctx.metrics.endpointUpstreamError(ep.name, connectErrorKind(err));
+        upstreamError(ctx, ep, connectErrorKind(err));
         const code = (err as { code?: string }).code ?? '';
         const timedOut = code === 'UND_ERR_CONNECT_TIMEOUT';
         // A prepared decode leg names KV blocks one decoder may pull: reused only when this server
@@ -755,12 +765,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
         return this.done({ kind: 'retry', error: err.message, timedOut, lost, held, prepared: lost ? undefined : this.prepared });
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
-        ctx.metrics.endpointUpstreamError(ep.name, 'headers_timeout');
+        upstreamError(ctx, ep, 'headers_timeout');
         ctx.logger.warn({ requestId, endpoint: ep.name, headersTimeoutMs: ctx.rt.config.server.upstream.headersTimeout }, 'upstream did not answer within upstream.headersTimeout: 504');
         sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId, mayHaveRun: true });
         return this.done({ kind: 'done', status: 504 });
       }
-      ctx.metrics.endpointUpstreamError(ep.name, 'failed');
+      upstreamError(ctx, ep, 'failed');
       ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message }, 'upstream failed before answering: 502');
       sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId, mayHaveRun: true });
       return this.done({ kind: 'done', status: 502 });
@@ -770,7 +780,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const timedOut = err instanceof undiciErrors.BodyTimeoutError;
     const status = timedOut ? 504 : 502;
     const what = timedOut ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)` : `failed mid-response: ${err.message}`;
-    ctx.metrics.endpointUpstreamError(ep.name, timedOut ? 'body_timeout' : 'cut');
+    upstreamError(ctx, ep, timedOut ? 'body_timeout' : 'cut');
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
     // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
@@ -798,7 +808,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       status = up.statusCode;
       // A prefill answer is one token, sent whole: its status line is its first byte.
       ctx.metrics.endpointFirstByte(prefill.name, (ctx.clock.now() - started) / 1000);
-      if (up.statusCode >= 500) ctx.metrics.endpointUpstreamError(prefill.name, 'http_5xx');
+      if (up.statusCode >= 500) upstreamError(ctx, prefill, 'http_5xx');
       const chunks: Buffer[] = [];
       let size = 0;
       for await (const chunk of up.body as AsyncIterable<Buffer>) {
@@ -812,7 +822,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       if (signal.aborted) return { kind: 'aborted' };
       const e = err as Error & { code?: string };
       const kind = status !== 0 ? 'cut' : isConnectError(e) ? connectErrorKind(e) : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
-      ctx.metrics.endpointUpstreamError(prefill.name, kind);
+      upstreamError(ctx, prefill, kind);
       if (kind === 'connect') pool.connectFailed(prefill, `a request could not connect: ${e.message}`);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {

@@ -552,7 +552,8 @@ class Queued implements FlowRequest, ClientWatcher {
   prefersToWait(): boolean {
     const { ctx } = this;
     restoreParsedForm(ctx.sreq, ctx.raw);
-    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.endpoints);
+    // An ejected endpoint is no favourite to wait for: it takes no requests (outlier detection).
+    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.eligible(ctx.clock.now()));
   }
 
   /** The flow controller swallows a callback's error: one here must still end the request (a 500 from handleApi). */

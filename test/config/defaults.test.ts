@@ -7,6 +7,7 @@ import { effectiveConfigYaml } from '../../src/config/print.js';
 import type { SchedulingProfileConfig } from '../../src/config/types.js';
 import { fakeRegistry } from './fake-registry.js';
 import { load, registry, yaml } from './helpers.js';
+import { DEFAULT_OUTLIER_POLICY } from '../../src/datalayer/outlier.js';
 
 const refs = (profile: SchedulingProfileConfig | undefined) =>
   (profile?.plugins ?? []).map((r) => (r.weight === undefined ? r.pluginRef : `${r.pluginRef}*${r.weight}`));
@@ -62,8 +63,17 @@ describe('§3.5 defaults with no plugins', () => {
       requestHeadersTimeout: 30_000,
       requestTimeout: 300_000,
       profiling: true,
-      upstream: { connectTimeout: 5000, headersTimeout: 600_000, bodyTimeout: 300_000, retries: 2, connections: 0 },
+      upstream: {
+        connectTimeout: 5000,
+        headersTimeout: 600_000,
+        bodyTimeout: 300_000,
+        retries: 2,
+        connections: 0,
+        outlierDetection: { consecutiveFailures: 5, baseEjectionTime: 5000, maxEjectionTime: 300_000, maxEjectionPercent: 50 },
+      },
     });
+    // A pool built without a config (tests, benchmarks) detects outliers as the config's defaults do.
+    assert.deepEqual(DEFAULT_OUTLIER_POLICY, config.server.upstream.outlierDetection);
     assert.deepEqual(config.pool, {
       name: 'default-pool',
       targetPort: 8000,

@@ -130,6 +130,19 @@ describe('units', () => {
     ]);
   });
 
+  test('outlier detection: ranges, and a longest ejection shorter than the first (defaulted or written)', () => {
+    assert.deepEqual(problems(yaml('server:', '  upstream:', '    outlierDetection: { consecutiveFailures: -1, maxEjectionPercent: 101 }')), [
+      'c.yaml:3:46: server.upstream.outlierDetection.consecutiveFailures: must be >= 0, got number -1',
+      'c.yaml:3:70: server.upstream.outlierDetection.maxEjectionPercent: must be <= 100, got number 101',
+    ]);
+    assert.deepEqual(problems(yaml('server:', '  upstream:', '    outlierDetection: { baseEjectionTime: 10m }')), [
+      'c.yaml:3:23: server.upstream.outlierDetection.maxEjectionTime: 5m is shorter than baseEjectionTime (10m); the longest ejection must be at least the first',
+    ]);
+    assert.deepEqual(problems(yaml('server:', '  upstream:', '    outlierDetection: { baseEjectionTime: 10s, maxEjectionTime: 2s }')), [
+      'c.yaml:3:65: server.upstream.outlierDetection.maxEjectionTime: 2s is shorter than baseEjectionTime (10s); the longest ejection must be at least the first',
+    ]);
+  });
+
   test('bad quantity', () => {
     assert.deepEqual(problems(yaml('server:', '  bodyLimit: 16MB')), [
       'c.yaml:2:14: server.bodyLimit: invalid quantity "16MB": expected a non-negative integer with an optional suffix (k, M, G, T, Ki, Mi, Gi, Ti, ...), e.g. "5000", "500M", "16Mi", "1Gi"',

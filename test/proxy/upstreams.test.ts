@@ -4,8 +4,9 @@ import assert from 'node:assert/strict';
 import { Endpoint } from '../../src/datalayer/endpoint.js';
 import { Upstreams } from '../../src/proxy/upstreams.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
+import { DEFAULT_OUTLIER_POLICY } from '../../src/datalayer/outlier.js';
 
-const OPTS = { connectTimeout: 1000, headersTimeout: 5000, bodyTimeout: 5000, retries: 2, connections: 4 };
+const OPTS = { connectTimeout: 1000, headersTimeout: 5000, bodyTimeout: 5000, retries: 2, connections: 4, outlierDetection: DEFAULT_OUTLIER_POLICY };
 const endpoint = (name: string, port: number) => new Endpoint({ name, address: '127.0.0.1', port, labels: {} });
 const get = async (up: Upstreams, ep: Endpoint) => {
   const r = await up.get(ep).request({ method: 'GET', path: '/metrics' });

@@ -7,6 +7,7 @@ import { isSaturationDetector } from '../../src/saturation/detector.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
 import type { Filter, Scorer } from '../../src/scheduling/framework.js';
 import { makeContext, makeDeps, makeEndpoint, makeRequest } from './helpers.js';
+import { DEFAULT_OUTLIER_POLICY } from '../../src/datalayer/outlier.js';
 
 function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfig[], detectorRef = 'utilization-detector'): SluiceConfig {
   return {
@@ -21,7 +22,7 @@ function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfi
       requestHeadersTimeout: 30_000,
       requestTimeout: 300_000,
       profiling: true,
-      upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 0 },
+      upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 0, outlierDetection: DEFAULT_OUTLIER_POLICY },
     },
     pool: { name: 'pool', targetPort: 8000, metrics: { path: '/metrics', interval: 50, timeout: 1000, maxBytes: 4 * 1024 * 1024, defaultEngine: 'vllm' }, endpoints: [] },
     objectives: [],

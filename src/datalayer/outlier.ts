@@ -1,0 +1,73 @@
+/**
+ * Outlier detection (passive health checking, as Envoy's `consecutive_5xx` and Linkerd's failure
+ * accrual): an endpoint whose requests fail one after another is set aside ("ejected") for a while,
+ * so that a server that answers every request at once with an error — its engine dead, its
+ * `/metrics` still healthy — does not draw the traffic its empty queue invites.
+ *
+ * A failure is any upstream error Sluice counts in `sluice_endpoint_upstream_errors_total`: a 5xx
+ * answer, a time-out, a connection refused, lost or cut. A 2xx answer ends the run of failures and
+ * the run of ejections; a 4xx answer (the request's fault) and a client that leaves count neither way.
+ *
+ * After `consecutiveFailures` failures in a row, the endpoint is ejected for `baseEjectionTime`,
+ * doubled for each ejection in a row, at most `maxEjectionTime`. When that time is up it takes
+ * requests again; its run of failures is not reset, so its next failure ejects it again at once (a
+ * "half-open" probe), and its next success clears both runs. At most `maxEjectionPercent` of the
+ * pool's endpoints (rounded down) are out at once: past that, failing endpoints keep serving, as a
+ * fleet that fails everywhere is better answered with the servers' own errors than with none.
+ *
+ * Pure: plain data in, plain data out; the Pool applies it.
+ */
+import type { OutlierDetectionConfig } from '../config/types.js';
+
+export type OutlierPolicy = OutlierDetectionConfig;
+
+export const DEFAULT_OUTLIER_POLICY: OutlierPolicy = Object.freeze({
+  consecutiveFailures: 5,
+  baseEjectionTime: 5_000,
+  maxEjectionTime: 300_000,
+  maxEjectionPercent: 50,
+});
+
+/** What the pool tracks per endpoint for outlier detection. */
+export interface OutlierState {
+  /** Failed requests since the last 2xx answer. */
+  failureStreak: number;
+  /** Ejections since the last 2xx answer (the backoff's exponent). */
+  ejections: number;
+  /** Clock time (ms) until which the endpoint is set aside; 0 = not ejected. */
+  ejectedUntil: number;
+}
+
+/** How long the `times`-th ejection in a row lasts (times ≥ 1). */
+export function ejectionTime(policy: OutlierPolicy, times: number): number {
+  // 2^(times−1) without overflow to Infinity for a long run of ejections.
+  const doublings = Math.min(times - 1, 30);
+  return Math.min(policy.maxEjectionTime, policy.baseEjectionTime * 2 ** doublings);
+}
+
+/** Endpoints that may be ejected at once in a pool of `size`. */
+export function maxEjected(policy: OutlierPolicy, size: number): number {
+  return Math.floor((size * policy.maxEjectionPercent) / 100);
+}
+
+/**
+ * A failed request on an endpoint: returns the ejection's length (ms) when this failure ejects it,
+ * else 0, and updates `state`. `ejectedNow`: endpoints of its pool ejected at `now`.
+ */
+export function recordFailure(policy: OutlierPolicy, state: OutlierState, now: number, ejectedNow: number, poolSize: number): number {
+  state.failureStreak++;
+  if (policy.consecutiveFailures === 0 || state.failureStreak < policy.consecutiveFailures) return 0;
+  // Requests already in flight when it was ejected fail too: they do not lengthen the ejection.
+  if (state.ejectedUntil > now) return 0;
+  if (ejectedNow >= maxEjected(policy, poolSize)) return 0;
+  state.ejections++;
+  const ms = ejectionTime(policy, state.ejections);
+  state.ejectedUntil = now + ms;
+  return ms;
+}
+
+/** A 2xx answer: the endpoint works, whatever it did before (an ejection under way runs out). */
+export function recordSuccess(state: OutlierState): void {
+  state.failureStreak = 0;
+  state.ejections = 0;
+}

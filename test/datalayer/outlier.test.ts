@@ -1,0 +1,158 @@
+/** Outlier detection: pure policy (outlier.ts) and the pool that applies it, with an explicit clock. */
+import { test, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import { Pool, type OutlierEvent, type PoolChangeReason } from '../../src/datalayer/pool.js';
+import type { Endpoint, EndpointSpec } from '../../src/datalayer/endpoint.js';
+import { DEFAULT_OUTLIER_POLICY, ejectionTime, maxEjected, type OutlierPolicy } from '../../src/datalayer/outlier.js';
+import { UtilizationDetector, utilizationDetectorParams } from '../../src/saturation/utilization-detector.js';
+
+const spec = (name: string, port: number): EndpointSpec => ({ name, address: '10.0.0.1', port, labels: {} });
+const POLICY: OutlierPolicy = { consecutiveFailures: 3, baseEjectionTime: 1000, maxEjectionTime: 3500, maxEjectionPercent: 50 };
+
+function poolOf(n: number, policy: OutlierPolicy = POLICY) {
+  const events: [string, OutlierEvent][] = [];
+  const changes: PoolChangeReason[] = [];
+  const pool = new Pool(
+    Array.from({ length: n }, (_, i) => spec(`ep${i}`, i + 1)),
+    { outlierPolicy: policy, onOutlier: (ep, e) => events.push([ep.name, e]) },
+  );
+  pool.onChange((reason) => changes.push(reason));
+  return { pool, events, changes, ep: (i: number) => pool.endpoints[i]! };
+}
+
+/** One request on `ep` that ends in a failure (`ok` false) or a 2xx answer. */
+function request(pool: Pool, ep: Endpoint, ok: boolean, now: number): void {
+  pool.acquire(ep);
+  if (!ok) pool.upstreamFailed(ep, 'http_5xx', now);
+  pool.release(ep, ok);
+}
+
+const names = (eps: readonly Endpoint[]) => eps.map((e) => e.name);
+
+describe('outlier policy', () => {
+  test('ejection time doubles per ejection in a row, capped; the cap on ejected endpoints rounds down', () => {
+    assert.deepEqual([1, 2, 3, 4].map((t) => ejectionTime(POLICY, t)), [1000, 2000, 3500, 3500]);
+    assert.equal(ejectionTime(DEFAULT_OUTLIER_POLICY, 1000), DEFAULT_OUTLIER_POLICY.maxEjectionTime, 'no overflow on a long run');
+    assert.deepEqual([1, 2, 3, 4, 5].map((n) => maxEjected(POLICY, n)), [0, 1, 1, 2, 2]);
+    assert.equal(maxEjected({ ...POLICY, maxEjectionPercent: 100 }, 3), 3);
+  });
+});
+
+describe('Pool: outlier detection', () => {
+  test('consecutive failures eject an endpoint: it leaves the eligible list until the ejection runs out', () => {
+    const { pool, events, changes, ep } = poolOf(3);
+    assert.equal(pool.eligible(0), pool.endpoints, 'none ejected: the list itself');
+    request(pool, ep(1), false, 10);
+    request(pool, ep(1), false, 20);
+    assert.equal(pool.eligible(25), pool.endpoints, 'two failures: still eligible');
+    request(pool, ep(1), false, 30);
+    assert.deepEqual(events, [['ep1', { kind: 'ejected', ms: 1000, reason: '3 failed requests in a row, the last: http_5xx' }]]);
+    assert.ok(changes.includes('outlier'), 'listeners hear of it (flow control re-reads saturation)');
+    const eligible = pool.eligible(31);
+    assert.deepEqual(names(eligible), ['ep0', 'ep2']);
+    assert.ok(Object.isFrozen(eligible));
+    assert.equal(pool.eligible(500), eligible, 'the same array while nothing changes');
+    assert.deepEqual(names(pool.eligible(1029)), ['ep0', 'ep2'], 'still out 1 ms before the end');
+    assert.equal(pool.eligible(1030), pool.endpoints, 'back when its time is up');
+    assert.deepEqual(events[1], ['ep1', { kind: 'returned' }]);
+  });
+
+  test('a 2xx answer ends the run; a 4xx or a client that left counts neither way', () => {
+    const { pool, events, ep } = poolOf(2);
+    request(pool, ep(0), false, 1);
+    request(pool, ep(0), false, 2);
+    request(pool, ep(0), true, 3);
+    assert.equal(ep(0).failureStreak, 0);
+    request(pool, ep(0), false, 4);
+    request(pool, ep(0), false, 5);
+    // A 4xx answer or a cancelled request: released, not answered 2xx, no failure.
+    pool.acquire(ep(0));
+    pool.release(ep(0), false);
+    assert.equal(ep(0).failureStreak, 2);
+    assert.equal(events.length, 0);
+    request(pool, ep(0), false, 6);
+    assert.equal(events.length, 1, 'the third failure in a row');
+  });
+
+  test('back from ejection, one more failure ejects it again for twice as long; a success resets the backoff', () => {
+    const { pool, events, ep } = poolOf(2);
+    for (let i = 0; i < 3; i++) request(pool, ep(0), false, 0);
+    assert.equal(ep(0).ejectedUntil, 1000);
+    // Requests already in flight that fail while it is out neither lengthen nor repeat the ejection.
+    request(pool, ep(0), false, 500);
+    assert.equal(ep(0).ejectedUntil, 1000);
+    pool.eligible(1000);
+    request(pool, ep(0), false, 1000);
+    assert.equal(ep(0).ejectedUntil, 3000, 'second ejection in a row: 2 s');
+    pool.eligible(3000);
+    request(pool, ep(0), false, 3000);
+    assert.equal(ep(0).ejectedUntil, 6500, 'third: capped at maxEjectionTime');
+    assert.deepEqual(
+      events.filter(([, e]) => e.kind === 'ejected').map(([, e]) => (e as { ms: number }).ms),
+      [1000, 2000, 3500],
+    );
+    pool.eligible(6500);
+    request(pool, ep(0), true, 6500);
+    for (let i = 0; i < 3; i++) request(pool, ep(0), false, 7000);
+    assert.equal(ep(0).ejectedUntil, 8000, 'after a success the backoff starts over');
+  });
+
+  test('at most maxEjectionPercent of the pool is out at once; past it, failing endpoints keep serving', () => {
+    const { pool, ep } = poolOf(4);
+    for (const i of [0, 1, 2]) for (let k = 0; k < 3; k++) request(pool, ep(i), false, 10);
+    assert.deepEqual(names(pool.eligible(11)), ['ep2', 'ep3'], 'two of four');
+    assert.equal(ep(2).ejectedUntil, 0);
+    // When one comes back, the next failure of the third may take its place.
+    pool.eligible(1010);
+    request(pool, ep(2), false, 1010);
+    assert.equal(ep(2).ejectedUntil, 2010);
+  });
+
+  test('a pool of one never ejects; a policy of 0 failures never ejects; a removed endpoint is not ejected', () => {
+    const one = poolOf(1);
+    for (let k = 0; k < 10; k++) request(one.pool, one.ep(0), false, 1);
+    assert.equal(one.events.length, 0);
+    const off = poolOf(2, { ...POLICY, consecutiveFailures: 0 });
+    for (let k = 0; k < 10; k++) request(off.pool, off.ep(0), false, 1);
+    assert.equal(off.events.length, 0);
+    const { pool, events, ep } = poolOf(3);
+    const gone = ep(2);
+    pool.acquire(gone);
+    pool.setEndpoints([spec('ep0', 1), spec('ep1', 2)]);
+    for (let k = 0; k < 3; k++) pool.upstreamFailed(gone, 'cut', 1);
+    pool.release(gone);
+    assert.equal(events.length, 0);
+  });
+
+  test('every endpoint ejected (maxEjectionPercent 100): all are eligible again rather than none', () => {
+    const { pool, ep } = poolOf(2, { ...POLICY, maxEjectionPercent: 100 });
+    for (const i of [0, 1]) for (let k = 0; k < 3; k++) request(pool, ep(i), false, 0);
+    assert.equal(pool.eligible(1), pool.endpoints);
+  });
+
+  test('a reload keeps an ejection (same endpoint object), drops it with the endpoint, and applies a new policy', () => {
+    const { pool, ep } = poolOf(3);
+    for (let k = 0; k < 3; k++) request(pool, ep(1), false, 0);
+    assert.deepEqual(names(pool.eligible(1)), ['ep0', 'ep2']);
+    pool.setEndpoints([spec('ep0', 1), spec('ep1', 2), spec('ep2', 3), spec('ep3', 4)]);
+    assert.deepEqual(names(pool.eligible(2)), ['ep0', 'ep2', 'ep3'], 'still out after a reload that kept it');
+    pool.setEndpoints([spec('ep0', 1), spec('ep2', 3)]);
+    assert.equal(pool.eligible(3), pool.endpoints, 'gone with the endpoint');
+    pool.setOutlierPolicy({ ...POLICY, consecutiveFailures: 1 });
+    request(pool, ep(0), false, 4);
+    assert.deepEqual(names(pool.eligible(5)), ['ep2']);
+  });
+
+  test('the utilization detector reads an ejected endpoint as stale (saturated, filtered) and wakes flow control when it returns', () => {
+    const { pool, ep } = poolOf(2);
+    for (const e of pool.endpoints) pool.recordScrape(e, { metrics: { waiting: 0, running: 0, kvUsage: 0 } }, 1); // (0 reads as never)
+    const detector = new UtilizationDetector('d', utilizationDetectorParams.parse({ metricsStalenessThreshold: '10s' }));
+    assert.equal(detector.saturation(1, pool.endpoints).value, 0);
+    for (let k = 0; k < 3; k++) request(pool, ep(0), false, 1);
+    assert.deepEqual(detector.saturation(2, pool.endpoints), { value: 0.5, stale: 1 });
+    assert.equal(detector.nextChangeAt(2, pool.endpoints), 1001, 'the ejection ends before the metrics age');
+    const ctx = { clock: { now: () => 2 } } as Parameters<UtilizationDetector['filter']>[0];
+    assert.deepEqual(names(detector.filter(ctx, {} as never, pool.endpoints)), ['ep1']);
+    assert.deepEqual(detector.saturation(1001, pool.endpoints), { value: 0, stale: 0 });
+  });
+});

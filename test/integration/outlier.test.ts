@@ -1,0 +1,147 @@
+/**
+ * Outlier detection against real servers: a model server whose engine is dead answers every request
+ * at once with a 500 while its /metrics looks idle and healthy — the shortest queue in the pool.
+ */
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { request } from 'undici';
+import { captureLogger, gatewayFor, fleetConfig, waitForMetrics } from '../helpers/fleet.js';
+import { okJson, startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
+import { until } from '../helpers/wait.js';
+import type { Gateway } from '../../src/app.js';
+
+const engineDead: Behaviour = (_r, res) => {
+  res.writeHead(500, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ error: { message: 'EngineDeadError: the engine loop has stopped', type: 'InternalServerError', code: 500 } }));
+};
+
+/** The value of `name{endpoint_name="broken"...}` on the gateway's /metrics. */
+async function brokenSample(gw: Gateway, name: string): Promise<number> {
+  const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+  const m = new RegExp(`^${name}\\{endpoint_name="broken"[^}]*\\} (\\S+)$`, 'm').exec(text);
+  return m ? Number(m[1]) : NaN;
+}
+
+/** Sends `n` chat completions, `concurrency` at a time; returns the statuses (200 or the error's). */
+async function send(gw: Gateway, n: number, concurrency: number): Promise<number[]> {
+  const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 0 });
+  const statuses: number[] = [];
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < n) {
+      next++;
+      try {
+        await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
+        statuses.push(200);
+      } catch (err) {
+        statuses.push((err as { status?: number }).status ?? -1);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return statuses;
+}
+
+async function fleet(): Promise<{ healthy: FakeBackend[]; broken: FakeBackend; all: FakeBackend[] }> {
+  const healthy = [await startFakeBackend(okJson), await startFakeBackend(okJson)];
+  // The healthy servers look a little busier than the dead one: every scorer prefers the dead one.
+  for (const b of healthy) b.metrics = vllmPage(0, 2, 0.3);
+  const broken = await startFakeBackend(engineDead);
+  broken.metrics = vllmPage(0, 0, 0.0);
+  return { healthy, broken, all: [...healthy, broken] };
+}
+
+/** Without the saturation filter, the profile itself does not drop endpoints it reads as stale. */
+const NO_SATURATION_FILTER = `plugins:
+  - type: queue-scorer
+  - type: kv-cache-utilization-scorer
+schedulingProfiles:
+  - name: default
+    saturationFilter: false
+    plugins: [{ pluginRef: queue-scorer }, { pluginRef: kv-cache-utilization-scorer }]
+`;
+
+function configFor(b: { healthy: FakeBackend[]; broken: FakeBackend }, outlier: string, extra = ''): string {
+  return fleetConfig(
+    [
+      { name: 'a', port: b.healthy[0]!.port },
+      { name: 'b', port: b.healthy[1]!.port },
+      { name: 'broken', port: b.broken.port },
+    ],
+    extra,
+    `\n  upstream: { connectTimeout: 1s, retries: 2, outlierDetection: ${outlier} }`,
+  ).replace('  upstream: { connectTimeout: 1s, retries: 2 }\n', '');
+}
+
+describe('outlier detection (real servers)', () => {
+  for (const [profile, extra] of [['the default profile', ''], ['a profile without the saturation filter', NO_SATURATION_FILTER]]) {
+    test(`a server failing every request at once is ejected after 5 failures; the rest of the burst is served (${profile})`, async () => {
+      const b = await fleet();
+      const log = captureLogger();
+      const gw = await gatewayFor(configFor(b, '{}', extra), { logger: log.logger });
+      try {
+        await waitForMetrics(gw);
+        const statuses = await send(gw, 60, 4);
+        const failed = statuses.filter((s) => s !== 200);
+        // Five in a row eject it; the requests of the other three clients already on their way there fail too.
+        assert.ok(b.broken.received.length >= 5 && b.broken.received.length <= 8, `the dead server got ${b.broken.received.length} requests`);
+        assert.deepEqual(failed, Array(b.broken.received.length).fill(500), 'its 500s are relayed, nothing else fails');
+        assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 1);
+        assert.equal(await brokenSample(gw, 'sluice_endpoint_ejected'), 1);
+        const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; stale: boolean; ejected: { reason: string; secondsLeft: number; times: number } | null }[] };
+        const dead = pool.endpoints.find((e) => e.name === 'broken')!;
+        assert.equal(dead.stale, true);
+        assert.match(dead.ejected?.reason ?? '', /^\d+ failed requests in a row, the last: http_5xx$/);
+        assert.equal(dead.ejected?.times, 1);
+        assert.ok(dead.ejected!.secondsLeft > 0 && dead.ejected!.secondsLeft <= 5);
+        const warned = log.lines().find((l) => l['msg']?.toString().startsWith('endpoint ejected'));
+        assert.equal(warned?.['endpoint'], 'broken');
+        assert.equal(warned?.['ejectedForMs'], 5000);
+      } finally {
+        await gw.close();
+        await Promise.all(b.all.map((s) => s.close()));
+      }
+    });
+  }
+
+  test('with outlier detection off the same server draws most of the burst (what the test above guards against)', async () => {
+    const b = await fleet();
+    const gw = await gatewayFor(configFor(b, '{ consecutiveFailures: 0 }'));
+    try {
+      await waitForMetrics(gw);
+      const statuses = await send(gw, 60, 4);
+      assert.ok(b.broken.received.length > 40, `the dead server got only ${b.broken.received.length} of 60`);
+      assert.equal(statuses.filter((s) => s === 500).length, b.broken.received.length);
+      assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 0);
+    } finally {
+      await gw.close();
+      await Promise.all(b.all.map((s) => s.close()));
+    }
+  });
+
+  test('back after its ejection, one more failure ejects it again for twice as long; once it answers, it serves again', async () => {
+    const b = await fleet();
+    const log = captureLogger();
+    const gw = await gatewayFor(configFor(b, '{ consecutiveFailures: 2, baseEjectionTime: 300ms }'), { logger: log.logger });
+    try {
+      await waitForMetrics(gw);
+      await send(gw, 10, 1);
+      assert.equal(b.broken.received.length, 2);
+      // Keep traffic going until the ejection runs out and it fails one more (the half-open probe).
+      await until(async () => (await send(gw, 2, 1), b.broken.received.length === 3), 5000, 'a probe request after the ejection');
+      assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 2);
+      const ejected = log.lines().filter((l) => l['msg']?.toString().startsWith('endpoint ejected'));
+      assert.deepEqual(ejected.map((l) => l['ejectedForMs']), [300, 600]);
+      assert.ok(log.lines().some((l) => l['endpoint'] === 'broken' && l['msg']?.toString().startsWith('endpoint back from ejection')));
+      // The engine is restarted: the next request it gets after the ejection is answered, and it stays in.
+      b.broken.behave = okJson;
+      await until(async () => (await send(gw, 2, 1), b.broken.received.length >= 5), 5000, 'the repaired server serving again');
+      assert.equal(await brokenSample(gw, 'sluice_endpoint_ejected'), 0);
+      assert.equal(gw.pool.byName('broken')?.failureStreak, 0);
+    } finally {
+      await gw.close();
+      await Promise.all(b.all.map((s) => s.close()));
+    }
+  });
+});
