@@ -399,6 +399,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private cachedTokens: number | undefined = undefined;
   // --- the answer
   private status = 0;
+  /** The answer began and then failed (cut, or stalled past bodyTimeout): not a success, whatever its status. */
+  private brokeOff = false;
   private headers: Record<string, string | string[]> | undefined = undefined;
   private mode = Mode.Stream;
   private sse = false;
@@ -495,7 +497,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       try {
         this.promptDone();
       } finally {
-        this.ctx.pool.release(this.ep, is2xx(this.status));
+        this.ctx.pool.release(this.ep, is2xx(this.status) && !this.brokeOff);
       }
     }
     unwatchClient(this.ctx.res, this);
@@ -781,6 +783,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const status = timedOut ? 504 : 502;
     const what = timedOut ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)` : `failed mid-response: ${err.message}`;
     upstreamError(ctx, ep, timedOut ? 'body_timeout' : 'cut');
+    this.brokeOff = true;
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
     // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
@@ -802,6 +805,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     pool.promptSent(prefill, promptTokens);
     const started = ctx.clock.now();
     let status = 0; // the answer's, once it began
+    let failed = false;
     try {
       const headers = upstreamRequestHeaders(ctx.req.headers, requestId);
       const up = await ctx.upstreams.get(prefill).request({ method: 'POST', path: ctx.req.url ?? '/', headers, body, signal });
@@ -823,12 +827,13 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       const e = err as Error & { code?: string };
       const kind = status !== 0 ? 'cut' : isConnectError(e) ? connectErrorKind(e) : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
       upstreamError(ctx, prefill, kind);
+      failed = true;
       if (kind === 'connect') pool.connectFailed(prefill, `a request could not connect: ${e.message}`);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {
       ctx.prefillMs = ctx.clock.now() - started;
       pool.promptDone(prefill, promptTokens);
-      pool.release(prefill, is2xx(status));
+      pool.release(prefill, is2xx(status) && !failed);
     }
   };
 }

@@ -120,6 +120,26 @@ describe('outlier detection (real servers)', () => {
     }
   });
 
+  test('a server whose answers begin (200) and then break off is ejected too: a cut answer is no success', async () => {
+    const b = await fleet();
+    b.broken.behave = (_r, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"id":"cmpl-1","object":');
+      setImmediate(() => res.socket?.destroy());
+    };
+    const gw = await gatewayFor(configFor(b, '{ consecutiveFailures: 3 }'));
+    try {
+      await waitForMetrics(gw);
+      const statuses = await send(gw, 20, 1);
+      assert.equal(b.broken.received.length, 3);
+      assert.equal(statuses.filter((s) => s === 200).length, 17);
+      assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 1);
+    } finally {
+      await gw.close();
+      await Promise.all(b.all.map((s) => s.close()));
+    }
+  });
+
   test('back after its ejection, one more failure ejects it again for twice as long; once it answers, it serves again', async () => {
     const b = await fleet();
     const log = captureLogger();
