@@ -777,6 +777,13 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId, mayHaveRun: true });
       return this.done({ kind: 'done', status: 502 });
     }
+    // The client has the whole stream (its `data: [DONE]` went out): a connection lost after it
+    // takes nothing from the answer, so it is no failure of the request nor of the endpoint.
+    if (this.sse && this.doneRelayed && !ctx.sseMidEvent) {
+      ctx.logger.debug({ requestId, endpoint: ep.name, err: err.message }, 'upstream connection lost after data: [DONE]');
+      res.end();
+      return this.done({ kind: 'done', status: this.status });
+    }
     // The upstream failed mid-answer: when the status line is gone, end the stream visibly. A
     // time-out is a 504 (SPEC §2), whether or not part of the answer was relayed.
     const timedOut = err instanceof undiciErrors.BodyTimeoutError;
@@ -787,7 +794,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
     // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
-    else if (this.sse && !ctx.sseMidEvent) res.end(this.doneRelayed ? undefined : sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));
+    else if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));
     else res.destroy();
     this.done({ kind: 'done', status });
   }

@@ -496,16 +496,22 @@ schedulingProfiles:
     });
   });
 
-  test('an upstream cut right after its data: [DONE] gets no error event after it (the client has the whole stream)', async () => {
+  test('an upstream cut right after its data: [DONE] is a complete answer: no error event, no error counted, no ejection', async () => {
     const backend = await startFakeBackend((_r, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
       setTimeout(() => res.socket?.destroy(), 30); // no end of the chunked body
     });
-    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-      const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat('x', { stream: true }));
-      assert.equal(r.status, 200);
-      assert.equal(r.text, 'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  upstream: { outlierDetection: { consecutiveFailures: 1 } }').replace('  upstream: { connectTimeout: 1s, retries: 2 }\n', ''), async (gw) => {
+      for (let i = 0; i < 3; i++) {
+        const r = await post(`${gw.apiUrl}/v1/chat/completions`, chat('x', { stream: true }));
+        assert.equal(r.status, 200);
+        assert.equal(r.text, 'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+      }
+      assert.deepEqual(await endpointErrors(gw), {});
+      assert.equal(gw.pool.byName('b')?.failureStreak, 0);
+      const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.doesNotMatch(text, /^llm_d_epp_request_error_total\{[^}]*error_code="502"[^}]*\} [1-9]/m);
     });
   });
 
