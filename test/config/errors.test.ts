@@ -33,6 +33,10 @@ describe('syntax and shape', () => {
     ]);
   });
 
+  test('a duplicate key written with spaces before its colon is named without them', () => {
+    assert.deepEqual(problems(yaml('a : 1', 'a : 2')), ['c.yaml:2:1: YAML syntax error: duplicate key "a" (a mapping holds each key once)']);
+  });
+
   test('top level must be a mapping', () => {
     assert.deepEqual(problems(yaml('- a', '- b')), ['c.yaml:1:1: expected a mapping (an EndpointPickerConfig), got a list']);
   });
@@ -284,6 +288,10 @@ describe('plugins', () => {
     assert.deepEqual(problems(yaml('plugins:', '- name: x')), ['c.yaml:2:3: plugins[0].type: required key is missing']);
   });
 
+  test('a key written with no value is named at the key, not after its colon', () => {
+    assert.deepEqual(problems(yaml('plugins:', '- type:', '  name: x')), ['c.yaml:2:3: plugins[0].type: required key is missing']);
+  });
+
   test('duplicate plugin name points at the name (or the type when the name is implied)', () => {
     const text = yaml('plugins:', '- type: queue-scorer', '- type: queue-scorer', '- type: prefix-cache-scorer', '  name: queue-scorer');
     assert.deepEqual(problems(text), [
@@ -363,6 +371,11 @@ describe('profiles and references', () => {
     assert.deepEqual(problems(yaml('flowControl:', '  saturationDetector:', '    pluginRef: sat')), [
       'c.yaml:3:16: flowControl.saturationDetector.pluginRef: no plugin named "sat" is declared',
     ]);
+  });
+
+  test('a broken flowControl block is reported alone: its detector ref is not checked on top', () => {
+    const text = yaml('saturationDetector: { pluginRef: nope }', 'flowControl:', '  maxRequests: -1');
+    assert.deepEqual(problems(text, 'c.yaml', builtinRegistry()), ['c.yaml:3:16: flowControl.maxRequests: invalid quantity -1: must not be negative']);
   });
 
   test('two pickers in one profile', () => {

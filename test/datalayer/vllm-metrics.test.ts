@@ -183,6 +183,19 @@ describe('extractVllmMetrics: LoRA info', () => {
     assert.deepEqual(extractVllmMetrics(minimal('0', '0', '0', lora)).lora, { running: [], waiting: [], maxLora: 2 });
   });
 
+  test('an empty name in an adapter list (a trailing comma) is no adapter', () => {
+    const lora = 'vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,",waiting_lora_adapters=" ,b"} 1\n';
+    assert.deepEqual(extractVllmMetrics(minimal('0', '0', '0', lora)).lora, { running: ['a'], waiting: ['b'], maxLora: 2 });
+  });
+
+  test('two series with the same value: the first on the page wins', () => {
+    const lora = [
+      'vllm:lora_requests_info{max_lora="2",running_lora_adapters="a",waiting_lora_adapters=""} 5',
+      'vllm:lora_requests_info{max_lora="2",running_lora_adapters="b",waiting_lora_adapters=""} 5',
+    ].join('\n');
+    assert.deepEqual(extractVllmMetrics(minimal('0', '0', '0', lora)).lora?.running, ['a']);
+  });
+
   test('absent family → no lora; unparseable max_lora → lora omitted, core metrics still read', () => {
     assert.equal(extractVllmMetrics(minimal('0', '0', '0')).lora, undefined);
     const bad = 'vllm:lora_requests_info{max_lora="many",running_lora_adapters="a"} 1\n';
@@ -210,6 +223,15 @@ describe('extractVllmMetrics: cache config', () => {
       '',
     ].join('\n');
     assert.deepEqual(extractVllmMetrics(minimal('0', '0', '0', extra)).cacheConfig, { blockSize: 16, numGpuBlocks: 77 });
+  });
+
+  test('two valid series: the first is kept, not the last', () => {
+    const extra = [
+      'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="100"} 1',
+      'vllm:cache_config_info{block_size="32",engine="1",num_gpu_blocks="200"} 1',
+      '',
+    ].join('\n');
+    assert.deepEqual(extractVllmMetrics(minimal('0', '0', '0', extra)).cacheConfig, { blockSize: 16, numGpuBlocks: 100 });
   });
 });
 
@@ -243,6 +265,17 @@ describe('extractVllmMetrics: sglang mapping', () => {
       ].join('\n');
     const all = [0, 1].flatMap((dp) => [0, 1, 2, 3].map((tp) => ranks(dp, tp))).join('\n') + '\n';
     assert.deepEqual(extractVllmMetrics(all, 'sglang'), { waiting: 13, running: 17, kvUsage: 0.55 });
+  });
+
+  test('KV usage is read from tensor-parallel rank 0 only: a rank that prints another value is not averaged in', () => {
+    const page = [
+      'sglang:num_queue_reqs{tp_rank="0"} 1',
+      'sglang:num_running_reqs{tp_rank="0"} 1',
+      'sglang:token_usage{tp_rank="0"} 0.2',
+      'sglang:token_usage{tp_rank="1"} 0.6',
+      '',
+    ].join('\n');
+    assert.equal(extractVllmMetrics(page, 'sglang').kvUsage, 0.2);
   });
 
   test('a vLLM page read as sglang is missing metrics', () => {

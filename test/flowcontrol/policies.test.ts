@@ -517,6 +517,14 @@ describe('soft-reflective-ceiling-policy (reference §6.8)', () => {
     );
   });
 
+  test('a band whose reflective ceiling equals the saturation exactly is gated, not open (N = 5, s = 0.8: band 1 at r = 0.8 opens one call in 4)', () => {
+    const p = fresh();
+    assert.deepEqual(
+      Array.from({ length: 4 }, () => ceilings(p, 0.8, [4, 3, 2, 1, 0])[1]),
+      [0, 0, 0, 1],
+    );
+  });
+
   test('N = 2, s = 0.5 → period 1: always open while alternating', () => {
     const p = fresh();
     assert.deepEqual(Array.from({ length: 3 }, () => ceilings(p, 0.5, [1, 0])), [[1, 1], [1, 1], [1, 1]]);

@@ -179,6 +179,18 @@ describe('weighted-random-picker', () => {
     }
   });
 
+  test('several picks: the zero scores fill up in every order, not only some', () => {
+    const picker = new WeightedRandomPicker('p', { maxNumOfEndpoints: 4 });
+    const ctx = makeContext(3);
+    const tails = new Set<string>();
+    for (let i = 0; i < 600; i++) {
+      const picked = names(picker.pick(ctx, makeRequest(), scoredOf([[a, 1], [b, 0], [c, 0], [d, 0]])));
+      assert.equal(picked[0], 'a');
+      tails.add(picked.slice(1).join(''));
+    }
+    assert.deepEqual([...tails].sort(), ['bcd', 'bdc', 'cbd', 'cdb', 'dbc', 'dcb']);
+  });
+
   test('parameters', () => {
     assert.deepEqual(weightedRandomPickerDefinition.params.parse({}), { maxNumOfEndpoints: 1 });
     assert.equal(weightedRandomPickerDefinition.params.safeParse({ maxNumOfEndpoints: 1.5 }).success, false);

@@ -448,6 +448,10 @@ describe('prefix-cache-scorer', () => {
     assert.equal((req.state.get(byTokens.scorer.stateKey) as number[]).length, 10);
   });
 
+  test('a token window that is not a whole number of blocks matches only the whole blocks in it (40 tokens of 16 → 2)', () => {
+    assert.deepEqual(setup({ blockSizeTokens: 16, maxPrefixTokensToMatch: 40 }).scorer.hashOptions, { blockChars: 64, maxBlocks: 2 });
+  });
+
   test('matchLengthWeight mixes in the absolute match length', () => {
     const { score, learn } = setup({ matchLengthWeight: 0.5, matchLengthScaleTokens: 320 });
     const prompt = text(1, 64 * 40);
