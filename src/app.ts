@@ -210,12 +210,21 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
     outlierPolicy: loaded.config.server.upstream.outlierDetection,
     onOutlier: (ep, event) => {
-      if (event.kind === 'returned') {
-        logger.info({ endpoint: ep.name }, 'endpoint back from ejection: it takes requests again (one more failure ejects it again, for longer)');
-        return;
+      switch (event.kind) {
+        case 'ejected':
+          metrics.endpointEjection(ep.name);
+          logger.warn({ endpoint: ep.name, ejectedForMs: event.ms, reason: event.reason }, 'endpoint ejected: it failed request after request, so it gets none for a while (server.upstream.outlierDetection)');
+          break;
+        case 'returned':
+          logger.info({ endpoint: ep.name }, 'endpoint back from ejection: it takes requests again (one more failure ejects it again, for longer)');
+          break;
+        case 'stalled':
+          logger.warn({ endpoint: ep.name, reason: event.reason }, 'endpoint stalled: its page shows requests running but its engine computes nothing, so it gets no requests until it does (server.upstream.outlierDetection.stallTimeout)');
+          break;
+        case 'progressing':
+          logger.info({ endpoint: ep.name }, 'endpoint no longer stalled: it takes requests again');
+          break;
       }
-      metrics.endpointEjection(ep.name);
-      logger.warn({ endpoint: ep.name, ejectedForMs: event.ms, reason: event.reason }, 'endpoint ejected: it failed request after request, so it gets none for a while (server.upstream.outlierDetection)');
     },
   });
   const startDigest = effectiveConfigDigest(loaded.config);

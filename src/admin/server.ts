@@ -114,7 +114,7 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       stage: ep.stage,
       metrics: ep.metrics ?? null,
       metricsAgeSeconds: Number.isFinite(age) ? age / 1000 : null,
-      stale: !(age <= stalenessMs) || ep.connectFailure !== undefined || ep.ejectedUntil > now,
+      stale: !(age <= stalenessMs) || ep.connectFailure !== undefined || ep.isSetAside(now),
       lastScrapeError: ep.lastError ?? null,
       // A request could not connect since the last good scrape began: read as stale until the next.
       connectFailure: ep.connectFailure ?? null,
@@ -123,6 +123,8 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       ejected: ep.ejectedUntil > now ? { secondsLeft: (ep.ejectedUntil - now) / 1000, reason: ep.ejectedFor ?? null, times: ep.ejections } : null,
       // Failed requests since its last 2xx answer.
       failureStreak: ep.failureStreak,
+      // Its page shows requests running and no progress for stallTimeout: no requests until it moves.
+      stalled: ep.stalledFor ?? null,
       inFlight: ep.inFlight,
       // Uncached prompt tokens sent to it whose answer has not begun (token-load-scorer, affinity filter).
       inFlightTokens: ep.inFlightTokens,

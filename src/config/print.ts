@@ -50,6 +50,7 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
           ...server.upstream.outlierDetection,
           baseEjectionTime: formatDuration(server.upstream.outlierDetection.baseEjectionTime),
           maxEjectionTime: formatDuration(server.upstream.outlierDetection.maxEjectionTime),
+          stallTimeout: formatDuration(server.upstream.outlierDetection.stallTimeout),
         },
       },
     },

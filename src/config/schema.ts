@@ -313,6 +313,7 @@ export const outlierDetectionSchema = z
     baseEjectionTime: durationField({ positive: true }).prefault('5s'),
     maxEjectionTime: durationField({ positive: true }).prefault('5m'),
     maxEjectionPercent: z.number().int().min(0).max(100).default(50),
+    stallTimeout: durationField().prefault('30s'),
   })
   .prefault({})
   .superRefine((o, ctx) => {

@@ -26,6 +26,8 @@ export interface OutlierDetectionConfig {
   maxEjectionTime: number;
   /** Share of the pool's endpoints that may be set aside at once (floor), 0–100; default 50. */
   maxEjectionPercent: number;
+  /** An endpoint running requests whose work counters have not moved for this long (ms) is set aside; 0 = never. Default 30s. */
+  stallTimeout: number;
 }
 
 export interface ServerConfig {

@@ -75,6 +75,8 @@ export interface EndpointMetrics {
   kvUsage: number;
   lora?: LoraInfo;
   cacheConfig?: CacheConfigInfo;
+  /** Sum of the engine's work counters (vllm-metrics.ts), when the page has any: it moves while the engine works. */
+  progress?: number;
 }
 
 export interface EndpointSpec {
@@ -168,6 +170,11 @@ export class Endpoint {
   ejectedUntil = 0;
   /** Why it was last ejected (the failures and the last error), for logs and /debug/pool. */
   ejectedFor: string | undefined = undefined;
+  /** `metrics.progress` as last seen, and when it last moved (or the endpoint ran nothing): clock ms. */
+  lastProgress: number | undefined = undefined;
+  progressAt = 0;
+  /** Set while its page shows requests running and its progress has not moved for `stallTimeout` (outlier.ts): why. */
+  stalledFor: string | undefined = undefined;
 
   constructor(spec: EndpointSpec) {
     this.name = spec.name;
@@ -189,6 +196,17 @@ export class Endpoint {
     this.role = roleOf(this.labels);
     this.stage = stageOf(this.role);
     this.engineType = engineTypeOf(this.labels, defaultEngine);
+  }
+
+  /** Set aside by outlier detection at `now` (ejected for failing, or stalled): it takes no requests. */
+  isSetAside(now: number): boolean {
+    return this.ejectedUntil > now || this.stalledFor !== undefined;
+  }
+
+  /** Why it is set aside at `now`, for logs and /debug/pool; undefined when it is not. */
+  setAsideReason(now: number): string | undefined {
+    if (this.ejectedUntil > now) return `ejected: ${this.ejectedFor}`;
+    return this.stalledFor === undefined ? undefined : `stalled: ${this.stalledFor}`;
   }
 
   /** Age of the last good metrics in ms (Infinity when never scraped). */

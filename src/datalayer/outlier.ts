@@ -15,6 +15,12 @@
  * pool's endpoints (rounded down) are out at once: past that, failing endpoints keep serving, as a
  * fleet that fails everywhere is better answered with the servers' own errors than with none.
  *
+ * A hung engine fails nothing: its requests never end, and its page, served by a process that still
+ * works, keeps showing the requests it ran when it stopped. So an endpoint whose page shows requests
+ * running while its work counters (`EndpointMetrics.progress`) have not moved for `stallTimeout` is
+ * set aside too ("stalled"), until a page shows them move or nothing running. No vLLM engine step
+ * takes that long; a page without such counters is never read as stalled.
+ *
  * Pure: plain data in, plain data out; the Pool applies it.
  */
 import type { OutlierDetectionConfig } from '../config/types.js';
@@ -26,7 +32,28 @@ export const DEFAULT_OUTLIER_POLICY: OutlierPolicy = Object.freeze({
   baseEjectionTime: 5_000,
   maxEjectionTime: 300_000,
   maxEjectionPercent: 50,
+  stallTimeout: 30_000,
 });
+
+/** What a page says about an endpoint's progress, as Pool.recordScrape keeps it. */
+export interface ProgressState {
+  lastProgress: number | undefined;
+  progressAt: number;
+}
+
+/**
+ * A page scraped at `now` with `running` requests running and work counters at `progress`: updates
+ * `state` and returns for how long (ms) the endpoint has run requests without progress (0 when it
+ * progressed, ran nothing, or its page has no work counters).
+ */
+export function stalledMs(state: ProgressState, running: number, progress: number | undefined, now: number): number {
+  if (progress === undefined || running === 0 || progress !== state.lastProgress) {
+    state.lastProgress = progress;
+    state.progressAt = now;
+    return 0;
+  }
+  return now - state.progressAt;
+}
 
 /** What the pool tracks per endpoint for outlier detection. */
 export interface OutlierState {

@@ -7,14 +7,19 @@
  */
 import type { PoolView } from '../plugins/registry.js';
 import { Endpoint, engineTypeOf, type EndpointMetrics, type EndpointSpec } from './endpoint.js';
-import { DEFAULT_OUTLIER_POLICY, recordFailure, recordSuccess, type OutlierPolicy } from './outlier.js';
+import { formatDuration } from '../config/units.js';
+import { DEFAULT_OUTLIER_POLICY, recordFailure, recordSuccess, stalledMs, type OutlierPolicy } from './outlier.js';
 
 export type PoolChangeReason = 'metrics' | 'endpoints' | 'inflight' | 'outlier';
 export type PoolListener = (reason: PoolChangeReason, ep?: Endpoint) => void;
 export type ScrapeResult = { metrics: EndpointMetrics } | { error: string };
 
-/** An endpoint was set aside for failing (`ms` long), or took requests again. */
-export type OutlierEvent = { kind: 'ejected'; ms: number; reason: string } | { kind: 'returned' };
+/** An endpoint was set aside for failing (`ms` long) or for making no progress (stalled), or takes requests again. */
+export type OutlierEvent =
+  | { kind: 'ejected'; ms: number; reason: string }
+  | { kind: 'returned' }
+  | { kind: 'stalled'; reason: string }
+  | { kind: 'progressing' };
 
 export interface PoolOptions {
   /** Told about broken invariants (e.g. a release without an acquire); the pool never throws for them. */
@@ -61,10 +66,11 @@ export class Pool implements PoolView {
   private readonly onInvariantViolation: ((message: string, ep: Endpoint) => void) | undefined;
   private readonly onOutlier: ((ep: Endpoint, event: OutlierEvent) => void) | undefined;
   private outlierPolicy: OutlierPolicy;
-  // The endpoints not ejected (`eligible`), as of the last look: recomputed when an ejection starts,
-  // when the earliest one ends, or when the list changes while any is ejected — never per request.
+  // The endpoints not set aside (`eligible`), as of the last look: recomputed when an ejection starts,
+  // when the earliest one ends, when a stall starts or ends, or when the list changes while any is
+  // set aside — never per request.
   private eligibleList: readonly Endpoint[] = this.list;
-  private ejectedCount = 0;
+  private setAsideCount = 0;
   private nextReturnAt = Infinity;
   private eligibleStale = false;
 
@@ -84,12 +90,12 @@ export class Pool implements PoolView {
   }
 
   /**
-   * The endpoints requests may be sent to at `now`: all but those ejected for failing (outlier.ts),
-   * in configuration order; all of them if every one is ejected. The same frozen array as
-   * `endpoints` while none is.
+   * The endpoints requests may be sent to at `now`: all but those set aside by outlier detection
+   * (ejected for failing, or stalled: outlier.ts), in configuration order; all of them if every one
+   * is. The same frozen array as `endpoints` while none is.
    */
   eligible(now: number): readonly Endpoint[] {
-    if (this.ejectedCount === 0 && !this.eligibleStale) return this.list;
+    if (this.setAsideCount === 0 && !this.eligibleStale) return this.list;
     if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
     return this.eligibleList;
   }
@@ -99,10 +105,8 @@ export class Pool implements PoolView {
     let next = Infinity;
     const kept: Endpoint[] = [];
     for (const ep of this.list) {
-      if (ep.ejectedUntil > now) {
-        if (ep.ejectedUntil < next) next = ep.ejectedUntil;
-        continue;
-      }
+      if (ep.ejectedUntil > now && ep.ejectedUntil < next) next = ep.ejectedUntil;
+      if (ep.isSetAside(now)) continue;
       kept.push(ep);
       if (ep.ejectedFor !== undefined) {
         ep.ejectedFor = undefined;
@@ -110,8 +114,8 @@ export class Pool implements PoolView {
       }
     }
     this.nextReturnAt = next;
-    this.ejectedCount = this.list.length - kept.length;
-    this.eligibleList = this.ejectedCount === 0 || kept.length === 0 ? this.list : Object.freeze(kept);
+    this.setAsideCount = this.list.length - kept.length;
+    this.eligibleList = this.setAsideCount === 0 || kept.length === 0 ? this.list : Object.freeze(kept);
   }
 
   /** A reload's outlier detection settings (the endpoints' runs of failures and ejections stay). */
@@ -126,7 +130,7 @@ export class Pool implements PoolView {
   upstreamFailed(ep: Endpoint, error: string, now: number): void {
     if (ep.removed) return;
     if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
-    const ms = recordFailure(this.outlierPolicy, ep, now, this.ejectedCount, this.list.length);
+    const ms = recordFailure(this.outlierPolicy, ep, now, this.setAsideCount, this.list.length);
     if (ms === 0) return;
     ep.ejectedFor = `${ep.failureStreak} failed requests in a row, the last: ${error}`;
     this.eligibleStale = true;
@@ -195,8 +199,8 @@ export class Pool implements PoolView {
     for (const ep of next) this.byNameMap.set(ep.name, ep);
     this.list = Object.freeze(next);
     this.eligibleList = this.list;
-    // An ejected endpoint stays ejected in the new list; one that left is no longer counted.
-    if (this.ejectedCount > 0) this.eligibleStale = true;
+    // An endpoint set aside stays so in the new list; one that left is no longer counted.
+    if (this.setAsideCount > 0) this.eligibleStale = true;
     this.notify('endpoints');
     return { added, removed, relabelled };
   }
@@ -280,6 +284,22 @@ export class Pool implements PoolView {
     this.notify('inflight', ep);
   }
 
+  /** A page that shows requests running and no progress for stallTimeout sets the endpoint aside, until one shows progress (outlier.ts). */
+  private checkProgress(ep: Endpoint, m: EndpointMetrics, now: number): void {
+    const ms = stalledMs(ep, m.running, m.progress, now);
+    const timeout = this.outlierPolicy.stallTimeout;
+    const stalled = timeout > 0 && ms >= timeout;
+    if (stalled === (ep.stalledFor !== undefined)) return;
+    this.eligibleStale = true;
+    if (stalled) {
+      ep.stalledFor = `${m.running} running and no tokens computed for ${formatDuration(Math.round(ms))}`;
+      this.onOutlier?.(ep, { kind: 'stalled', reason: ep.stalledFor });
+    } else {
+      ep.stalledFor = undefined;
+      this.onOutlier?.(ep, { kind: 'progressing' });
+    }
+  }
+
   /** A removed endpoint is kept for its return only while it has something in flight. */
   private forgetIfIdle(ep: Endpoint): void {
     if (ep.inFlight === 0 && ep.inFlightTokens === 0 && this.draining.get(ep.name) === ep) this.draining.delete(ep.name);
@@ -316,6 +336,7 @@ export class Pool implements PoolView {
       if (m.waiting > 0 && m.running > ep.observedSlots) ep.observedSlots = m.running;
       if (m.running > ep.peakRunning) ep.peakRunning = m.running;
       ep.slowStartAtScrape = ep.slowStartSlots();
+      this.checkProgress(ep, m, now);
       ep.lastError = undefined;
       // A page fetched while a request was being refused says nothing about the server now.
       if (ep.connectFailures === ep.connectFailuresAtScrapeStart) ep.connectFailure = undefined;

@@ -8,6 +8,11 @@
  * | sglang        | sglang:num_queue_reqs        | sglang:num_running_reqs      | sglang:token_usage                                     | —                         | sglang:cache_config_info{page_size,num_pages} |
  * | trtllm-serve  | trtllm_num_requests_waiting  | trtllm_num_requests_running  | trtllm_kv_cache_utilization                            | —                         | —                                            |
  *
+ * Progress (Sluice: a hung engine's gauges freeze while its token counters stop): the sum of
+ * `vllm:iteration_tokens_total_count`, `vllm:generation_tokens_total` and `vllm:prompt_tokens_total`
+ * (sglang: `sglang:generation_tokens_total`, `sglang:prompt_tokens_total`; trtllm-serve: none), over
+ * every series present; undefined when the page has none of them (Pool.recordScrape, stallTimeout).
+ *
  * vLLM's waiting queue counts requests that wait for something else than room on the server: a
  * decode request pulling its KV from a prefill server (P/D), one waiting for a LoRA slot. Where the
  * page has `vllm:num_requests_waiting_by_reason` (vLLM V1), its `reason="capacity"` series is read
@@ -38,6 +43,11 @@ export interface EngineMetricNames {
   lora?: string;
   cacheConfig?: { metric: string; blockSizeLabel: string; numBlocksLabel: string };
   /**
+   * Counters that advance while the engine works (tokens computed, engine steps): their sum is the
+   * endpoint's progress, which a hung engine stops while its gauges still show requests running.
+   */
+  progress?: readonly string[];
+  /**
    * Labels of ranks that repeat rank 0's queue and KV numbers (tensor or pipeline parallel ranks of
    * one scheduler): only series where each is absent or "0" count. Data-parallel ranks, each with a
    * queue of its own, are summed.
@@ -53,12 +63,15 @@ export const ENGINE_METRIC_NAMES: Readonly<Record<string, EngineMetricNames>> = 
     kvUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
     lora: 'vllm:lora_requests_info',
     cacheConfig: { metric: 'vllm:cache_config_info', blockSizeLabel: 'block_size', numBlocksLabel: 'num_gpu_blocks' },
+    // Engine steps count even a long chunked prefill, which adds to the token counters only at its end.
+    progress: ['vllm:iteration_tokens_total_count', 'vllm:generation_tokens_total', 'vllm:prompt_tokens_total'],
   },
   sglang: {
     waiting: 'sglang:num_queue_reqs',
     running: 'sglang:num_running_reqs',
     kvUsage: ['sglang:token_usage'],
     cacheConfig: { metric: 'sglang:cache_config_info', blockSizeLabel: 'page_size', numBlocksLabel: 'num_pages' },
+    progress: ['sglang:generation_tokens_total', 'sglang:prompt_tokens_total'],
     // --enable-metrics-for-all-schedulers: every TP (and PP) rank exports its scheduler group's queue.
     replicaLabels: ['tp_rank', 'pp_rank'],
   },
@@ -88,6 +101,7 @@ function wantedSetFor(engineType: string, names: EngineMetricNames): Set<string>
     set = new Set([names.waiting, names.running, ...names.kvUsage]);
     if (names.cacheConfig !== undefined) set.add(names.cacheConfig.metric);
     if (names.waitingForCapacity !== undefined) set.add(names.waitingForCapacity.metric);
+    for (const name of names.progress ?? []) set.add(name);
     wantedSets.set(engineType, set);
   }
   return set;
@@ -159,6 +173,8 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
           },
         };
   let cacheConfig: CacheConfigInfo | undefined;
+  const progressNames = names.progress;
+  let progress: number | undefined;
   const replicaLabels = names.replicaLabels;
   /** Series of the summed families seen so far: a page that prints one twice counts it once. */
   let seen: Set<string> | undefined;
@@ -193,6 +209,9 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
         checkGauge(name, value);
         forCapacity += value;
         forCapacitySeries++;
+      } else if (progressNames !== undefined && progressNames.includes(name)) {
+        // Any change says the engine moved; a value that cannot be a count is left out.
+        if (value >= 0 && value !== Infinity) progress = (progress ?? 0) + value;
       } else if (names.cacheConfig !== undefined && name === names.cacheConfig.metric) {
         if (cacheConfig === undefined) {
           const blockSize = parseCount(labels[names.cacheConfig.blockSizeLabel]);
@@ -230,5 +249,6 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
     }
   }
   if (cacheConfig !== undefined) metrics.cacheConfig = cacheConfig;
+  if (progress !== undefined) metrics.progress = progress;
   return metrics;
 }

@@ -823,8 +823,8 @@ export class GatewayMetrics {
     );
     this.endpointEjected = endpointGauge(
       'sluice_endpoint_ejected',
-      '1 while the endpoint is set aside for failing request after request (server.upstream.outlierDetection): it gets no requests until the ejection runs out, unless every endpoint is out; else 0.',
-      (ep, now) => (ep.ejectedUntil > now ? 1 : 0),
+      '1 while outlier detection sets the endpoint aside (server.upstream.outlierDetection): ejected for failing request after request, until the ejection runs out, or stalled (requests running, no tokens computed for stallTimeout), until it computes again; it gets no requests then, unless every endpoint is set aside. Else 0.',
+      (ep, now) => (ep.isSetAside(now) ? 1 : 0),
     );
     this.endpointEjectionsTotal = counter({
       name: 'sluice_endpoint_ejections_total',

@@ -3,8 +3,8 @@
  *
  * Saturation, per endpoint: `max(waiting' / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`
  * (the "roofline"). An endpoint whose metrics are missing or older than `metricsStalenessThreshold`
- * (strict >), or that refused a request since its last good scrape began, or that is ejected for
- * failing (Sluice: the server is gone, or takes no requests, whatever its last page said), scores 1.0 — fail closed — unless `stalenessPolicy: ignore`,
+ * (strict >), or that refused a request since its last good scrape began, or that outlier detection
+ * set aside (Sluice: the server is gone, or takes no requests, whatever its last page said), scores 1.0 — fail closed — unless `stalenessPolicy: ignore`,
  * which leaves it out of the mean (all left out → 0.0, so dispatch goes on, as llm-d #2492). Pool
  * value = unweighted mean; empty list = 1.0; never clamped.
  * `stale` in the reading counts stale endpoints under either policy (visibility, SPEC §6). While any
@@ -99,12 +99,12 @@ export class UtilizationDetector implements SaturationDetector {
     return this.countRecent ? endpoint.estimatedWaiting() : m.waiting;
   }
 
-  /** No fresh metrics, or gone: it refused a connection, or it is ejected for failing (it takes no requests). */
+  /** No fresh metrics, or gone: it refused a connection, or outlier detection set it aside (it takes no requests). */
   private isStale(endpoint: Endpoint, now: number): boolean {
     return (
       endpoint.metrics === undefined ||
       endpoint.connectFailure !== undefined ||
-      endpoint.ejectedUntil > now ||
+      endpoint.isSetAside(now) ||
       endpoint.metricsAge(now) > this.stalenessMs
     );
   }
@@ -139,7 +139,7 @@ export class UtilizationDetector implements SaturationDetector {
       for (const e of toName) this.warnedAtLast.add(e.name);
       // One line for the calls of this turn (one per stage): logged once they are all done.
       if (this.staleToLog.length === 0) queueMicrotask(this.logStale);
-      for (const e of toName) this.staleToLog.push(`${e.name} (${e.ejectedUntil > now ? `ejected: ${e.ejectedFor}` : (e.lastError ?? e.connectFailure ?? 'no recent scrape')})`);
+      for (const e of toName) this.staleToLog.push(`${e.name} (${e.setAsideReason(now) ?? e.lastError ?? e.connectFailure ?? 'no recent scrape'})`);
     }
     // Nothing to average: an empty list reads saturated; under `ignore`, a list of only stale
     // endpoints reads 0 and dispatch goes on, as llm-d's policy does (#2492).

@@ -3,11 +3,11 @@ import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { Pool, type OutlierEvent, type PoolChangeReason } from '../../src/datalayer/pool.js';
 import type { Endpoint, EndpointSpec } from '../../src/datalayer/endpoint.js';
-import { DEFAULT_OUTLIER_POLICY, ejectionTime, maxEjected, type OutlierPolicy } from '../../src/datalayer/outlier.js';
+import { DEFAULT_OUTLIER_POLICY, ejectionTime, maxEjected, stalledMs, type OutlierPolicy } from '../../src/datalayer/outlier.js';
 import { UtilizationDetector, utilizationDetectorParams } from '../../src/saturation/utilization-detector.js';
 
 const spec = (name: string, port: number): EndpointSpec => ({ name, address: '10.0.0.1', port, labels: {} });
-const POLICY: OutlierPolicy = { consecutiveFailures: 3, baseEjectionTime: 1000, maxEjectionTime: 3500, maxEjectionPercent: 50 };
+const POLICY: OutlierPolicy = { consecutiveFailures: 3, baseEjectionTime: 1000, maxEjectionTime: 3500, maxEjectionPercent: 50, stallTimeout: 0 };
 
 function poolOf(n: number, policy: OutlierPolicy = POLICY) {
   const events: [string, OutlierEvent][] = [];
@@ -156,3 +156,60 @@ describe('Pool: outlier detection', () => {
     assert.deepEqual(detector.saturation(1001, pool.endpoints), { value: 0, stale: 0 });
   });
 });
+
+describe('Pool: stalled endpoints (requests running, no progress)', () => {
+  const page = (running: number, progress?: number) => ({ metrics: { waiting: 0, running, kvUsage: 0.1, ...(progress === undefined ? {} : { progress }) } });
+
+  test('stalledMs counts from the last page that moved, or ran nothing; no counters, no stall', () => {
+    const state = { lastProgress: undefined as number | undefined, progressAt: 0 };
+    assert.equal(stalledMs(state, 2, 10, 1000), 0);
+    assert.equal(stalledMs(state, 2, 10, 4000), 3000);
+    assert.equal(stalledMs(state, 2, 11, 5000), 0, 'moved');
+    assert.equal(stalledMs(state, 0, 11, 9000), 0, 'idle: nothing to compute');
+    assert.equal(stalledMs(state, 3, 11, 9500), 500);
+    assert.equal(stalledMs(state, 3, undefined, 20_000), 0, 'a page without work counters');
+  });
+
+  test('set aside once a page shows it running without progress for stallTimeout; back when a page shows progress', () => {
+    const { pool, events, ep } = poolOf(3, { ...POLICY, stallTimeout: 30_000 });
+    const hung = ep(1);
+    pool.recordScrape(hung, page(4, 500), 1000);
+    pool.recordScrape(hung, page(4, 500), 30_999);
+    assert.equal(pool.eligible(31_000), pool.endpoints, 'not yet: 29.999 s');
+    pool.recordScrape(hung, page(4, 500), 31_000);
+    assert.deepEqual(names(pool.eligible(31_000)), ['ep0', 'ep2']);
+    assert.deepEqual(events, [['ep1', { kind: 'stalled', reason: '4 running and no tokens computed for 30s' }]]);
+    assert.equal(hung.isSetAside(31_000), true);
+    assert.equal(hung.setAsideReason(31_000), 'stalled: 4 running and no tokens computed for 30s');
+    // Further pages of the same stall say nothing new.
+    pool.recordScrape(hung, page(4, 500), 60_000);
+    assert.equal(events.length, 1);
+    pool.recordScrape(hung, page(4, 501), 61_000);
+    assert.equal(pool.eligible(61_000), pool.endpoints);
+    assert.deepEqual(events[1], ['ep1', { kind: 'progressing' }]);
+    assert.equal(hung.isSetAside(61_000), false);
+  });
+
+  test('a busy endpoint whose counters move, an idle one, one without counters, and stallTimeout 0 are never stalled', () => {
+    const { pool, events, ep } = poolOf(4, { ...POLICY, stallTimeout: 1000 });
+    for (let t = 1; t < 10_000; t += 500) {
+      pool.recordScrape(ep(0), page(8, t), t);
+      pool.recordScrape(ep(1), page(0, 7), t);
+      pool.recordScrape(ep(2), page(8), t);
+    }
+    const off = poolOf(2, { ...POLICY, stallTimeout: 0 });
+    for (let t = 1; t < 10_000; t += 500) off.pool.recordScrape(off.ep(0), page(8, 7), t);
+    assert.deepEqual([events.length, off.events.length], [0, 0]);
+  });
+
+  test('a stalled endpoint reads as stale to the utilization detector', () => {
+    const { pool, ep } = poolOf(2, { ...POLICY, stallTimeout: 1000 });
+    pool.recordScrape(ep(0), page(1, 5), 1);
+    pool.recordScrape(ep(1), page(1, 5), 1);
+    pool.recordScrape(ep(0), page(1, 5), 1001);
+    const detector = new UtilizationDetector('d', utilizationDetectorParams.parse({ metricsStalenessThreshold: '10s' }));
+    // ep0 reads 1 (stale); ep1 its KV usage over the threshold, 0.1 / 0.8.
+    assert.deepEqual(detector.saturation(1002, pool.endpoints), { value: (1 + 0.125) / 2, stale: 1 });
+  });
+});
+

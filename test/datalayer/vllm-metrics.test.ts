@@ -91,6 +91,8 @@ describe('extractVllmMetrics: pages', () => {
       // Two series: the one with the larger timestamp value is the current state.
       lora: { running: ['lora4', 'lora3'], waiting: [], maxLora: 1 },
       cacheConfig: { blockSize: 16, numGpuBlocks: 1024 },
+      // vllm:prompt_tokens_total + vllm:generation_tokens_total
+      progress: 12345 + 67890,
     });
   });
 
@@ -100,6 +102,7 @@ describe('extractVllmMetrics: pages', () => {
       running: 7,
       kvUsage: 0.8125,
       cacheConfig: { blockSize: 64, numGpuBlocks: 2048 },
+      progress: 4096,
     });
   });
 
@@ -109,7 +112,33 @@ describe('extractVllmMetrics: pages', () => {
       running: 10,
       kvUsage: 0.5,
       cacheConfig: { blockSize: 16, numGpuBlocks: 27000 },
+      progress: 123456,
     });
+  });
+
+  test('progress: the sum of the work counters present (engine steps, prompt and generated tokens, every series); none → undefined', () => {
+    const page = (extra: string) => `${minimal('0', '2', '0.5')}${extra}`;
+    assert.equal(extractVllmMetrics(page('')).progress, undefined);
+    assert.equal(
+      extractVllmMetrics(
+        page(
+          [
+            'vllm:generation_tokens_total{engine="0"} 100',
+            'vllm:generation_tokens_total{engine="1"} 50',
+            'vllm:prompt_tokens_total{engine="0"} 7',
+            'vllm:iteration_tokens_total_bucket{le="+Inf"} 3',
+            'vllm:iteration_tokens_total_count 3',
+            'vllm:iteration_tokens_total_sum 157',
+            'vllm:request_success_total 9',
+            '',
+          ].join('\n'),
+        ),
+      ).progress,
+      100 + 50 + 7 + 3,
+    );
+    assert.equal(extractVllmMetrics(page('vllm:generation_tokens_total NaN\nvllm:prompt_tokens_total 4\n')).progress, 4, 'a value that is no count is left out');
+    const sglang = 'sglang:num_queue_reqs 0\nsglang:num_running_reqs 1\nsglang:token_usage 0.1\nsglang:generation_tokens_total 11\nsglang:prompt_tokens_total 5\n';
+    assert.equal(extractVllmMetrics(sglang, 'sglang').progress, 16);
   });
 
   test('the engine type defaults to vllm', () => {

@@ -164,4 +164,57 @@ describe('outlier detection (real servers)', () => {
       await Promise.all(b.all.map((s) => s.close()));
     }
   });
+
+  /** A hung engine: requests never answered; its page, served by a process that still works, frozen with one running. */
+  async function hungFleet(): Promise<{ healthy: FakeBackend[]; broken: FakeBackend; all: FakeBackend[] }> {
+    const b = await fleet();
+    b.broken.behave = () => undefined;
+    b.broken.metrics = `${vllmPage(0, 1, 0.0)}vllm:generation_tokens_total 1000\n`;
+    return b;
+  }
+
+  test('a hung engine (requests running, token counters frozen) is set aside after stallTimeout, and back once they move', async () => {
+    const b = await hungFleet();
+    const log = captureLogger();
+    const gw = await gatewayFor(configFor(b, '{ stallTimeout: 300ms }'), { logger: log.logger });
+    try {
+      await until(() => gw.pool.byName('broken')?.stalledFor !== undefined, 5000, 'the stall noticed');
+      const statuses = await send(gw, 20, 2);
+      assert.deepEqual(statuses, Array(20).fill(200));
+      assert.equal(b.broken.received.length, 0, 'no request went to the hung server');
+      assert.equal(await brokenSample(gw, 'sluice_endpoint_ejected'), 1);
+      const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; stale: boolean; stalled: string | null }[] };
+      const hung = pool.endpoints.find((e) => e.name === 'broken')!;
+      assert.equal(hung.stale, true);
+      assert.match(hung.stalled ?? '', /^1 running and no tokens computed for \d+ms$/);
+      const warned = log.lines().find((l) => l['msg']?.toString().startsWith('endpoint stalled'));
+      assert.equal(warned?.['endpoint'], 'broken');
+      // The engine computes again (and answers).
+      b.broken.behave = okJson;
+      b.broken.metrics = `${vllmPage(0, 1, 0.0)}vllm:generation_tokens_total 1001\n`;
+      await until(() => gw.pool.byName('broken')?.stalledFor === undefined, 5000, 'progress noticed');
+      await send(gw, 10, 1);
+      assert.ok(b.broken.received.length > 0, 'it serves again');
+      assert.ok(log.lines().some((l) => l['endpoint'] === 'broken' && l['msg']?.toString().startsWith('endpoint no longer stalled')));
+    } finally {
+      await gw.close();
+      await Promise.all(b.all.map((s) => s.close()));
+    }
+  });
+
+  test('with stallTimeout 0 the hung engine keeps drawing requests (what the test above guards against)', async () => {
+    const b = await hungFleet();
+    const gw = await gatewayFor(configFor(b, '{ stallTimeout: 0s }'));
+    try {
+      await waitForMetrics(gw);
+      await new Promise((r) => setTimeout(r, 500));
+      const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 0, timeout: 300 });
+      const settled = await Promise.allSettled(Array.from({ length: 4 }, () => client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })));
+      assert.ok(b.broken.received.length >= 1, 'the hung server got none');
+      assert.equal(settled.filter((r) => r.status === 'rejected').length, b.broken.received.length, 'each request it got hung');
+    } finally {
+      await gw.close();
+      await Promise.all(b.all.map((s) => s.close()));
+    }
+  });
 });
