@@ -105,13 +105,13 @@ export class Pool implements PoolView {
     let next = Infinity;
     const kept: Endpoint[] = [];
     for (const ep of this.list) {
-      if (ep.ejectedUntil > now && ep.ejectedUntil < next) next = ep.ejectedUntil;
-      if (ep.isSetAside(now)) continue;
-      kept.push(ep);
-      if (ep.ejectedFor !== undefined) {
+      if (ep.ejectedUntil > now) {
+        if (ep.ejectedUntil < next) next = ep.ejectedUntil;
+      } else if (ep.ejectedFor !== undefined) {
         ep.ejectedFor = undefined;
         this.onOutlier?.(ep, { kind: 'returned' });
       }
+      if (!ep.isSetAside(now)) kept.push(ep);
     }
     this.nextReturnAt = next;
     this.setAsideCount = this.list.length - kept.length;

@@ -202,6 +202,18 @@ describe('Pool: stalled endpoints (requests running, no progress)', () => {
     assert.deepEqual([events.length, off.events.length], [0, 0]);
   });
 
+  test('an ejection that runs out while the endpoint is stalled: back from ejection, still set aside', () => {
+    const { pool, events, ep } = poolOf(3, { ...POLICY, stallTimeout: 1000 });
+    for (let k = 0; k < 3; k++) request(pool, ep(0), false, 10);
+    pool.recordScrape(ep(0), page(2, 9), 20);
+    pool.recordScrape(ep(0), page(2, 9), 1020);
+    assert.deepEqual(names(pool.eligible(1030)), ['ep1', 'ep2']);
+    assert.deepEqual(names(pool.eligible(1500)), ['ep1', 'ep2'], 'the ejection ended at 1010, the stall goes on');
+    assert.deepEqual(events.map(([, e]) => e.kind), ['ejected', 'stalled', 'returned']);
+    pool.recordScrape(ep(0), page(2, 10), 1600);
+    assert.equal(pool.eligible(1600), pool.endpoints);
+  });
+
   test('a stalled endpoint reads as stale to the utilization detector', () => {
     const { pool, ep } = poolOf(2, { ...POLICY, stallTimeout: 1000 });
     pool.recordScrape(ep(0), page(1, 5), 1);
