@@ -114,7 +114,12 @@ function buildRuntime(
   );
   const previousQueue = previous?.queue;
   const detector = built.detector;
-  const saturationNow = () => globalSaturation(detector, clock.now(), pool.endpoints);
+  // Read over the endpoints requests may go to: one outlier detection set aside neither holds the
+  // gate closed (a P/D pool whose prefill tier is ejected serves decode-only) nor counts as room.
+  const saturationNow = () => {
+    const now = clock.now();
+    return globalSaturation(detector, now, pool.eligible(now));
+  };
   const plugin = <T>(name: string) => {
     const p = built.plugins.get(name);
     if (!p) throw new Error(`flow control references plugin '${name}', which is not instantiated`);
@@ -132,7 +137,12 @@ function buildRuntime(
         clock,
         saturation: saturationNow,
         poolEmpty: () => pool.endpoints.length === 0,
-        nextSaturationChangeAt: () => detector.nextChangeAt?.(clock.now(), pool.endpoints),
+        nextSaturationChangeAt: () => {
+          const now = clock.now();
+          const metricsTurn = detector.nextChangeAt?.(now, pool.eligible(now));
+          const ejectionEnds = pool.nextReturnTime(now);
+          return metricsTurn === undefined || (ejectionEnds !== undefined && ejectionEnds < metricsTurn) ? ejectionEnds : metricsTurn;
+        },
         onDispatchCycle: (seconds) => metrics.dispatchCycle(seconds),
         onAffinityOvertake: () => metrics.affinityOvertake(),
       })
@@ -253,7 +263,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const saturationNow = (): SaturationSnapshot | undefined => {
     let s: ReturnType<typeof stageSaturation>;
     try {
-      s = stageSaturation(live.detector, clock.now(), pool.endpoints);
+      const now = clock.now();
+      s = stageSaturation(live.detector, now, pool.eligible(now));
     } catch (err) {
       // A detector that throws must not take /metrics down with it: its gauges are left out.
       if (clock.now() - lastSourceErrorLog >= 30_000) {
@@ -389,7 +400,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       // Before the queue is handed over: what it dispatches then goes out with the new upstream
       // settings, and to a new endpoint through its own pooled connections.
       upstreams.configure(config.server.upstream);
-      pool.setOutlierPolicy(config.server.upstream.outlierDetection);
+      pool.setOutlierPolicy(config.server.upstream.outlierDetection, clock.now());
       upstreams.retain(pool.endpoints); // pools of removed endpoints close once their requests finish
       live = nextLive;
       metrics.configRestartNeeded(restartOnly.length > 0);

@@ -114,15 +114,16 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       stage: ep.stage,
       metrics: ep.metrics ?? null,
       metricsAgeSeconds: Number.isFinite(age) ? age / 1000 : null,
-      stale: !(age <= stalenessMs) || ep.connectFailure !== undefined || ep.isSetAside(now),
+      stale: !(age <= stalenessMs) || ep.connectFailure !== undefined,
       lastScrapeError: ep.lastError ?? null,
       // A request could not connect since the last good scrape began: read as stale until the next.
       connectFailure: ep.connectFailure ?? null,
       scrapeErrors: ep.scrapeErrors,
       // Set aside for failing (server.upstream.outlierDetection): no requests until it runs out.
-      ejected: ep.ejectedUntil > now ? { secondsLeft: (ep.ejectedUntil - now) / 1000, reason: ep.ejectedFor ?? null, times: ep.ejections } : null,
-      // Failed requests since its last 2xx answer.
+      ejected: ep.ejectedUntil > now ? { secondsLeft: (ep.ejectedUntil - now) / 1000, reason: ep.ejectedFor ?? null } : null,
+      // Failed requests, and ejections, since its last whole 2xx answer (after an ejection it takes one request at a time until then).
       failureStreak: ep.failureStreak,
+      ejections: ep.ejections,
       // Its page shows requests running and no progress for stallTimeout: no requests until it moves.
       stalled: ep.stalledFor ?? null,
       inFlight: ep.inFlight,
@@ -136,7 +137,8 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       queueAhead: ep.metrics ? ep.queueAhead() : null,
     };
   });
-  const s = stageSaturation(deps.detector(), now, deps.pool.endpoints);
+  // As flow control reads it: over the endpoints outlier detection has not set aside.
+  const s = stageSaturation(deps.detector(), now, deps.pool.eligible(now));
   return {
     endpoints,
     saturation: { prefill: s.prefill ?? null, decode: s.decode ?? null, interleaved: s.interleaved ?? null, global: s.global },

@@ -5,15 +5,17 @@
  * `/metrics` still healthy — does not draw the traffic its empty queue invites.
  *
  * A failure is any upstream error Sluice counts in `sluice_endpoint_upstream_errors_total`: a 5xx
- * answer, a time-out, a connection refused, lost or cut. A 2xx answer ends the run of failures and
- * the run of ejections; a 4xx answer (the request's fault) and a client that leaves count neither way.
+ * answer, a time-out, a connection refused, lost or cut. A whole 2xx answer ends the run of failures
+ * and the run of ejections; a 4xx answer (the request's fault) and a client that leaves count
+ * neither way.
  *
  * After `consecutiveFailures` failures in a row, the endpoint is ejected for `baseEjectionTime`,
- * doubled for each ejection in a row, at most `maxEjectionTime`. When that time is up it takes
- * requests again; its run of failures is not reset, so its next failure ejects it again at once (a
- * "half-open" probe), and its next success clears both runs. At most `maxEjectionPercent` of the
- * pool's endpoints (rounded down) are out at once: past that, failing endpoints keep serving, as a
- * fleet that fails everywhere is better answered with the servers' own errors than with none.
+ * doubled for each ejection in a row, at most `maxEjectionTime`. When that time is up it is on
+ * probation: one request at a time (Pool.eligible), and its run of failures is not reset, so that
+ * probe's failure ejects it again at once ("half-open"), and its success clears both runs. At most
+ * `maxEjectionPercent` of a stage's endpoints (rounded down) are out at once: past that, failing
+ * endpoints keep serving, as a tier that fails everywhere is better answered with the servers' own
+ * errors than with none.
  *
  * A hung engine fails nothing: its requests never end, and its page, served by a process that still
  * works, keeps showing the requests it ran when it stopped. So an endpoint whose page shows requests
@@ -72,18 +74,20 @@ export function ejectionTime(policy: OutlierPolicy, times: number): number {
   return Math.min(policy.maxEjectionTime, policy.baseEjectionTime * 2 ** doublings);
 }
 
-/** Endpoints that may be ejected at once in a pool of `size`. */
+/** Endpoints that may be ejected at once in a stage of `size` endpoints. */
 export function maxEjected(policy: OutlierPolicy, size: number): number {
   return Math.floor((size * policy.maxEjectionPercent) / 100);
 }
 
 /**
  * A failed request on an endpoint: returns the ejection's length (ms) when this failure ejects it,
- * else 0, and updates `state`. `ejectedNow`: endpoints of its pool ejected at `now`.
+ * else 0, and updates `state`. `ejectedNow`: endpoints of its stage set aside at `now`, of `poolSize`.
  */
 export function recordFailure(policy: OutlierPolicy, state: OutlierState, now: number, ejectedNow: number, poolSize: number): number {
+  // Detection off: nothing is counted, so turning it on later starts from clean runs.
+  if (policy.consecutiveFailures === 0) return 0;
   state.failureStreak++;
-  if (policy.consecutiveFailures === 0 || state.failureStreak < policy.consecutiveFailures) return 0;
+  if (state.failureStreak < policy.consecutiveFailures) return 0;
   // Requests already in flight when it was ejected fail too: they do not lengthen the ejection.
   if (state.ejectedUntil > now) return 0;
   if (ejectedNow >= maxEjected(policy, poolSize)) return 0;

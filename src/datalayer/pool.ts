@@ -66,11 +66,13 @@ export class Pool implements PoolView {
   private readonly onInvariantViolation: ((message: string, ep: Endpoint) => void) | undefined;
   private readonly onOutlier: ((ep: Endpoint, event: OutlierEvent) => void) | undefined;
   private outlierPolicy: OutlierPolicy;
-  // The endpoints not set aside (`eligible`), as of the last look: recomputed when an ejection starts,
-  // when the earliest one ends, when a stall starts or ends, or when the list changes while any is
-  // set aside — never per request.
+  // The endpoints requests may go to (`eligible`), as of the last look: recomputed when an ejection
+  // starts or ends, when a stall starts or ends, when a probe leaves or returns, when the list or the
+  // policy changes — never per request otherwise.
   private eligibleList: readonly Endpoint[] = this.list;
-  private setAsideCount = 0;
+  /** Endpoints left out of `eligibleList` at the last look (0: it is `list`). */
+  private leftOut = 0;
+  /** The earliest end of an ejection running at the last look (Infinity: none). */
   private nextReturnAt = Infinity;
   private eligibleStale = false;
 
@@ -90,20 +92,45 @@ export class Pool implements PoolView {
   }
 
   /**
-   * The endpoints requests may be sent to at `now`: all but those set aside by outlier detection
-   * (ejected for failing, or stalled: outlier.ts), in configuration order; all of them if every one
-   * is. The same frozen array as `endpoints` while none is.
+   * The endpoints requests may be sent to at `now`, in configuration order: all but those outlier
+   * detection sets aside (outlier.ts: ejected for failing, stalled, or on probation with its one
+   * probe request in flight). A stage (prefill, decode, interleaved) whose every endpoint is set
+   * aside keeps them all: its requests are better served by them than by none. The same frozen array
+   * as `endpoints` while nothing is left out. The saturation reading is taken over these too, so
+   * what is set aside neither holds the gate closed nor counts as room.
    */
   eligible(now: number): readonly Endpoint[] {
-    if (this.setAsideCount === 0 && !this.eligibleStale) return this.list;
+    if (this.leftOut === 0 && !this.eligibleStale) return this.list;
     if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
     return this.eligibleList;
+  }
+
+  /** When the earliest running ejection ends (undefined: none runs): the reading can change then. */
+  nextReturnTime(now: number): number | undefined {
+    if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
+    return this.nextReturnAt === Infinity ? undefined : this.nextReturnAt;
+  }
+
+  /** Ejected (failing), stalled, or on probation after an ejection with its probe still in flight. */
+  private leavesOut(ep: Endpoint, now: number): boolean {
+    return ep.isSetAside(now) || (ep.inFlight > 0 && this.onProbation(ep));
+  }
+
+  /**
+   * Back from an ejection, not yet answered 2xx: one request at a time (a probe), so the backlog that
+   * waited for its return does not all land on a server that most likely still fails.
+   */
+  private onProbation(ep: Endpoint): boolean {
+    const threshold = this.outlierPolicy.consecutiveFailures;
+    return ep.ejections > 0 && threshold > 0 && ep.failureStreak >= threshold;
   }
 
   private refreshEligible(now: number): void {
     this.eligibleStale = false;
     let next = Infinity;
-    const kept: Endpoint[] = [];
+    let leftOut = 0;
+    // Stages with at least one endpoint not left out (the others keep theirs, above).
+    let served: Set<Endpoint['stage']> | undefined;
     for (const ep of this.list) {
       if (ep.ejectedUntil > now) {
         if (ep.ejectedUntil < next) next = ep.ejectedUntil;
@@ -111,31 +138,69 @@ export class Pool implements PoolView {
         ep.ejectedFor = undefined;
         this.onOutlier?.(ep, { kind: 'returned' });
       }
-      if (!ep.isSetAside(now)) kept.push(ep);
+      if (this.leavesOut(ep, now)) leftOut++;
+      else (served ??= new Set()).add(ep.stage);
     }
     this.nextReturnAt = next;
-    this.setAsideCount = this.list.length - kept.length;
-    this.eligibleList = this.setAsideCount === 0 || kept.length === 0 ? this.list : Object.freeze(kept);
+    if (leftOut === 0) {
+      this.leftOut = 0;
+      this.eligibleList = this.list;
+      return;
+    }
+    const kept = this.list.filter((ep) => !served?.has(ep.stage) || !this.leavesOut(ep, now));
+    this.leftOut = this.list.length - kept.length;
+    this.eligibleList = this.leftOut === 0 ? this.list : Object.freeze(kept);
   }
 
-  /** A reload's outlier detection settings (the endpoints' runs of failures and ejections stay). */
-  setOutlierPolicy(policy: OutlierPolicy): void {
+  /**
+   * A reload's outlier detection settings. The endpoints' runs of failures and ejections stay, but
+   * an ejection running is cut to the new `maxEjectionTime`; turning detection off (0 failures)
+   * ends every ejection and forgets the runs, `stallTimeout: 0` every stall.
+   */
+  setOutlierPolicy(policy: OutlierPolicy, now: number): void {
     this.outlierPolicy = policy;
+    for (const ep of this.list) {
+      if (policy.consecutiveFailures === 0) {
+        ep.failureStreak = 0;
+        ep.ejections = 0;
+        ep.ejectedUntil = 0;
+      } else if (ep.ejectedUntil > now + policy.maxEjectionTime) ep.ejectedUntil = now + policy.maxEjectionTime;
+      if (policy.stallTimeout === 0 && ep.stalledFor !== undefined) {
+        ep.stalledFor = undefined;
+        this.onOutlier?.(ep, { kind: 'progressing' });
+      }
+    }
+    this.eligibleStale = true;
+    this.notify('outlier');
   }
 
   /**
    * A request to `ep` failed there (`error`: the kind counted in sluice_endpoint_upstream_errors_total):
-   * one more in its run of failures, which may eject it (outlier.ts).
+   * one more in its run of failures, which may eject it (outlier.ts). At most `maxEjectionPercent` of
+   * its stage is set aside at once.
    */
   upstreamFailed(ep: Endpoint, error: string, now: number): void {
     if (ep.removed) return;
-    if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
-    const ms = recordFailure(this.outlierPolicy, ep, now, this.setAsideCount, this.list.length);
+    let stageSize = 0;
+    let setAside = 0;
+    for (const e of this.list) {
+      if (e.stage !== ep.stage) continue;
+      stageSize++;
+      if (e.isSetAside(now)) setAside++;
+    }
+    const ms = recordFailure(this.outlierPolicy, ep, now, setAside, stageSize);
     if (ms === 0) return;
     ep.ejectedFor = `${ep.failureStreak} failed requests in a row, the last: ${error}`;
     this.eligibleStale = true;
     this.onOutlier?.(ep, { kind: 'ejected', ms, reason: ep.ejectedFor });
     this.notify('outlier', ep);
+  }
+
+  /** A request to `ep` got its whole 2xx answer: its runs of failures and ejections end (outlier.ts). */
+  upstreamSucceeded(ep: Endpoint): void {
+    // Off probation: it takes any number of requests again.
+    if (ep.ejections > 0) this.eligibleStale = true;
+    recordSuccess(ep);
   }
 
   byName(name: string): Endpoint | undefined {
@@ -198,9 +263,10 @@ export class Pool implements PoolView {
     this.byNameMap.clear();
     for (const ep of next) this.byNameMap.set(ep.name, ep);
     this.list = Object.freeze(next);
+    // An endpoint set aside stays so in the new list (one taken back from draining too); one that
+    // left is no longer counted.
     this.eligibleList = this.list;
-    // An endpoint set aside stays so in the new list; one that left is no longer counted.
-    if (this.setAsideCount > 0) this.eligibleStale = true;
+    this.eligibleStale = true;
     this.notify('endpoints');
     return { added, removed, relabelled };
   }
@@ -236,6 +302,8 @@ export class Pool implements PoolView {
 
   /** A request was sent to `ep`. */
   acquire(ep: Endpoint): void {
+    // A probe leaves (eligible, onProbation).
+    if (ep.ejections > 0 && this.onProbation(ep)) this.eligibleStale = true;
     ep.inFlight++;
     ep.dispatched++;
     this.notify('inflight', ep);
@@ -271,8 +339,6 @@ export class Pool implements PoolView {
       this.onInvariantViolation?.(`release without a matching acquire on endpoint '${ep.name}'`, ep);
       return;
     }
-    // A 2xx answer ends the endpoint's runs of failures and ejections (outlier detection).
-    if (answered) recordSuccess(ep);
     // Slow start (Endpoint.grownSlots): answered with every assumed slot in use and no queue ever
     // shown, so the server holds at least one more than assumed — up to twice the last page's.
     if (answered && ep.observedSlots === 0) {
@@ -280,6 +346,8 @@ export class Pool implements PoolView {
       if (ep.inFlight >= slots && slots < 2 * ep.slowStartAtScrape) ep.grownSlots = slots + 1;
     }
     ep.inFlight--;
+    // A probe returns (eligible, onProbation).
+    if (ep.ejections > 0 && this.onProbation(ep)) this.eligibleStale = true;
     if (ep.removed) this.forgetIfIdle(ep);
     this.notify('inflight', ep);
   }

@@ -263,12 +263,13 @@ export async function forward(ctx: ForwardContext): Promise<number> {
 }
 
 /**
- * A request failed on `ep` (before or during its answer, or with a 5xx): counted by kind, and one
- * more in the endpoint's run of failures, which may set it aside for a while (outlier detection).
+ * A request failed on `ep` (before or during its answer, or with a 5xx): counted by kind, and (unless
+ * its failure was counted already) one more in the endpoint's run of failures, which may set it aside
+ * for a while (outlier detection).
  */
-function upstreamError(ctx: ForwardContext, ep: Endpoint, kind: UpstreamErrorKind): void {
+function upstreamError(ctx: ForwardContext, ep: Endpoint, kind: UpstreamErrorKind, newFailure = true): void {
   ctx.metrics.endpointUpstreamError(ep.name, kind);
-  ctx.pool.upstreamFailed(ep, kind, ctx.clock.now());
+  if (newFailure) ctx.pool.upstreamFailed(ep, kind, ctx.clock.now());
 }
 
 /**
@@ -703,6 +704,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   onComplete(): void {
     if (this.settled) return;
     const { ctx } = this;
+    // The endpoint gave its whole answer: a success for outlier detection, whatever the client does now.
+    if (is2xx(this.status)) ctx.pool.upstreamSucceeded(this.ep);
     const { res } = ctx;
     if (res.destroyed) return this.done(DONE_GONE);
     let whole: Buffer | undefined;
@@ -781,6 +784,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     // takes nothing from the answer, so it is no failure of the request nor of the endpoint.
     if (this.sse && this.doneRelayed && !ctx.sseMidEvent) {
       ctx.logger.debug({ requestId, endpoint: ep.name, err: err.message }, 'upstream connection lost after data: [DONE]');
+      if (is2xx(this.status)) ctx.pool.upstreamSucceeded(ep);
       res.end();
       return this.done({ kind: 'done', status: this.status });
     }
@@ -789,7 +793,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const timedOut = err instanceof undiciErrors.BodyTimeoutError;
     const status = timedOut ? 504 : 502;
     const what = timedOut ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)` : `failed mid-response: ${err.message}`;
-    upstreamError(ctx, ep, timedOut ? 'body_timeout' : 'cut');
+    // A 5xx answer that then broke off is one failure (counted at its status line), not two.
+    upstreamError(ctx, ep, timedOut ? 'body_timeout' : 'cut', this.status < 500);
     this.brokeOff = true;
     ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
@@ -828,6 +833,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
           size += chunk.length;
         }
       }
+      if (is2xx(status)) pool.upstreamSucceeded(prefill);
       return { kind: 'answer', status: up.statusCode, headers: up.headers, body: Buffer.concat(chunks, size) };
     } catch (err) {
       if (signal.aborted) return { kind: 'aborted' };

@@ -7,12 +7,10 @@
  * uncached prompt tokens sent to it whose answer has not begun (llm-d's in-flight tokens, counted
  * by the proxy; scheduling/prompt-load.ts).
  *
- * Saturation (N endpoints; empty list → 1.0, fail closed; never clamped):
+ * Saturation (N endpoints; empty list → 1.0, fail closed; never clamped; `stale` always 0):
  * - `requests`: `Σ requests / (N × maxConcurrency)`
  * - `tokens`:   `Σ tokens / (N × maxTokenConcurrency)`
  * - `hybrid`:   mean over endpoints of `max(requests / maxConcurrency, tokens / maxTokenConcurrency)`
- * An endpoint outlier detection set aside (Sluice: ejected for failing, or stalled) counts as full,
- * 1.0 of its share, and as `stale`; no other endpoint is ever stale here.
  *
  * Filter (SPEC §7.2): `reqLimit = floor(maxConcurrency × (1 + headroom))`, `tokLimit =
  * floor(maxTokenConcurrency × (1 + headroom))`; keep an endpoint iff its load is below the limit of
@@ -68,32 +66,23 @@ export class ConcurrencyDetector implements SaturationDetector {
     this.tokenLimit = Math.floor(params.maxTokenConcurrency * (1 + params.headroom));
   }
 
-  saturation(now: number, endpoints: readonly Endpoint[]): SaturationReading {
+  saturation(_now: number, endpoints: readonly Endpoint[]): SaturationReading {
     const n = endpoints.length;
     if (n === 0) return { value: 1, stale: 0 };
     let sum = 0;
-    // An endpoint outlier detection set aside takes no requests: its share reads full (and stale).
-    let setAside = 0;
     switch (this.mode) {
       case 'requests':
-        for (const endpoint of endpoints) {
-          if (endpoint.isSetAside(now)) setAside++;
-          else sum += endpoint.inFlight;
-        }
-        return { value: sum / (n * this.maxConcurrency) + setAside / n, stale: setAside };
+        for (const endpoint of endpoints) sum += endpoint.inFlight;
+        return { value: sum / (n * this.maxConcurrency), stale: 0 };
       case 'tokens':
-        for (const endpoint of endpoints) {
-          if (endpoint.isSetAside(now)) setAside++;
-          else sum += endpoint.inFlightTokens;
-        }
-        return { value: sum / (n * this.maxTokenConcurrency) + setAside / n, stale: setAside };
+        for (const endpoint of endpoints) sum += endpoint.inFlightTokens;
+        return { value: sum / (n * this.maxTokenConcurrency), stale: 0 };
       case 'hybrid':
         // Per endpoint first, so an endpoint saturated on either dimension counts as such.
         for (const endpoint of endpoints) {
-          if (endpoint.isSetAside(now)) setAside++;
-          else sum += Math.max(endpoint.inFlight / this.maxConcurrency, endpoint.inFlightTokens / this.maxTokenConcurrency);
+          sum += Math.max(endpoint.inFlight / this.maxConcurrency, endpoint.inFlightTokens / this.maxTokenConcurrency);
         }
-        return { value: (sum + setAside) / n, stale: setAside };
+        return { value: sum / n, stale: 0 };
     }
   }
 

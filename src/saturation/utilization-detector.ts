@@ -3,8 +3,8 @@
  *
  * Saturation, per endpoint: `max(waiting' / queueDepthThreshold, kvUsage / kvCacheUtilThreshold)`
  * (the "roofline"). An endpoint whose metrics are missing or older than `metricsStalenessThreshold`
- * (strict >), or that refused a request since its last good scrape began, or that outlier detection
- * set aside (Sluice: the server is gone, or takes no requests, whatever its last page said), scores 1.0 — fail closed — unless `stalenessPolicy: ignore`,
+ * (strict >), or that refused a request since its last good scrape began (Sluice: the server is
+ * gone, whatever its last page said), scores 1.0 — fail closed — unless `stalenessPolicy: ignore`,
  * which leaves it out of the mean (all left out → 0.0, so dispatch goes on, as llm-d #2492). Pool
  * value = unweighted mean; empty list = 1.0; never clamped.
  * `stale` in the reading counts stale endpoints under either policy (visibility, SPEC §6). While any
@@ -22,7 +22,7 @@
  * endpoints and holds the pool mean above 1 while other endpoints sit idle.
  *
  * `nextChangeAt` (for the flow controller's timer) = the earliest `metricsAt + metricsStalenessThreshold`
- * over currently-fresh endpoints, or end of an ejection: the reading can flip once that instant has passed.
+ * over currently-fresh endpoints: the reading can flip once that instant has passed.
  *
  * Parameters (defaults):
  * - `queueDepthThreshold` 5 — integer > 0
@@ -99,14 +99,8 @@ export class UtilizationDetector implements SaturationDetector {
     return this.countRecent ? endpoint.estimatedWaiting() : m.waiting;
   }
 
-  /** No fresh metrics, or gone: it refused a connection, or outlier detection set it aside (it takes no requests). */
   private isStale(endpoint: Endpoint, now: number): boolean {
-    return (
-      endpoint.metrics === undefined ||
-      endpoint.connectFailure !== undefined ||
-      endpoint.isSetAside(now) ||
-      endpoint.metricsAge(now) > this.stalenessMs
-    );
+    return endpoint.metrics === undefined || endpoint.connectFailure !== undefined || endpoint.metricsAge(now) > this.stalenessMs;
   }
 
   saturation(now: number, endpoints: readonly Endpoint[]): SaturationReading {
@@ -139,7 +133,7 @@ export class UtilizationDetector implements SaturationDetector {
       for (const e of toName) this.warnedAtLast.add(e.name);
       // One line for the calls of this turn (one per stage): logged once they are all done.
       if (this.staleToLog.length === 0) queueMicrotask(this.logStale);
-      for (const e of toName) this.staleToLog.push(`${e.name} (${e.setAsideReason(now) ?? e.lastError ?? e.connectFailure ?? 'no recent scrape'})`);
+      for (const e of toName) this.staleToLog.push(`${e.name} (${e.lastError ?? e.connectFailure ?? 'no recent scrape'})`);
     }
     // Nothing to average: an empty list reads saturated; under `ignore`, a list of only stale
     // endpoints reads 0 and dispatch goes on, as llm-d's policy does (#2492).
@@ -167,8 +161,6 @@ export class UtilizationDetector implements SaturationDetector {
   nextChangeAt(now: number, endpoints: readonly Endpoint[]): number | undefined {
     let earliest: number | undefined;
     for (const endpoint of endpoints) {
-      // An ejection's end can lower the reading (its metrics may still be fresh then).
-      if (endpoint.ejectedUntil > now && (earliest === undefined || endpoint.ejectedUntil < earliest)) earliest = endpoint.ejectedUntil;
       if (this.isStale(endpoint, now)) continue;
       const at = endpoint.metricsAt + this.stalenessMs;
       if (earliest === undefined || at < earliest) earliest = at;

@@ -5,8 +5,10 @@ import { Pool, type OutlierEvent, type PoolChangeReason } from '../../src/datala
 import type { Endpoint, EndpointSpec } from '../../src/datalayer/endpoint.js';
 import { DEFAULT_OUTLIER_POLICY, ejectionTime, maxEjected, stalledMs, type OutlierPolicy } from '../../src/datalayer/outlier.js';
 import { UtilizationDetector, utilizationDetectorParams } from '../../src/saturation/utilization-detector.js';
+import { ConcurrencyDetector, concurrencyDetectorParams } from '../../src/saturation/concurrency-detector.js';
+import { globalSaturation, stageSaturation } from '../../src/saturation/stages.js';
 
-const spec = (name: string, port: number): EndpointSpec => ({ name, address: '10.0.0.1', port, labels: {} });
+const spec = (name: string, port: number, role?: string): EndpointSpec => ({ name, address: '10.0.0.1', port, labels: role === undefined ? {} : { 'llm-d.ai/role': role } });
 const POLICY: OutlierPolicy = { consecutiveFailures: 3, baseEjectionTime: 1000, maxEjectionTime: 3500, maxEjectionPercent: 50, stallTimeout: 0 };
 
 function poolOf(n: number, policy: OutlierPolicy = POLICY) {
@@ -20,10 +22,11 @@ function poolOf(n: number, policy: OutlierPolicy = POLICY) {
   return { pool, events, changes, ep: (i: number) => pool.endpoints[i]! };
 }
 
-/** One request on `ep` that ends in a failure (`ok` false) or a 2xx answer. */
+/** One request on `ep` that ends in a failure (`ok` false) or a whole 2xx answer. */
 function request(pool: Pool, ep: Endpoint, ok: boolean, now: number): void {
   pool.acquire(ep);
-  if (!ok) pool.upstreamFailed(ep, 'http_5xx', now);
+  if (ok) pool.upstreamSucceeded(ep);
+  else pool.upstreamFailed(ep, 'http_5xx', now);
   pool.release(ep, ok);
 }
 
@@ -57,7 +60,7 @@ describe('Pool: outlier detection', () => {
     assert.deepEqual(events[1], ['ep1', { kind: 'returned' }]);
   });
 
-  test('a 2xx answer ends the run; a 4xx or a client that left counts neither way', () => {
+  test('a whole 2xx answer ends the run; a 4xx or a client that left (even after a 2xx status line) counts neither way', () => {
     const { pool, events, ep } = poolOf(2);
     request(pool, ep(0), false, 1);
     request(pool, ep(0), false, 2);
@@ -68,6 +71,9 @@ describe('Pool: outlier detection', () => {
     // A 4xx answer or a cancelled request: released, not answered 2xx, no failure.
     pool.acquire(ep(0));
     pool.release(ep(0), false);
+    // A client that left after a 2xx status line: released as answered (slow start), no success.
+    pool.acquire(ep(0));
+    pool.release(ep(0), true);
     assert.equal(ep(0).failureStreak, 2);
     assert.equal(events.length, 0);
     request(pool, ep(0), false, 6);
@@ -81,6 +87,7 @@ describe('Pool: outlier detection', () => {
     // Requests already in flight that fail while it is out neither lengthen nor repeat the ejection.
     request(pool, ep(0), false, 500);
     assert.equal(ep(0).ejectedUntil, 1000);
+    // Back: the next failure ejects it again (half-open).
     pool.eligible(1000);
     request(pool, ep(0), false, 1000);
     assert.equal(ep(0).ejectedUntil, 3000, 'second ejection in a row: 2 s');
@@ -97,7 +104,20 @@ describe('Pool: outlier detection', () => {
     assert.equal(ep(0).ejectedUntil, 8000, 'after a success the backoff starts over');
   });
 
-  test('at most maxEjectionPercent of the pool is out at once; past it, failing endpoints keep serving', () => {
+  test('back from an ejection, it takes one request at a time (a probe) until a whole 2xx answer', () => {
+    const { pool, ep } = poolOf(3);
+    for (let k = 0; k < 3; k++) request(pool, ep(0), false, 0);
+    assert.deepEqual(names(pool.eligible(1000)), ['ep0', 'ep1', 'ep2'], 'back');
+    pool.acquire(ep(0));
+    assert.deepEqual(names(pool.eligible(1001)), ['ep1', 'ep2'], 'its probe is in flight: no second request');
+    pool.upstreamSucceeded(ep(0));
+    pool.release(ep(0), true);
+    pool.acquire(ep(0));
+    pool.acquire(ep(0));
+    assert.deepEqual(names(pool.eligible(1002)), ['ep0', 'ep1', 'ep2'], 'answered: off probation');
+  });
+
+  test('at most maxEjectionPercent of a stage is out at once; past it, failing endpoints keep serving', () => {
     const { pool, ep } = poolOf(4);
     for (const i of [0, 1, 2]) for (let k = 0; k < 3; k++) request(pool, ep(i), false, 10);
     assert.deepEqual(names(pool.eligible(11)), ['ep2', 'ep3'], 'two of four');
@@ -106,6 +126,17 @@ describe('Pool: outlier detection', () => {
     pool.eligible(1010);
     request(pool, ep(2), false, 1010);
     assert.equal(ep(2).ejectedUntil, 2010);
+  });
+
+  test('the cap is per stage: two prefill and two decode endpoints all failing leave one of each', () => {
+    const events: string[] = [];
+    const pool = new Pool([spec('p1', 1, 'prefill'), spec('p2', 2, 'prefill'), spec('d1', 3, 'decode'), spec('d2', 4, 'decode')], {
+      outlierPolicy: POLICY,
+      onOutlier: (e, ev) => events.push(`${e.name} ${ev.kind}`),
+    });
+    for (const e of pool.endpoints) for (let k = 0; k < 3; k++) request(pool, e, false, 10);
+    assert.deepEqual(events, ['p1 ejected', 'd1 ejected']);
+    assert.deepEqual(names(pool.eligible(11)), ['p2', 'd2']);
   });
 
   test('a pool of one never ejects; a policy of 0 failures never ejects; a removed endpoint is not ejected', () => {
@@ -124,10 +155,15 @@ describe('Pool: outlier detection', () => {
     assert.equal(events.length, 0);
   });
 
-  test('every endpoint ejected (maxEjectionPercent 100): all are eligible again rather than none', () => {
+  test('every endpoint of a stage set aside: that stage keeps them all rather than none; the others stay out', () => {
     const { pool, ep } = poolOf(2, { ...POLICY, maxEjectionPercent: 100 });
     for (const i of [0, 1]) for (let k = 0; k < 3; k++) request(pool, ep(i), false, 0);
     assert.equal(pool.eligible(1), pool.endpoints);
+    const pd = new Pool([spec('p1', 1, 'prefill'), spec('d1', 3, 'decode'), spec('d2', 4, 'decode')], { outlierPolicy: { ...POLICY, maxEjectionPercent: 100 } });
+    const [p1, d1] = pd.endpoints;
+    for (let k = 0; k < 3; k++) request(pd, p1!, false, 0);
+    for (let k = 0; k < 3; k++) request(pd, d1!, false, 0);
+    assert.deepEqual(names(pd.eligible(1)), ['p1', 'd2']);
   });
 
   test('a reload keeps an ejection (same endpoint object), drops it with the endpoint, and applies a new policy', () => {
@@ -138,22 +174,52 @@ describe('Pool: outlier detection', () => {
     assert.deepEqual(names(pool.eligible(2)), ['ep0', 'ep2', 'ep3'], 'still out after a reload that kept it');
     pool.setEndpoints([spec('ep0', 1), spec('ep2', 3)]);
     assert.equal(pool.eligible(3), pool.endpoints, 'gone with the endpoint');
-    pool.setOutlierPolicy({ ...POLICY, consecutiveFailures: 1 });
+    pool.setOutlierPolicy({ ...POLICY, consecutiveFailures: 1 }, 4);
     request(pool, ep(0), false, 4);
     assert.deepEqual(names(pool.eligible(5)), ['ep2']);
   });
 
-  test('the utilization detector reads an ejected endpoint as stale (saturated, filtered) and wakes flow control when it returns', () => {
-    const { pool, ep } = poolOf(2);
-    for (const e of pool.endpoints) pool.recordScrape(e, { metrics: { waiting: 0, running: 0, kvUsage: 0 } }, 1); // (0 reads as never)
+  test('an ejected endpoint removed with a request in flight, then taken back by a reload, is still out', () => {
+    const { pool, ep } = poolOf(4);
+    const b = ep(1);
+    pool.acquire(b);
+    for (let k = 0; k < 3; k++) pool.upstreamFailed(b, 'http_5xx', 0);
+    assert.deepEqual(names(pool.eligible(1)), ['ep0', 'ep2', 'ep3']);
+    pool.setEndpoints([spec('ep0', 1), spec('ep2', 3), spec('ep3', 4)]);
+    assert.equal(pool.eligible(2), pool.endpoints);
+    pool.setEndpoints([spec('ep0', 1), spec('ep1', 2), spec('ep2', 3), spec('ep3', 4)]);
+    assert.equal(pool.byName('ep1'), b, 'the same object, taken back from draining');
+    assert.deepEqual(names(pool.eligible(3)), ['ep0', 'ep2', 'ep3']);
+  });
+
+  test('a reload that turns detection off ends every ejection and forgets the runs; a shorter maxEjectionTime cuts one short', () => {
+    const { pool, ep } = poolOf(4, { ...POLICY, maxEjectionTime: 60_000, baseEjectionTime: 60_000 });
+    for (let k = 0; k < 3; k++) request(pool, ep(0), false, 0);
+    pool.setOutlierPolicy({ ...POLICY, maxEjectionTime: 10_000, baseEjectionTime: 1000 }, 100);
+    assert.equal(ep(0).ejectedUntil, 10_100);
+    pool.setOutlierPolicy({ ...POLICY, consecutiveFailures: 0 }, 200);
+    assert.equal(pool.eligible(200), pool.endpoints);
+    assert.deepEqual([ep(0).failureStreak, ep(0).ejections], [0, 0]);
+    for (let k = 0; k < 5; k++) request(pool, ep(1), false, 300);
+    assert.equal(ep(1).failureStreak, 0, 'nothing counted while off');
+  });
+
+  test('saturation read over the eligible endpoints: the idle page or idle slots of an ejected endpoint are no room', () => {
+    const two = new Pool([spec('a', 1), spec('b', 2)], { outlierPolicy: POLICY });
+    const [a, b] = two.endpoints as Endpoint[];
+    two.recordScrape(a!, { metrics: { waiting: 5, running: 8, kvUsage: 0.5 } }, 1); // (0 reads as never)
+    two.recordScrape(b!, { metrics: { waiting: 0, running: 0, kvUsage: 0 } }, 1);
+    for (let k = 0; k < 3; k++) request(two, b!, false, 1);
     const detector = new UtilizationDetector('d', utilizationDetectorParams.parse({ metricsStalenessThreshold: '10s' }));
-    assert.equal(detector.saturation(1, pool.endpoints).value, 0);
-    for (let k = 0; k < 3; k++) request(pool, ep(0), false, 1);
-    assert.deepEqual(detector.saturation(2, pool.endpoints), { value: 0.5, stale: 1 });
-    assert.equal(detector.nextChangeAt(2, pool.endpoints), 1001, 'the ejection ends before the metrics age');
-    const ctx = { clock: { now: () => 2 } } as Parameters<UtilizationDetector['filter']>[0];
-    assert.deepEqual(names(detector.filter(ctx, {} as never, pool.endpoints)), ['ep1']);
-    assert.deepEqual(detector.saturation(1001, pool.endpoints), { value: 0, stale: 0 });
+    assert.deepEqual(stageSaturation(detector, 2, two.eligible(2)), { global: 1, stale: 0, decode: 1 });
+    assert.equal(globalSaturation(detector, 2, two.endpoints), 0.5, 'what b would add');
+    two.acquire(a!);
+    two.acquire(a!);
+    const cd = new ConcurrencyDetector('c', concurrencyDetectorParams.parse({ maxConcurrency: 2 }));
+    assert.equal(globalSaturation(cd, 2, two.eligible(2)), 1);
+    assert.equal(globalSaturation(cd, 2, two.endpoints), 0.5);
+    assert.equal(two.nextReturnTime(2), 1001, 'the gate is looked at again when the ejection ends');
+    assert.equal(two.nextReturnTime(1001), undefined);
   });
 });
 
@@ -214,14 +280,14 @@ describe('Pool: stalled endpoints (requests running, no progress)', () => {
     assert.equal(pool.eligible(1600), pool.endpoints);
   });
 
-  test('a stalled endpoint reads as stale to the utilization detector', () => {
-    const { pool, ep } = poolOf(2, { ...POLICY, stallTimeout: 1000 });
+  test('a reload with stallTimeout 0 ends every stall', () => {
+    const { pool, events, ep } = poolOf(2, { ...POLICY, stallTimeout: 1000 });
     pool.recordScrape(ep(0), page(1, 5), 1);
-    pool.recordScrape(ep(1), page(1, 5), 1);
     pool.recordScrape(ep(0), page(1, 5), 1001);
-    const detector = new UtilizationDetector('d', utilizationDetectorParams.parse({ metricsStalenessThreshold: '10s' }));
-    // ep0 reads 1 (stale); ep1 its KV usage over the threshold, 0.1 / 0.8.
-    assert.deepEqual(detector.saturation(1002, pool.endpoints), { value: (1 + 0.125) / 2, stale: 1 });
+    assert.deepEqual(names(pool.eligible(1002)), ['ep1']);
+    pool.setOutlierPolicy({ ...POLICY, stallTimeout: 0 }, 1003);
+    assert.equal(pool.eligible(1003), pool.endpoints);
+    assert.deepEqual(events.map(([, e]) => e.kind), ['stalled', 'progressing']);
   });
 });
 

@@ -89,11 +89,13 @@ describe('outlier detection (real servers)', () => {
         assert.deepEqual(failed, Array(b.broken.received.length).fill(500), 'its 500s are relayed, nothing else fails');
         assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 1);
         assert.equal(await brokenSample(gw, 'sluice_endpoint_ejected'), 1);
-        const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; stale: boolean; ejected: { reason: string; secondsLeft: number; times: number } | null }[] };
+        const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as {
+          endpoints: { name: string; stale: boolean; ejections: number; ejected: { reason: string; secondsLeft: number } | null }[];
+        };
         const dead = pool.endpoints.find((e) => e.name === 'broken')!;
-        assert.equal(dead.stale, true);
+        assert.equal(dead.stale, false, 'its metrics are fresh: it is ejected, not stale');
         assert.match(dead.ejected?.reason ?? '', /^\d+ failed requests in a row, the last: http_5xx$/);
-        assert.equal(dead.ejected?.times, 1);
+        assert.equal(dead.ejections, 1);
         assert.ok(dead.ejected!.secondsLeft > 0 && dead.ejected!.secondsLeft <= 5);
         const warned = log.lines().find((l) => l['msg']?.toString().startsWith('endpoint ejected'));
         assert.equal(warned?.['endpoint'], 'broken');
@@ -183,9 +185,8 @@ describe('outlier detection (real servers)', () => {
       assert.deepEqual(statuses, Array(20).fill(200));
       assert.equal(b.broken.received.length, 0, 'no request went to the hung server');
       assert.equal(await brokenSample(gw, 'sluice_endpoint_ejected'), 1);
-      const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; stale: boolean; stalled: string | null }[] };
+      const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; stalled: string | null }[] };
       const hung = pool.endpoints.find((e) => e.name === 'broken')!;
-      assert.equal(hung.stale, true);
       assert.match(hung.stalled ?? '', /^1 running and no tokens computed for \d+ms$/);
       const warned = log.lines().find((l) => l['msg']?.toString().startsWith('endpoint stalled'));
       assert.equal(warned?.['endpoint'], 'broken');
@@ -215,6 +216,99 @@ describe('outlier detection (real servers)', () => {
     } finally {
       await gw.close();
       await Promise.all(b.all.map((s) => s.close()));
+    }
+  });
+
+  test('a pool whose every endpoint is ejected (maxEjectionPercent 100) still serves: once the server is healthy, its next request is answered at once', async () => {
+    const only = await startFakeBackend(engineDead);
+    const gw = await gatewayFor(
+      fleetConfig([{ name: 'only', port: only.port }], '', '\n  upstream: { outlierDetection: { consecutiveFailures: 3, baseEjectionTime: 1m, maxEjectionPercent: 100 } }').replace('  upstream: { connectTimeout: 1s, retries: 2 }\n', ''),
+    );
+    try {
+      await waitForMetrics(gw);
+      const gwOnly = gw.pool.byName('only')!;
+      assert.deepEqual(await send(gw, 3, 1), [500, 500, 500]);
+      assert.ok(gwOnly.ejectedUntil > Date.now(), 'ejected');
+      only.behave = okJson;
+      // Read over the endpoints that may take requests (all of them here), the gate stays open: the
+      // ejected server is not read as saturated for the minute of its ejection.
+      const started = Date.now();
+      assert.deepEqual(await send(gw, 2, 1), [200, 200]);
+      assert.ok(Date.now() - started < 3000, `answered after ${Date.now() - started} ms`);
+      assert.equal(gwOnly.failureStreak, 0);
+    } finally {
+      await gw.close();
+      await only.close();
+    }
+  });
+
+  test('P/D: a prefill tier that fails every leg and is all ejected does not hold the decode-only fallback back', async () => {
+    const prefill = [await startFakeBackend(engineDead), await startFakeBackend(engineDead)];
+    const decode = [await startFakeBackend(okJson), await startFakeBackend(okJson)];
+    const all = [...prefill, ...decode];
+    const pd = `plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: nixlv2 }
+schedulingProfiles:
+- name: decode
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]
+- name: prefill
+  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer } ]
+`;
+    const gw = await gatewayFor(
+      fleetConfig(
+        [
+          ...prefill.map((b, i) => ({ name: `prefill-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'prefill' } })),
+          ...decode.map((b, i) => ({ name: `decode-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'decode' } })),
+        ],
+        pd,
+        '\n  upstream: { outlierDetection: { consecutiveFailures: 2, baseEjectionTime: 1m, maxEjectionPercent: 100 } }',
+      ).replace('  upstream: { connectTimeout: 1s, retries: 2 }\n', ''),
+    );
+    try {
+      await waitForMetrics(gw);
+      for (let i = 0; i < 8; i++) {
+        const started = Date.now();
+        assert.deepEqual(await send(gw, 1, 1), [200], `request ${i}`);
+        assert.ok(Date.now() - started < 3000, `request ${i} answered after ${Date.now() - started} ms`);
+      }
+      assert.ok(prefill.every((_, i) => gw.pool.byName(`prefill-${i}`)!.ejections >= 1), 'both prefill endpoints were ejected');
+      assert.equal(decode.reduce((n, b) => n + b.received.length, 0), 8, 'every request served decode-only');
+    } finally {
+      await gw.close();
+      await Promise.all(all.map((b) => b.close()));
+    }
+  });
+
+  test('a client that leaves after a 2xx status line neither clears the run of failures nor counts one', async () => {
+    const only = await startFakeBackend(engineDead);
+    const gw = await gatewayFor(fleetConfig([{ name: 'only', port: only.port }]));
+    try {
+      await waitForMetrics(gw);
+      assert.deepEqual(await send(gw, 3, 1), [500, 500, 500]);
+      only.behave = (_r, res) => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
+      };
+      const ac = new AbortController();
+      const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+        signal: ac.signal,
+      });
+      assert.equal(r.statusCode, 200);
+      ac.abort();
+      await r.body.text().catch(() => undefined);
+      await until(() => gw.pool.byName('only')!.inFlight === 0, 5000, 'the request released');
+      assert.equal(gw.pool.byName('only')!.failureStreak, 3);
+    } finally {
+      await gw.close();
+      await only.close();
     }
   });
 });

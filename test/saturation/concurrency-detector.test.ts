@@ -63,17 +63,6 @@ describe('concurrency-detector, requests mode (max 10)', () => {
     const endpoints = [makeEndpoint('a', { noMetrics: true, inFlight: 3 }, NOW), makeEndpoint('b', { age: 3_600_000, inFlight: 1 }, NOW)];
     assertSaturation(d, endpoints, 0.2);
   });
-
-  test('an endpoint outlier detection set aside (ejected, or stalled) reads full and stale, in every mode', () => {
-    const [a, b, c] = fleet({ req: 2, tok: 100 }, { req: 0 }, { req: 0 });
-    b!.ejectedUntil = NOW + 1;
-    c!.stalledFor = '1 running and no tokens computed for 30s';
-    assert.deepEqual(d.saturation(NOW, [a!, b!, c!]), { value: 2 / 30 + 2 / 3, stale: 2 });
-    assert.deepEqual(detector({ concurrencyMode: 'tokens', maxTokenConcurrency: 1000 }).saturation(NOW, [a!, b!, c!]), { value: 100 / 3000 + 2 / 3, stale: 2 });
-    assert.deepEqual(detector({ concurrencyMode: 'hybrid', maxConcurrency: 10, maxTokenConcurrency: 1000 }).saturation(NOW, [a!, b!, c!]), { value: (0.2 + 2) / 3, stale: 2 });
-    c!.stalledFor = undefined;
-    assert.deepEqual(d.saturation(NOW + 1, [a!, b!, c!]), { value: 2 / 30, stale: 0 }, 'the ejection ran out');
-  });
 });
 
 describe('concurrency-detector, requests mode (max 50, headroom 0.2)', () => {
