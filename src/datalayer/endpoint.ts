@@ -203,12 +203,6 @@ export class Endpoint {
     return this.ejectedUntil > now || this.stalledFor !== undefined;
   }
 
-  /** Why it is set aside at `now`, for logs and /debug/pool; undefined when it is not. */
-  setAsideReason(now: number): string | undefined {
-    if (this.ejectedUntil > now) return `ejected: ${this.ejectedFor}`;
-    return this.stalledFor === undefined ? undefined : `stalled: ${this.stalledFor}`;
-  }
-
   /** Age of the last good metrics in ms (Infinity when never scraped). */
   metricsAge(now: number): number {
     return this.metricsAt === 0 ? Infinity : now - this.metricsAt;

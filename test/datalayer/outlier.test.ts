@@ -246,7 +246,7 @@ describe('Pool: stalled endpoints (requests running, no progress)', () => {
     assert.deepEqual(names(pool.eligible(31_000)), ['ep0', 'ep2']);
     assert.deepEqual(events, [['ep1', { kind: 'stalled', reason: '4 running and no tokens computed for 30s' }]]);
     assert.equal(hung.isSetAside(31_000), true);
-    assert.equal(hung.setAsideReason(31_000), 'stalled: 4 running and no tokens computed for 30s');
+    assert.equal(hung.stalledFor, '4 running and no tokens computed for 30s');
     // Further pages of the same stall say nothing new.
     pool.recordScrape(hung, page(4, 500), 60_000);
     assert.equal(events.length, 1);
