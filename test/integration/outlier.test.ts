@@ -6,7 +6,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { captureLogger, gatewayFor, fleetConfig, waitForMetrics } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, withGateway, type FleetEndpoint } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 import type { Gateway } from '../../src/app.js';
@@ -22,6 +22,9 @@ async function brokenSample(gw: Gateway, name: string): Promise<number> {
   const m = new RegExp(`^${name}\\{endpoint_name="broken"[^}]*\\} (\\S+)$`, 'm').exec(text);
   return m ? Number(m[1]) : NaN;
 }
+
+/** Closes every server (withGateway's backend). */
+const closeAll = (servers: FakeBackend[]) => ({ close: async () => void (await Promise.all(servers.map((s) => s.close()))) });
 
 /** Sends `n` chat completions, `concurrency` at a time; returns the statuses (200 or the error's). */
 async function send(gw: Gateway, n: number, concurrency: number): Promise<number[]> {
@@ -62,16 +65,21 @@ schedulingProfiles:
     plugins: [{ pluginRef: queue-scorer }, { pluginRef: kv-cache-utilization-scorer }]
 `;
 
+/** A fleet config with `server.upstream.outlierDetection` set to `outlier` (YAML flow mapping). */
+function outlierConfig(endpoints: FleetEndpoint[], outlier: string, extra = ''): string {
+  return fleetConfig(endpoints, extra, `\n  upstream: { connectTimeout: 1s, retries: 2, outlierDetection: ${outlier} }`).replace('  upstream: { connectTimeout: 1s, retries: 2 }\n', '');
+}
+
 function configFor(b: { healthy: FakeBackend[]; broken: FakeBackend }, outlier: string, extra = ''): string {
-  return fleetConfig(
+  return outlierConfig(
     [
       { name: 'a', port: b.healthy[0]!.port },
       { name: 'b', port: b.healthy[1]!.port },
       { name: 'broken', port: b.broken.port },
     ],
+    outlier,
     extra,
-    `\n  upstream: { connectTimeout: 1s, retries: 2, outlierDetection: ${outlier} }`,
-  ).replace('  upstream: { connectTimeout: 1s, retries: 2 }\n', '');
+  );
 }
 
 describe('outlier detection (real servers)', () => {
@@ -79,9 +87,7 @@ describe('outlier detection (real servers)', () => {
     test(`a server failing every request at once is ejected after 5 failures; the rest of the burst is served (${profile})`, async () => {
       const b = await fleet();
       const log = captureLogger();
-      const gw = await gatewayFor(configFor(b, '{}', extra), { logger: log.logger });
-      try {
-        await waitForMetrics(gw);
+      await withGateway(closeAll(b.all), configFor(b, '{}', extra), async (gw) => {
         const statuses = await send(gw, 60, 4);
         const failed = statuses.filter((s) => s !== 200);
         // Five in a row eject it; the requests of the other three clients already on their way there fail too.
@@ -100,26 +106,18 @@ describe('outlier detection (real servers)', () => {
         const warned = log.lines().find((l) => l['msg']?.toString().startsWith('endpoint ejected'));
         assert.equal(warned?.['endpoint'], 'broken');
         assert.equal(warned?.['ejectedForMs'], 5000);
-      } finally {
-        await gw.close();
-        await Promise.all(b.all.map((s) => s.close()));
-      }
+      }, { logger: log.logger });
     });
   }
 
   test('with outlier detection off the same server draws most of the burst (what the test above guards against)', async () => {
     const b = await fleet();
-    const gw = await gatewayFor(configFor(b, '{ consecutiveFailures: 0 }'));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(closeAll(b.all), configFor(b, '{ consecutiveFailures: 0 }'), async (gw) => {
       const statuses = await send(gw, 60, 4);
       assert.ok(b.broken.received.length > 40, `the dead server got only ${b.broken.received.length} of 60`);
       assert.equal(statuses.filter((s) => s === 500).length, b.broken.received.length);
       assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 0);
-    } finally {
-      await gw.close();
-      await Promise.all(b.all.map((s) => s.close()));
-    }
+    });
   });
 
   test('a server whose answers begin (200) and then break off is ejected too: a cut answer is no success', async () => {
@@ -129,25 +127,18 @@ describe('outlier detection (real servers)', () => {
       res.write('{"id":"cmpl-1","object":');
       setImmediate(() => res.socket?.destroy());
     };
-    const gw = await gatewayFor(configFor(b, '{ consecutiveFailures: 3 }'));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(closeAll(b.all), configFor(b, '{ consecutiveFailures: 3 }'), async (gw) => {
       const statuses = await send(gw, 20, 1);
       assert.equal(b.broken.received.length, 3);
       assert.equal(statuses.filter((s) => s === 200).length, 17);
       assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 1);
-    } finally {
-      await gw.close();
-      await Promise.all(b.all.map((s) => s.close()));
-    }
+    });
   });
 
   test('back after its ejection, one more failure ejects it again for twice as long; once it answers, it serves again', async () => {
     const b = await fleet();
     const log = captureLogger();
-    const gw = await gatewayFor(configFor(b, '{ consecutiveFailures: 2, baseEjectionTime: 300ms }'), { logger: log.logger });
-    try {
-      await waitForMetrics(gw);
+    await withGateway(closeAll(b.all), configFor(b, '{ consecutiveFailures: 2, baseEjectionTime: 300ms }'), async (gw) => {
       await send(gw, 10, 1);
       assert.equal(b.broken.received.length, 2);
       // Keep traffic going until the ejection runs out and it fails one more (the half-open probe).
@@ -161,10 +152,7 @@ describe('outlier detection (real servers)', () => {
       await until(async () => (await send(gw, 2, 1), b.broken.received.length >= 5), 5000, 'the repaired server serving again');
       assert.equal(await brokenSample(gw, 'sluice_endpoint_ejected'), 0);
       assert.equal(gw.pool.byName('broken')?.failureStreak, 0);
-    } finally {
-      await gw.close();
-      await Promise.all(b.all.map((s) => s.close()));
-    }
+    }, { logger: log.logger });
   });
 
   /** A hung engine: requests never answered; its page, served by a process that still works, frozen with one running. */
@@ -178,8 +166,7 @@ describe('outlier detection (real servers)', () => {
   test('a hung engine (requests running, token counters frozen) is set aside after stallTimeout, and back once they move', async () => {
     const b = await hungFleet();
     const log = captureLogger();
-    const gw = await gatewayFor(configFor(b, '{ stallTimeout: 300ms }'), { logger: log.logger });
-    try {
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 300ms }'), async (gw) => {
       await until(() => gw.pool.byName('broken')?.stalledFor !== undefined, 5000, 'the stall noticed');
       const statuses = await send(gw, 20, 2);
       assert.deepEqual(statuses, Array(20).fill(200));
@@ -197,35 +184,24 @@ describe('outlier detection (real servers)', () => {
       await send(gw, 10, 1);
       assert.ok(b.broken.received.length > 0, 'it serves again');
       assert.ok(log.lines().some((l) => l['endpoint'] === 'broken' && l['msg']?.toString().startsWith('endpoint no longer stalled')));
-    } finally {
-      await gw.close();
-      await Promise.all(b.all.map((s) => s.close()));
-    }
+    }, { logger: log.logger });
   });
 
   test('with stallTimeout 0 the hung engine keeps drawing requests (what the test above guards against)', async () => {
     const b = await hungFleet();
-    const gw = await gatewayFor(configFor(b, '{ stallTimeout: 0s }'));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 0s }'), async (gw) => {
       await new Promise((r) => setTimeout(r, 500));
       const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 0, timeout: 300 });
       const settled = await Promise.allSettled(Array.from({ length: 4 }, () => client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })));
       assert.ok(b.broken.received.length >= 1, 'the hung server got none');
       assert.equal(settled.filter((r) => r.status === 'rejected').length, b.broken.received.length, 'each request it got hung');
-    } finally {
-      await gw.close();
-      await Promise.all(b.all.map((s) => s.close()));
-    }
+    });
   });
 
   test('a pool whose every endpoint is ejected (maxEjectionPercent 100) still serves: once the server is healthy, its next request is answered at once', async () => {
     const only = await startFakeBackend(engineDead);
-    const gw = await gatewayFor(
-      fleetConfig([{ name: 'only', port: only.port }], '', '\n  upstream: { outlierDetection: { consecutiveFailures: 3, baseEjectionTime: 1m, maxEjectionPercent: 100 } }').replace('  upstream: { connectTimeout: 1s, retries: 2 }\n', ''),
-    );
-    try {
-      await waitForMetrics(gw);
+    const config = outlierConfig([{ name: 'only', port: only.port }], '{ consecutiveFailures: 3, baseEjectionTime: 1m, maxEjectionPercent: 100 }');
+    await withGateway(only, config, async (gw) => {
       const gwOnly = gw.pool.byName('only')!;
       assert.deepEqual(await send(gw, 3, 1), [500, 500, 500]);
       assert.ok(gwOnly.ejectedUntil > Date.now(), 'ejected');
@@ -236,10 +212,7 @@ describe('outlier detection (real servers)', () => {
       assert.deepEqual(await send(gw, 2, 1), [200, 200]);
       assert.ok(Date.now() - started < 3000, `answered after ${Date.now() - started} ms`);
       assert.equal(gwOnly.failureStreak, 0);
-    } finally {
-      await gw.close();
-      await only.close();
-    }
+    });
   });
 
   test('P/D: a prefill tier that fails every leg and is all ejected does not hold the decode-only fallback back', async () => {
@@ -259,18 +232,12 @@ schedulingProfiles:
 - name: prefill
   plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer } ]
 `;
-    const gw = await gatewayFor(
-      fleetConfig(
-        [
-          ...prefill.map((b, i) => ({ name: `prefill-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'prefill' } })),
-          ...decode.map((b, i) => ({ name: `decode-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'decode' } })),
-        ],
-        pd,
-        '\n  upstream: { outlierDetection: { consecutiveFailures: 2, baseEjectionTime: 1m, maxEjectionPercent: 100 } }',
-      ).replace('  upstream: { connectTimeout: 1s, retries: 2 }\n', ''),
-    );
-    try {
-      await waitForMetrics(gw);
+    const endpoints = [
+      ...prefill.map((b, i) => ({ name: `prefill-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'prefill' } })),
+      ...decode.map((b, i) => ({ name: `decode-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'decode' } })),
+    ];
+    const config = outlierConfig(endpoints, '{ consecutiveFailures: 2, baseEjectionTime: 1m, maxEjectionPercent: 100 }', pd);
+    await withGateway(closeAll(all), config, async (gw) => {
       for (let i = 0; i < 8; i++) {
         const started = Date.now();
         assert.deepEqual(await send(gw, 1, 1), [200], `request ${i}`);
@@ -278,17 +245,12 @@ schedulingProfiles:
       }
       assert.ok(prefill.every((_, i) => gw.pool.byName(`prefill-${i}`)!.ejections >= 1), 'both prefill endpoints were ejected');
       assert.equal(decode.reduce((n, b) => n + b.received.length, 0), 8, 'every request served decode-only');
-    } finally {
-      await gw.close();
-      await Promise.all(all.map((b) => b.close()));
-    }
+    });
   });
 
   test('a client that leaves after a 2xx status line neither clears the run of failures nor counts one', async () => {
     const only = await startFakeBackend(engineDead);
-    const gw = await gatewayFor(fleetConfig([{ name: 'only', port: only.port }]));
-    try {
-      await waitForMetrics(gw);
+    await withGateway(only, fleetConfig([{ name: 'only', port: only.port }]), async (gw) => {
       assert.deepEqual(await send(gw, 3, 1), [500, 500, 500]);
       only.behave = (_r, res) => {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -306,9 +268,6 @@ schedulingProfiles:
       await r.body.text().catch(() => undefined);
       await until(() => gw.pool.byName('only')!.inFlight === 0, 5000, 'the request released');
       assert.equal(gw.pool.byName('only')!.failureStreak, 3);
-    } finally {
-      await gw.close();
-      await only.close();
-    }
+    });
   });
 });
