@@ -124,6 +124,8 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       // Failed requests, and ejections, since its last whole 2xx answer (after an ejection it takes one request at a time until then).
       failureStreak: ep.failureStreak,
       ejections: ep.ejections,
+      // Back from an ejection and not yet answered 2xx: one request at a time (its probe).
+      probation: deps.pool.onProbation(ep),
       // Its page shows requests running and no progress for stallTimeout: no requests until it moves.
       stalled: ep.stalledFor ?? null,
       inFlight: ep.inFlight,

@@ -170,10 +170,9 @@ export class Endpoint {
   ejectedUntil = 0;
   /** Why it was last ejected (the failures and the last error), for logs and /debug/pool. */
   ejectedFor: string | undefined = undefined;
-  /** `metrics.progress` as last seen, and when it last moved (or the endpoint ran nothing): clock ms. */
-  lastProgress: number | undefined = undefined;
+  /** When its page last changed, or it owed no work (clock ms): a stall's start (outlier.ts). */
   progressAt = 0;
-  /** Set while its page shows requests running and its progress has not moved for `stallTimeout` (outlier.ts): why. */
+  /** Set while it owes work and its page has not changed for `stallTimeout` (outlier.ts): why. */
   stalledFor: string | undefined = undefined;
 
   constructor(spec: EndpointSpec) {

@@ -18,10 +18,13 @@
  * errors than with none.
  *
  * A hung engine fails nothing: its requests never end, and its page, served by a process that still
- * works, keeps showing the requests it ran when it stopped. So an endpoint whose page shows requests
- * running while its work counters (`EndpointMetrics.progress`) have not moved for `stallTimeout` is
- * set aside too ("stalled"), until a page shows them move or nothing running. No vLLM engine step
- * takes that long; a page without such counters is never read as stalled.
+ * works, keeps the numbers it had when the engine stopped (often an idle server's: it hung on the
+ * batch it was about to start). So an endpoint that owes work (its page shows requests running, or
+ * Sluice sent it requests whose answer has not begun) while its page has not changed at all for
+ * `stallTimeout` (work counters `EndpointMetrics.progress`, running, waiting, KV usage) is set aside
+ * too ("stalled"), until a page changes or it owes nothing. A working engine changes its page every
+ * step: tokens generated, KV blocks filled by a prefill chunk. A page without work counters
+ * (trtllm-serve) is never read as stalled.
  *
  * Pure: plain data in, plain data out; the Pool applies it.
  */
@@ -37,20 +40,15 @@ export const DEFAULT_OUTLIER_POLICY: OutlierPolicy = Object.freeze({
   stallTimeout: 30_000,
 });
 
-/** What a page says about an endpoint's progress, as Pool.recordScrape keeps it. */
-export interface ProgressState {
-  lastProgress: number | undefined;
-  progressAt: number;
-}
-
 /**
- * A page scraped at `now` with `running` requests running and work counters at `progress`: updates
- * `state` and returns for how long (ms) the endpoint has run requests without progress (0 when it
- * progressed, ran nothing, or its page has no work counters).
+ * A page scraped at `now`: `moved` when any of its numbers (work counters, running, waiting, KV
+ * usage) differ from the last page's, `owed` when the endpoint has work it should be doing (the
+ * page shows requests running, or Sluice sent it requests whose answer has not begun). Returns for
+ * how long (ms) it has owed work with a page that has not moved, and updates `state.progressAt`, the
+ * last instant it moved or owed nothing.
  */
-export function stalledMs(state: ProgressState, running: number, progress: number | undefined, now: number): number {
-  if (progress === undefined || running === 0 || progress !== state.lastProgress) {
-    state.lastProgress = progress;
+export function stalledMs(state: { progressAt: number }, moved: boolean, owed: boolean, now: number): number {
+  if (moved || !owed) {
     state.progressAt = now;
     return 0;
   }

@@ -100,7 +100,7 @@ export class Pool implements PoolView {
    * what is set aside neither holds the gate closed nor counts as room.
    */
   eligible(now: number): readonly Endpoint[] {
-    if (this.leftOut === 0 && !this.eligibleStale) return this.list;
+    if (this.leftOut === 0 && !this.eligibleStale && now < this.nextReturnAt) return this.list;
     if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
     return this.eligibleList;
   }
@@ -120,7 +120,7 @@ export class Pool implements PoolView {
    * Back from an ejection, not yet answered 2xx: one request at a time (a probe), so the backlog that
    * waited for its return does not all land on a server that most likely still fails.
    */
-  private onProbation(ep: Endpoint): boolean {
+  onProbation(ep: Endpoint): boolean {
     const threshold = this.outlierPolicy.consecutiveFailures;
     return ep.ejections > 0 && threshold > 0 && ep.failureStreak >= threshold;
   }
@@ -186,7 +186,8 @@ export class Pool implements PoolView {
     for (const e of this.list) {
       if (e.stage !== ep.stage) continue;
       stageSize++;
-      if (e.isSetAside(now)) setAside++;
+      // Another endpoint whose probe is in flight is out too (eligible); this one, only if set aside.
+      if (e === ep ? e.isSetAside(now) : this.leavesOut(e, now)) setAside++;
     }
     const ms = recordFailure(this.outlierPolicy, ep, now, setAside, stageSize);
     if (ms === 0) return;
@@ -352,15 +353,30 @@ export class Pool implements PoolView {
     this.notify('inflight', ep);
   }
 
-  /** A page that shows requests running and no progress for stallTimeout sets the endpoint aside, until one shows progress (outlier.ts). */
-  private checkProgress(ep: Endpoint, m: EndpointMetrics, now: number): void {
-    const ms = stalledMs(ep, m.running, m.progress, now);
+  /**
+   * An endpoint that owes work while its page has not changed for stallTimeout is set aside, until a
+   * page changes or it owes nothing (outlier.ts). `prev`: the page before `m`.
+   */
+  private checkProgress(ep: Endpoint, prev: EndpointMetrics | undefined, m: EndpointMetrics, now: number): void {
+    // No work counters (trtllm-serve): its gauges alone could sit still on a busy server.
+    const moved =
+      m.progress === undefined ||
+      prev === undefined ||
+      m.progress !== prev.progress ||
+      m.running !== prev.running ||
+      m.waiting !== prev.waiting ||
+      m.kvUsage !== prev.kvUsage;
+    // Requests it should be working on: those its page shows running, and Sluice's whose answer has
+    // not begun (a hung engine's page often froze idle); not a stream a slow client still drains.
+    const owed = m.running > 0 || ep.inFlightTokens > 0;
+    const ms = stalledMs(ep, moved, owed, now);
     const timeout = this.outlierPolicy.stallTimeout;
     const stalled = timeout > 0 && ms >= timeout;
     if (stalled === (ep.stalledFor !== undefined)) return;
     this.eligibleStale = true;
     if (stalled) {
-      ep.stalledFor = `${m.running} running and no tokens computed for ${formatDuration(Math.round(ms))}`;
+      const work = m.running > 0 ? `${m.running} running` : 'requests sent and not answered';
+      ep.stalledFor = `${work}, and its metrics page unchanged for ${formatDuration(Math.round(ms))}`;
       this.onOutlier?.(ep, { kind: 'stalled', reason: ep.stalledFor });
     } else {
       ep.stalledFor = undefined;
@@ -393,6 +409,7 @@ export class Pool implements PoolView {
   recordScrape(ep: Endpoint, result: ScrapeResult, now: number): void {
     if (ep.removed) return;
     if ('metrics' in result) {
+      const prev = ep.metrics;
       ep.metrics = result.metrics;
       ep.metricsAt = now;
       // Requests sent after the scrape was cannot be in the page: they stay counted on top of it.
@@ -404,7 +421,7 @@ export class Pool implements PoolView {
       if (m.waiting > 0 && m.running > ep.observedSlots) ep.observedSlots = m.running;
       if (m.running > ep.peakRunning) ep.peakRunning = m.running;
       ep.slowStartAtScrape = ep.slowStartSlots();
-      this.checkProgress(ep, m, now);
+      this.checkProgress(ep, prev, m, now);
       ep.lastError = undefined;
       // A page fetched while a request was being refused says nothing about the server now.
       if (ep.connectFailures === ep.connectFailuresAtScrapeStart) ep.connectFailure = undefined;

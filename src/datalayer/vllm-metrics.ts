@@ -8,10 +8,11 @@
  * | sglang        | sglang:num_queue_reqs        | sglang:num_running_reqs      | sglang:token_usage                                     | —                         | sglang:cache_config_info{page_size,num_pages} |
  * | trtllm-serve  | trtllm_num_requests_waiting  | trtllm_num_requests_running  | trtllm_kv_cache_utilization                            | —                         | —                                            |
  *
- * Progress (Sluice: a hung engine's gauges freeze while its token counters stop): the sum of
+ * Progress (Sluice: a hung engine's page stops changing, its work counters first): the sum of
  * `vllm:iteration_tokens_total_count`, `vllm:generation_tokens_total` and `vllm:prompt_tokens_total`
- * (sglang: `sglang:generation_tokens_total`, `sglang:prompt_tokens_total`; trtllm-serve: none), over
- * every series present; undefined when the page has none of them (Pool.recordScrape, stallTimeout).
+ * (sglang: `sglang:realtime_tokens_total`, updated every log interval, and its token counters, which
+ * move only when a request ends; trtllm-serve: none), over every series present; undefined when the
+ * page has none of them (Pool.recordScrape, outlier.ts stallTimeout).
  *
  * vLLM's waiting queue counts requests that wait for something else than room on the server: a
  * decode request pulling its KV from a prefill server (P/D), one waiting for a LoRA slot. Where the
@@ -63,7 +64,7 @@ export const ENGINE_METRIC_NAMES: Readonly<Record<string, EngineMetricNames>> = 
     kvUsage: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
     lora: 'vllm:lora_requests_info',
     cacheConfig: { metric: 'vllm:cache_config_info', blockSizeLabel: 'block_size', numBlocksLabel: 'num_gpu_blocks' },
-    // Engine steps count even a long chunked prefill, which adds to the token counters only at its end.
+    // Token counters move every step that outputs a token; a long chunked prefill moves the KV usage instead.
     progress: ['vllm:iteration_tokens_total_count', 'vllm:generation_tokens_total', 'vllm:prompt_tokens_total'],
   },
   sglang: {
@@ -71,7 +72,7 @@ export const ENGINE_METRIC_NAMES: Readonly<Record<string, EngineMetricNames>> = 
     running: 'sglang:num_running_reqs',
     kvUsage: ['sglang:token_usage'],
     cacheConfig: { metric: 'sglang:cache_config_info', blockSizeLabel: 'page_size', numBlocksLabel: 'num_pages' },
-    progress: ['sglang:generation_tokens_total', 'sglang:prompt_tokens_total'],
+    progress: ['sglang:realtime_tokens_total', 'sglang:generation_tokens_total', 'sglang:prompt_tokens_total'],
     // --enable-metrics-for-all-schedulers: every TP (and PP) rank exports its scheduler group's queue.
     replicaLabels: ['tp_rank', 'pp_rank'],
   },

@@ -823,7 +823,7 @@ export class GatewayMetrics {
     );
     this.endpointEjected = endpointGauge(
       'sluice_endpoint_ejected',
-      '1 while outlier detection sets the endpoint aside (server.upstream.outlierDetection): ejected for failing request after request, until the ejection runs out, or stalled (requests running, no tokens computed for stallTimeout), until it computes again; it gets no requests then, unless every endpoint of its stage is set aside. Else 0.',
+      '1 while outlier detection sets the endpoint aside (server.upstream.outlierDetection): ejected for failing request after request, until the ejection runs out, or stalled (work owed and its metrics page unchanged for stallTimeout), until the page changes; it gets no requests then, unless every endpoint of its stage is set aside. Else 0.',
       (ep, now) => (ep.isSetAside(now) ? 1 : 0),
     );
     this.endpointEjectionsTotal = counter({

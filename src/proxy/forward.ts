@@ -839,7 +839,8 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       if (signal.aborted) return { kind: 'aborted' };
       const e = err as Error & { code?: string };
       const kind = status !== 0 ? 'cut' : isConnectError(e) ? connectErrorKind(e) : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
-      upstreamError(ctx, prefill, kind);
+      // A 5xx whose body broke off was counted at its status line.
+      upstreamError(ctx, prefill, kind, !(kind === 'cut' && status >= 500));
       failed = true;
       if (kind === 'connect') pool.connectFailed(prefill, `a request could not connect: ${e.message}`);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };

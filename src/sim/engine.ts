@@ -471,6 +471,14 @@ export class SimEngine {
     return Math.min(1, (shared.size + own) / this.numGpuBlocks);
   }
 
+  /** vllm:generation_tokens_total as vLLM shows it: every token produced so far, running requests' too (vLLM counts them per engine step). */
+  generationTokensNow(): number {
+    let n = this.counters.generationTokens;
+    const now = this.clock.now();
+    for (const r of this.running) n += r.listener.onToken ? r.tokensEmitted : this.tokensProducedBy(r, now);
+    return n;
+  }
+
   private tokensProducedBy(r: EngineRequest, now: number): number {
     if (r.admittedAt === 0 || now < r.firstTokenAt) return 0;
     if (r.itlMs <= 0) return r.outputTokens;

@@ -790,7 +790,7 @@ export function metricsRenderer(engine: SimEngine, model: string, startedAtSec: 
       hitsHead + c.prefixCacheHits + '\n' +
       queriesHead + c.prefixCacheQueries + '\n' +
       promptHead + c.promptTokens + '\n' +
-      genHead + c.generationTokens + '\n' +
+      genHead + engine.generationTokensNow() + '\n' +
       successHead +
       successLines.abort + s.abort + '\n' +
       successLines.length + s.length + '\n' +

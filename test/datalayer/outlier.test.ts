@@ -166,6 +166,26 @@ describe('Pool: outlier detection', () => {
     assert.deepEqual(names(pd.eligible(1)), ['p1', 'd2']);
   });
 
+  test('when the first of a stage set aside whole returns, the ones still ejected leave the list', () => {
+    const pool = new Pool([spec('p1', 1, 'prefill'), spec('p2', 2, 'prefill'), spec('d1', 3, 'decode')], { outlierPolicy: { ...POLICY, maxEjectionPercent: 100 } });
+    const [p1, p2] = pool.endpoints as Endpoint[];
+    for (let k = 0; k < 3; k++) request(pool, p1!, false, 0); // out until 1000
+    for (let k = 0; k < 3; k++) request(pool, p2!, false, 500); // out until 1500
+    assert.deepEqual(names(pool.eligible(600)), ['p1', 'p2', 'd1'], 'all of the stage set aside: it keeps both');
+    assert.deepEqual(names(pool.eligible(1200)), ['p1', 'd1'], 'p1 is back, p2 ejected until 1500');
+  });
+
+  test('an endpoint whose probe is in flight counts toward maxEjectionPercent', () => {
+    const { pool, ep } = poolOf(4);
+    for (let k = 0; k < 3; k++) request(pool, ep(0), false, 0); // out until 1000
+    for (let k = 0; k < 3; k++) request(pool, ep(1), false, 500); // out until 1500
+    pool.eligible(1000);
+    pool.acquire(ep(0)); // its probe, still out
+    assert.deepEqual(names(pool.eligible(1001)), ['ep2', 'ep3']);
+    for (let k = 0; k < 3; k++) request(pool, ep(2), false, 1100);
+    assert.deepEqual(names(pool.eligible(1100)), ['ep2', 'ep3'], 'two of four out already');
+  });
+
   test('a reload keeps an ejection (same endpoint object), drops it with the endpoint, and applies a new policy', () => {
     const { pool, ep } = poolOf(3);
     for (let k = 0; k < 3; k++) request(pool, ep(1), false, 0);
@@ -223,20 +243,19 @@ describe('Pool: outlier detection', () => {
   });
 });
 
-describe('Pool: stalled endpoints (requests running, no progress)', () => {
-  const page = (running: number, progress?: number) => ({ metrics: { waiting: 0, running, kvUsage: 0.1, ...(progress === undefined ? {} : { progress }) } });
+describe('Pool: stalled endpoints (work owed, metrics page unchanged)', () => {
+  const page = (running: number, progress?: number, kvUsage = 0.1, waiting = 0) => ({ metrics: { waiting, running, kvUsage, ...(progress === undefined ? {} : { progress }) } });
 
-  test('stalledMs counts from the last page that moved, or ran nothing; no counters, no stall', () => {
-    const state = { lastProgress: undefined as number | undefined, progressAt: 0 };
-    assert.equal(stalledMs(state, 2, 10, 1000), 0);
-    assert.equal(stalledMs(state, 2, 10, 4000), 3000);
-    assert.equal(stalledMs(state, 2, 11, 5000), 0, 'moved');
-    assert.equal(stalledMs(state, 0, 11, 9000), 0, 'idle: nothing to compute');
-    assert.equal(stalledMs(state, 3, 11, 9500), 500);
-    assert.equal(stalledMs(state, 3, undefined, 20_000), 0, 'a page without work counters');
+  test('stalledMs counts from the last page that moved, or owed nothing', () => {
+    const state = { progressAt: 0 };
+    assert.equal(stalledMs(state, true, true, 1000), 0);
+    assert.equal(stalledMs(state, false, true, 4000), 3000);
+    assert.equal(stalledMs(state, true, true, 5000), 0, 'moved');
+    assert.equal(stalledMs(state, false, false, 9000), 0, 'owes nothing');
+    assert.equal(stalledMs(state, false, true, 9500), 500);
   });
 
-  test('set aside once a page shows it running without progress for stallTimeout; back when a page shows progress', () => {
+  test('set aside once it runs requests with an unchanged page for stallTimeout; back when a page changes', () => {
     const { pool, events, ep } = poolOf(3, { ...POLICY, stallTimeout: 30_000 });
     const hung = ep(1);
     pool.recordScrape(hung, page(4, 500), 1000);
@@ -244,9 +263,10 @@ describe('Pool: stalled endpoints (requests running, no progress)', () => {
     assert.equal(pool.eligible(31_000), pool.endpoints, 'not yet: 29.999 s');
     pool.recordScrape(hung, page(4, 500), 31_000);
     assert.deepEqual(names(pool.eligible(31_000)), ['ep0', 'ep2']);
-    assert.deepEqual(events, [['ep1', { kind: 'stalled', reason: '4 running and no tokens computed for 30s' }]]);
+    const reason = '4 running, and its metrics page unchanged for 30s';
+    assert.deepEqual(events, [['ep1', { kind: 'stalled', reason }]]);
     assert.equal(hung.isSetAside(31_000), true);
-    assert.equal(hung.stalledFor, '4 running and no tokens computed for 30s');
+    assert.equal(hung.stalledFor, reason);
     // Further pages of the same stall say nothing new.
     pool.recordScrape(hung, page(4, 500), 60_000);
     assert.equal(events.length, 1);
@@ -256,12 +276,34 @@ describe('Pool: stalled endpoints (requests running, no progress)', () => {
     assert.equal(hung.isSetAside(61_000), false);
   });
 
-  test('a busy endpoint whose counters move, an idle one, one without counters, and stallTimeout 0 are never stalled', () => {
+  test('a hung engine whose page froze idle is stalled once Sluice has requests on it whose answer has not begun', () => {
+    const { pool, events, ep } = poolOf(2, { ...POLICY, stallTimeout: 1000 });
+    const hung = ep(0);
+    for (let t = 1; t < 5000; t += 500) pool.recordScrape(hung, page(0, 7, 0), t);
+    assert.equal(events.length, 0, 'idle with an unchanged page: nothing owed');
+    pool.acquire(hung);
+    pool.promptSent(hung, 100);
+    // (The last idle page was at 4501: the time owed counts from there, a scrape interval at most.)
+    pool.recordScrape(hung, page(0, 7, 0), 4550);
+    pool.recordScrape(hung, page(0, 7, 0), 5450);
+    assert.equal(events.length, 0, 'the idle time before the request does not count');
+    pool.recordScrape(hung, page(0, 7, 0), 5501);
+    assert.deepEqual(events, [['ep0', { kind: 'stalled', reason: 'requests sent and not answered, and its metrics page unchanged for 1s' }]]);
+    // Its answer begins (a slow client may drain it for long): nothing owed any more.
+    pool.promptDone(hung, 100);
+    pool.recordScrape(hung, page(0, 7, 0), 6500);
+    assert.deepEqual(events[1], ['ep0', { kind: 'progressing' }]);
+    pool.recordScrape(hung, page(0, 7, 0), 9000);
+    assert.equal(events.length, 2, 'a stream a slow client drains is not work the engine owes');
+  });
+
+  test('any change of the page is progress: KV usage (a long prefill), running, waiting; a page without work counters is never stalled', () => {
     const { pool, events, ep } = poolOf(4, { ...POLICY, stallTimeout: 1000 });
     for (let t = 1; t < 10_000; t += 500) {
       pool.recordScrape(ep(0), page(8, t), t);
-      pool.recordScrape(ep(1), page(0, 7), t);
+      pool.recordScrape(ep(1), page(1, 7, t / 1e5), t); // a prefill filling KV blocks, no token out yet
       pool.recordScrape(ep(2), page(8), t);
+      pool.recordScrape(ep(3), page(2 + (t % 2), 7, 0.1, t % 3), t);
     }
     const off = poolOf(2, { ...POLICY, stallTimeout: 0 });
     for (let t = 1; t < 10_000; t += 500) off.pool.recordScrape(off.ep(0), page(8, 7), t);
@@ -290,4 +332,3 @@ describe('Pool: stalled endpoints (requests running, no progress)', () => {
     assert.deepEqual(events.map(([, e]) => e.kind), ['stalled', 'progressing']);
   });
 });
-

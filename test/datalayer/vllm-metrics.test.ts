@@ -137,8 +137,12 @@ describe('extractVllmMetrics: pages', () => {
       100 + 50 + 7 + 3,
     );
     assert.equal(extractVllmMetrics(page('vllm:generation_tokens_total NaN\nvllm:prompt_tokens_total 4\n')).progress, 4, 'a value that is no count is left out');
-    const sglang = 'sglang:num_queue_reqs 0\nsglang:num_running_reqs 1\nsglang:token_usage 0.1\nsglang:generation_tokens_total 11\nsglang:prompt_tokens_total 5\n';
-    assert.equal(extractVllmMetrics(sglang, 'sglang').progress, 16);
+    // sglang's token counters move only when a request finishes; realtime_tokens_total every log interval.
+    const sglang = (realtime: number) =>
+      'sglang:num_queue_reqs 0\nsglang:num_running_reqs 1\nsglang:token_usage 0.1\nsglang:generation_tokens_total 11\nsglang:prompt_tokens_total 5\n' +
+      `sglang:realtime_tokens_total{mode="decode"} ${realtime}\nsglang:realtime_tokens_total{mode="prefill_compute"} 100\n`;
+    assert.equal(extractVllmMetrics(sglang(400), 'sglang').progress, 11 + 5 + 400 + 100);
+    assert.notEqual(extractVllmMetrics(sglang(400), 'sglang').progress, extractVllmMetrics(sglang(401), 'sglang').progress);
   });
 
   test('the engine type defaults to vllm', () => {

@@ -23,6 +23,21 @@ async function brokenSample(gw: Gateway, name: string): Promise<number> {
   return m ? Number(m[1]) : NaN;
 }
 
+/** Prefill/decode with the nixlv2 connector, every request disaggregated. */
+const PD_PROFILES = `plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: nixlv2 }
+schedulingProfiles:
+- name: decode
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]
+- name: prefill
+  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer } ]
+`;
+
 /** Closes every server (withGateway's backend). */
 const closeAll = (servers: FakeBackend[]) => ({ close: async () => void (await Promise.all(servers.map((s) => s.close()))) });
 
@@ -144,6 +159,8 @@ describe('outlier detection (real servers)', () => {
       // Keep traffic going until the ejection runs out and it fails one more (the half-open probe).
       await until(async () => (await send(gw, 2, 1), b.broken.received.length === 3), 5000, 'a probe request after the ejection');
       assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 2);
+      const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; probation: boolean }[] };
+      assert.equal(pool.endpoints.find((e) => e.name === 'broken')?.probation, true, 'ejected twice, no success since');
       const ejected = log.lines().filter((l) => l['msg']?.toString().startsWith('endpoint ejected'));
       assert.deepEqual(ejected.map((l) => l['ejectedForMs']), [300, 600]);
       assert.ok(log.lines().some((l) => l['endpoint'] === 'broken' && l['msg']?.toString().startsWith('endpoint back from ejection')));
@@ -174,7 +191,7 @@ describe('outlier detection (real servers)', () => {
       assert.equal(await brokenSample(gw, 'sluice_endpoint_ejected'), 1);
       const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; stalled: string | null }[] };
       const hung = pool.endpoints.find((e) => e.name === 'broken')!;
-      assert.match(hung.stalled ?? '', /^1 running and no tokens computed for \d+ms$/);
+      assert.match(hung.stalled ?? "", /^1 running, and its metrics page unchanged for \d+ms$/);
       const warned = log.lines().find((l) => l['msg']?.toString().startsWith('endpoint stalled'));
       assert.equal(warned?.['endpoint'], 'broken');
       // The engine computes again (and answers).
@@ -185,6 +202,48 @@ describe('outlier detection (real servers)', () => {
       assert.ok(b.broken.received.length > 0, 'it serves again');
       assert.ok(log.lines().some((l) => l['endpoint'] === 'broken' && l['msg']?.toString().startsWith('endpoint no longer stalled')));
     }, { logger: log.logger });
+  });
+
+  test('a hung engine whose page froze idle is set aside once requests to it go unanswered for stallTimeout', async () => {
+    const b = await fleet();
+    b.broken.behave = () => undefined;
+    b.broken.metrics = `${vllmPage(0, 0, 0.0)}vllm:generation_tokens_total 1000\n`;
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 300ms }'), async (gw) => {
+      // It looks the idlest: the first requests go there and hang (until the gateway closes).
+      const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
+      const hanging = [0, 1].map(() =>
+        request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body }).then(
+          (r) => r.body.text(),
+          () => undefined,
+        ),
+      );
+      await until(() => gw.pool.byName('broken')?.stalledFor !== undefined, 5000, 'the stall noticed');
+      assert.match(gw.pool.byName('broken')!.stalledFor!, /^requests sent and not answered, and its metrics page unchanged for \d+ms$/);
+      const before = b.broken.received.length;
+      assert.ok(before >= 1);
+      assert.deepEqual(await send(gw, 10, 2), Array(10).fill(200));
+      assert.equal(b.broken.received.length, before, 'no new request went to the hung server');
+      void hanging;
+    });
+  });
+
+  test('a prefill leg whose 5xx answer then breaks off is one failure, not two', async () => {
+    const cut500: Behaviour = (_r, res) => {
+      res.writeHead(500, { 'content-type': 'application/json', 'content-length': '1000' });
+      res.write('{"error":');
+      setTimeout(() => res.socket?.destroy(), 20);
+    };
+    const prefill = [await startFakeBackend(cut500)];
+    const decode = [await startFakeBackend(okJson)];
+    const endpoints = [
+      { name: 'prefill-0', port: prefill[0]!.port, labels: { 'llm-d.ai/role': 'prefill' } },
+      { name: 'decode-0', port: decode[0]!.port, labels: { 'llm-d.ai/role': 'decode' } },
+    ];
+    await withGateway(closeAll([...prefill, ...decode]), outlierConfig(endpoints, '{ consecutiveFailures: 50 }', PD_PROFILES), async (gw) => {
+      assert.deepEqual(await send(gw, 1, 1), [200], 'served decode-only');
+      await until(() => gw.pool.endpoints.every((e) => e.inFlight === 0), 3000, 'released');
+      assert.equal(gw.pool.byName('prefill-0')!.failureStreak, 1);
+    });
   });
 
   test('with stallTimeout 0 the hung engine keeps drawing requests (what the test above guards against)', async () => {
@@ -219,24 +278,11 @@ describe('outlier detection (real servers)', () => {
     const prefill = [await startFakeBackend(engineDead), await startFakeBackend(engineDead)];
     const decode = [await startFakeBackend(okJson), await startFakeBackend(okJson)];
     const all = [...prefill, ...decode];
-    const pd = `plugins:
-- type: prefill-filter
-- type: decode-filter
-- type: queue-scorer
-- type: always-disagg-pd-decider
-- type: disagg-profile-handler
-  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: nixlv2 }
-schedulingProfiles:
-- name: decode
-  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]
-- name: prefill
-  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer } ]
-`;
     const endpoints = [
       ...prefill.map((b, i) => ({ name: `prefill-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'prefill' } })),
       ...decode.map((b, i) => ({ name: `decode-${i}`, port: b.port, labels: { 'llm-d.ai/role': 'decode' } })),
     ];
-    const config = outlierConfig(endpoints, '{ consecutiveFailures: 2, baseEjectionTime: 1m, maxEjectionPercent: 100 }', pd);
+    const config = outlierConfig(endpoints, '{ consecutiveFailures: 2, baseEjectionTime: 1m, maxEjectionPercent: 100 }', PD_PROFILES);
     await withGateway(closeAll(all), config, async (gw) => {
       for (let i = 0; i < 8; i++) {
         const started = Date.now();

@@ -85,6 +85,17 @@ describe('SimEngine slots and queue', () => {
     assert.equal(listeners[2]!.results[0]!.completionTokens, 4);
   });
 
+  test('generated tokens count as they are produced, as vLLM counts them per engine step, streamed or not', () => {
+    const { vt, engine } = setup({ maxNumSeqs: 4, ttftOverheadMs: 10, prefillMsPerToken: 0, itlMs: 5 });
+    submitOk(engine, 'whole', collect(), 100);
+    submitOk(engine, 'streamed', streamCollect(vt), 100);
+    assert.equal(engine.generationTokensNow(), 0);
+    vt.advance(10 + 5 * 9); // first token at 10, then one every 5 ms: 10 tokens each
+    assert.equal(engine.generationTokensNow(), 20);
+    vt.runAll();
+    assert.equal(engine.generationTokensNow(), 200);
+  });
+
   test('a full waiting queue refuses the request', () => {
     const { engine } = setup({ maxNumSeqs: 1, maxWaiting: 1 });
     assert.ok(engine.submit({ promptText: 'a' }, collect()).accepted);
