@@ -126,7 +126,7 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       ejections: ep.ejections,
       // Back from an ejection and not yet answered 2xx: one request at a time (its probe).
       probation: deps.pool.onProbation(ep),
-      // Its page shows requests running and no progress for stallTimeout: no requests until it moves.
+      // It owes work and its metrics page has not changed for stallTimeout: no requests until it changes.
       stalled: ep.stalledFor ?? null,
       inFlight: ep.inFlight,
       // Uncached prompt tokens sent to it whose answer has not begun (token-load-scorer, affinity filter).

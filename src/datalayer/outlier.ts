@@ -79,23 +79,23 @@ export function maxEjected(policy: OutlierPolicy, size: number): number {
 
 /**
  * A failed request on an endpoint: returns the ejection's length (ms) when this failure ejects it,
- * else 0, and updates `state`. `ejectedNow`: endpoints of its stage set aside at `now`, of `poolSize`.
+ * else 0, and updates `state`. `ejectedNow`: endpoints of its stage (of `stageSize`) set aside at `now`.
  */
-export function recordFailure(policy: OutlierPolicy, state: OutlierState, now: number, ejectedNow: number, poolSize: number): number {
+export function recordFailure(policy: OutlierPolicy, state: OutlierState, now: number, ejectedNow: number, stageSize: number): number {
   // Detection off: nothing is counted, so turning it on later starts from clean runs.
   if (policy.consecutiveFailures === 0) return 0;
   state.failureStreak++;
   if (state.failureStreak < policy.consecutiveFailures) return 0;
   // Requests already in flight when it was ejected fail too: they do not lengthen the ejection.
   if (state.ejectedUntil > now) return 0;
-  if (ejectedNow >= maxEjected(policy, poolSize)) return 0;
+  if (ejectedNow >= maxEjected(policy, stageSize)) return 0;
   state.ejections++;
   const ms = ejectionTime(policy, state.ejections);
   state.ejectedUntil = now + ms;
   return ms;
 }
 
-/** A 2xx answer: the endpoint works, whatever it did before (an ejection under way runs out). */
+/** A whole 2xx answer: the endpoint works, whatever it did before (an ejection under way runs out). */
 export function recordSuccess(state: OutlierState): void {
   state.failureStreak = 0;
   state.ejections = 0;

@@ -45,7 +45,7 @@ export interface EngineMetricNames {
   cacheConfig?: { metric: string; blockSizeLabel: string; numBlocksLabel: string };
   /**
    * Counters that advance while the engine works (tokens computed, engine steps): their sum is the
-   * endpoint's progress, which a hung engine stops while its gauges still show requests running.
+   * endpoint's progress, which stops when its engine hangs (outlier.ts).
    */
   progress?: readonly string[];
   /**
