@@ -174,6 +174,10 @@ export class Endpoint {
   progressAt = 0;
   /** Set while it owes work and its page has not changed for `stallTimeout` (outlier.ts): why. */
   stalledFor: string | undefined = undefined;
+  /** Requests in flight sent while it was on probation (Pool.acquire): its probe. */
+  probes = 0;
+  /** Of inFlightTokens: held for a sidecar's prefill leg, which Sluice cannot see end (not owed work). */
+  unseenPromptTokens = 0;
 
   constructor(spec: EndpointSpec) {
     this.name = spec.name;

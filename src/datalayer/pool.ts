@@ -111,9 +111,12 @@ export class Pool implements PoolView {
     return this.nextReturnAt === Infinity ? undefined : this.nextReturnAt;
   }
 
-  /** Ejected (failing), stalled, or on probation after an ejection with its probe still in flight. */
+  /**
+   * Ejected (failing), stalled, or on probation after an ejection with its probe still in flight
+   * (requests sent before the ejection, a long stream, say, do not hold it out).
+   */
   private leavesOut(ep: Endpoint, now: number): boolean {
-    return ep.isSetAside(now) || (ep.inFlight > 0 && this.onProbation(ep));
+    return ep.isSetAside(now) || (ep.probes > 0 && this.onProbation(ep));
   }
 
   /**
@@ -301,26 +304,35 @@ export class Pool implements PoolView {
     if (failed) throw firstError;
   }
 
-  /** A request was sent to `ep`. */
-  acquire(ep: Endpoint): void {
-    // A probe leaves (eligible, onProbation).
-    if (ep.ejections > 0 && this.onProbation(ep)) this.eligibleStale = true;
+  /**
+   * A request was sent to `ep`. Returns whether it is a probe (sent while the endpoint is on
+   * probation: eligible, onProbation), which its release must say.
+   */
+  acquire(ep: Endpoint): boolean {
+    const probe = ep.ejections > 0 && this.onProbation(ep);
+    if (probe) {
+      ep.probes++;
+      this.eligibleStale = true;
+    }
     ep.inFlight++;
     ep.dispatched++;
     this.notify('inflight', ep);
+    return probe;
   }
 
   /** `ep` was given a prompt to compute: `promptTokens` uncached tokens (scheduling/prompt-load.ts). */
-  promptSent(ep: Endpoint, promptTokens: number): void {
+  promptSent(ep: Endpoint, promptTokens: number, unseen = false): void {
     // Not a count (NaN, Infinity) would stay in the sum for good: ignored, as promptDone ignores it.
     if (!isTokenCount(promptTokens)) return;
     ep.inFlightTokens += promptTokens;
+    if (unseen) ep.unseenPromptTokens += promptTokens;
     this.notify('inflight', ep);
   }
 
   /** `ep` is done with that prompt (the answer began, or the request ended first): once per promptSent. */
-  promptDone(ep: Endpoint, promptTokens: number): void {
+  promptDone(ep: Endpoint, promptTokens: number, unseen = false): void {
     if (!isTokenCount(promptTokens)) return;
+    if (unseen) ep.unseenPromptTokens = Math.max(0, ep.unseenPromptTokens - promptTokens);
     if (ep.inFlightTokens < promptTokens) {
       this.releaseUnderflows++;
       this.onInvariantViolation?.(`prompt tokens released without being sent on endpoint '${ep.name}'`, ep);
@@ -332,9 +344,10 @@ export class Pool implements PoolView {
 
   /**
    * A request to `ep` finished (exactly once per acquire); `answered`: with a 2xx answer, which grows
-   * a slow start (Endpoint.grownSlots). Never takes the count below zero.
+   * a slow start (Endpoint.grownSlots); `probe`: what its acquire returned. Never takes the count
+   * below zero.
    */
-  release(ep: Endpoint, answered = false): void {
+  release(ep: Endpoint, answered = false, probe = false): void {
     if (ep.inFlight <= 0) {
       this.releaseUnderflows++;
       this.onInvariantViolation?.(`release without a matching acquire on endpoint '${ep.name}'`, ep);
@@ -347,8 +360,10 @@ export class Pool implements PoolView {
       if (ep.inFlight >= slots && slots < 2 * ep.slowStartAtScrape) ep.grownSlots = slots + 1;
     }
     ep.inFlight--;
-    // A probe returns (eligible, onProbation).
-    if (ep.ejections > 0 && this.onProbation(ep)) this.eligibleStale = true;
+    if (probe) {
+      ep.probes = Math.max(0, ep.probes - 1);
+      this.eligibleStale = true;
+    }
     if (ep.removed) this.forgetIfIdle(ep);
     this.notify('inflight', ep);
   }
@@ -368,7 +383,7 @@ export class Pool implements PoolView {
       m.kvUsage !== prev.kvUsage;
     // Requests it should be working on: those its page shows running, and Sluice's whose answer has
     // not begun (a hung engine's page often froze idle); not a stream a slow client still drains.
-    const owed = m.running > 0 || ep.inFlightTokens > 0;
+    const owed = m.running > 0 || ep.inFlightTokens - ep.unseenPromptTokens > 0;
     const ms = stalledMs(ep, moved, owed, now);
     const timeout = this.outlierPolicy.stallTimeout;
     const stalled = timeout > 0 && ms >= timeout;

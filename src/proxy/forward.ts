@@ -387,9 +387,13 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private released = false;
   /** Uncached prompt tokens counted on `promptEp` until the answer's first byte (or the end). */
   private promptTokens = 0;
+  private promptUnseen = false;
   private promptEp: Endpoint | undefined = undefined;
   /** The prefill endpoint a routing sidecar sends the prompt to first: in flight until the answer begins. */
   private sidecarPrefillEp: Endpoint | undefined = undefined;
+  /** Whether this request, or the sidecar's prefill leg, is its endpoint's probe (Pool.acquire). */
+  private probe = false;
+  private sidecarProbe = false;
   private settled = true;
   private resolve: ((r: AttemptResult) => void) | undefined = undefined;
   /** undici's abort of this request (set once it is sent or queued on a connection). */
@@ -439,18 +443,19 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     private readonly result: SchedulingResult,
   ) {
     watchClient(ctx.res, this);
-    ctx.pool.acquire(ep);
+    this.probe = ctx.pool.acquire(ep);
   }
 
   /**
    * `on` computes this request's prompt while the answer has not begun: this endpoint, or the
    * prefill endpoint a routing sidecar sends the prompt to first.
    */
-  countPrompt(on: Endpoint, tokens: number): void {
+  countPrompt(on: Endpoint, tokens: number, unseen = false): void {
     if (tokens <= 0) return;
     this.promptEp = on;
     this.promptTokens = tokens;
-    this.ctx.pool.promptSent(on, tokens);
+    this.promptUnseen = unseen;
+    this.ctx.pool.promptSent(on, tokens, unseen);
   }
 
   /**
@@ -458,9 +463,9 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
    * with the prompt's tokens, until the decode answer begins (the gateway cannot see the leg end).
    */
   holdSidecarPrefill(on: Endpoint, tokens: number): void {
-    this.ctx.pool.acquire(on);
+    this.sidecarProbe = this.ctx.pool.acquire(on);
     this.sidecarPrefillEp = on;
-    this.countPrompt(on, tokens);
+    this.countPrompt(on, tokens, true);
   }
 
   /** The prompt is computed (first byte of the answer, or the attempt ended): uncounted once. */
@@ -468,10 +473,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const prefill = this.sidecarPrefillEp;
     if (prefill !== undefined) {
       this.sidecarPrefillEp = undefined;
-      this.ctx.pool.release(prefill, is2xx(this.status));
+      this.ctx.pool.release(prefill, is2xx(this.status), this.sidecarProbe);
     }
     if (this.promptEp === undefined) return;
-    this.ctx.pool.promptDone(this.promptEp, this.promptTokens);
+    this.ctx.pool.promptDone(this.promptEp, this.promptTokens, this.promptUnseen);
     this.promptEp = undefined;
   }
 
@@ -498,7 +503,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       try {
         this.promptDone();
       } finally {
-        this.ctx.pool.release(this.ep, is2xx(this.status) && !this.brokeOff);
+        this.ctx.pool.release(this.ep, is2xx(this.status) && !this.brokeOff, this.probe);
       }
     }
     unwatchClient(this.ctx.res, this);
@@ -813,7 +818,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
   return async (body: Buffer): Promise<PrefillLegResult> => {
     const { pool } = ctx;
     if (signal.aborted) return { kind: 'aborted' };
-    pool.acquire(prefill);
+    const probe = pool.acquire(prefill);
     pool.promptSent(prefill, promptTokens);
     const started = ctx.clock.now();
     let status = 0; // the answer's, once it began
@@ -847,7 +852,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     } finally {
       ctx.prefillMs = ctx.clock.now() - started;
       pool.promptDone(prefill, promptTokens);
-      pool.release(prefill, is2xx(status) && !failed);
+      pool.release(prefill, is2xx(status) && !failed, probe);
     }
   };
 }

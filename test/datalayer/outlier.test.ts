@@ -24,10 +24,10 @@ function poolOf(n: number, policy: OutlierPolicy = POLICY) {
 
 /** One request on `ep` that ends in a failure (`ok` false) or a whole 2xx answer. */
 function request(pool: Pool, ep: Endpoint, ok: boolean, now: number): void {
-  pool.acquire(ep);
+  const probe = pool.acquire(ep);
   if (ok) pool.upstreamSucceeded(ep);
   else pool.upstreamFailed(ep, 'http_5xx', now);
-  pool.release(ep, ok);
+  pool.release(ep, ok, probe);
 }
 
 const names = (eps: readonly Endpoint[]) => eps.map((e) => e.name);
@@ -106,15 +106,20 @@ describe('Pool: outlier detection', () => {
 
   test('back from an ejection, it takes one request at a time (a probe) until a whole 2xx answer', () => {
     const { pool, ep } = poolOf(3);
+    // A long stream sent before the ejection is still in flight: it is no probe.
+    assert.equal(pool.acquire(ep(0)), false);
     for (let k = 0; k < 3; k++) request(pool, ep(0), false, 0);
-    assert.deepEqual(names(pool.eligible(1000)), ['ep0', 'ep1', 'ep2'], 'back');
-    pool.acquire(ep(0));
+    assert.deepEqual(names(pool.eligible(1000)), ['ep0', 'ep1', 'ep2'], 'back, though a request from before is in flight');
+    assert.equal(pool.acquire(ep(0)), true, 'a probe');
     assert.deepEqual(names(pool.eligible(1001)), ['ep1', 'ep2'], 'its probe is in flight: no second request');
+    pool.release(ep(0), false, true); // the probe's client left: no answer either way
+    assert.deepEqual(names(pool.eligible(1002)), ['ep0', 'ep1', 'ep2'], 'another probe may go');
+    const probe = pool.acquire(ep(0));
     pool.upstreamSucceeded(ep(0));
-    pool.release(ep(0), true);
-    pool.acquire(ep(0));
-    pool.acquire(ep(0));
-    assert.deepEqual(names(pool.eligible(1002)), ['ep0', 'ep1', 'ep2'], 'answered: off probation');
+    pool.release(ep(0), true, probe);
+    assert.equal(pool.acquire(ep(0)), false);
+    assert.equal(pool.acquire(ep(0)), false);
+    assert.deepEqual(names(pool.eligible(1003)), ['ep0', 'ep1', 'ep2'], 'answered: off probation');
   });
 
   test('at most maxEjectionPercent of a stage is out at once; past it, failing endpoints keep serving', () => {
@@ -180,7 +185,7 @@ describe('Pool: outlier detection', () => {
     for (let k = 0; k < 3; k++) request(pool, ep(0), false, 0); // out until 1000
     for (let k = 0; k < 3; k++) request(pool, ep(1), false, 500); // out until 1500
     pool.eligible(1000);
-    pool.acquire(ep(0)); // its probe, still out
+    assert.equal(pool.acquire(ep(0)), true); // its probe, still out
     assert.deepEqual(names(pool.eligible(1001)), ['ep2', 'ep3']);
     for (let k = 0; k < 3; k++) request(pool, ep(2), false, 1100);
     assert.deepEqual(names(pool.eligible(1100)), ['ep2', 'ep3'], 'two of four out already');

@@ -246,6 +246,30 @@ describe('outlier detection (real servers)', () => {
     });
   });
 
+  test('sidecar P/D: an idle prefill endpoint is not stalled while the decode server generates a non-streamed answer', async () => {
+    // The sidecar ran the prefill leg long ago, out of Sluice's sight: the prefill server is idle, its page rightly unchanged.
+    const prefill = await startFakeBackend(okJson);
+    prefill.metrics = `${vllmPage(0, 0, 0.0)}vllm:generation_tokens_total 1000\n`;
+    // The decode server answers a non-streamed request when it is whole: 1.5 s of decoding, its page moving.
+    const decode = await startFakeBackend((r, res) => void setTimeout(() => okJson(r, res), 1500));
+    let tokens = 0;
+    const tick = setInterval(() => (decode.metrics = `${vllmPage(0, 1, 0.1)}vllm:generation_tokens_total ${++tokens}\n`), 20);
+    const endpoints = [
+      { name: 'prefill-0', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
+      { name: 'decode-0', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
+    ];
+    const log = captureLogger();
+    try {
+      await withGateway(closeAll([prefill, decode]), outlierConfig(endpoints, '{ stallTimeout: 300ms }', PD_PROFILES.replace('connector: nixlv2', 'connector: sidecar')), async (gw) => {
+        assert.deepEqual(await send(gw, 1, 1), [200]);
+        assert.equal(prefill.received.length, 0, 'the sidecar ran the prefill leg (the gateway sends none)');
+        assert.deepEqual(log.lines().filter((l) => l['msg']?.toString().startsWith('endpoint stalled')).map((l) => l['endpoint']), []);
+      }, { logger: log.logger });
+    } finally {
+      clearInterval(tick);
+    }
+  });
+
   test('with stallTimeout 0 the hung engine keeps drawing requests (what the test above guards against)', async () => {
     const b = await hungFleet();
     await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 0s }'), async (gw) => {
