@@ -445,6 +445,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         api.server.closeAllConnections();
         api.server.close(); // http.Server's own clean-up (its connection-checking timer)
         api.refusals.close();
+        api.upstreamFailures.close();
         await scraper.stop();
         await upstreams.destroy();
         await admin.close();

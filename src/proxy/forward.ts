@@ -32,6 +32,7 @@ import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { ModelRequestMetrics, UpstreamErrorKind } from '../metrics/metrics.js';
 import type { Upstreams } from './upstreams.js';
 import { HeldTail } from './held-tail.js';
+import { SpellLog } from './spell-log.js';
 import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
@@ -53,6 +54,8 @@ export interface ForwardContext {
   metrics: ProxyMetrics;
   modelMetrics: ModelRequestMetrics;
   logger: Logger;
+  /** The gateway's warn lines for requests that failed at a model server (upstreamFailureLog). */
+  upstreamFailures: SpellLog;
   clock: Clock;
   // What the debug-level `request done` line reports, filled in as the request goes.
   /** The request's objective header, its priority and fairness id (set once admitted). */
@@ -241,7 +244,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       lastError = `${ep.name}: ${r.error}`;
       lastTimedOut = r.timedOut;
       failedOn = ep;
-      ctx.logger.warn({ requestId, endpoint: ep.name, err: r.error, attempt }, 'upstream connection failed');
+      warnUpstream(ctx, ep.name, 'upstream connection failed', { err: r.error, attempt });
       mayHaveRun ||= r.lost;
       if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`, mayHaveRun);
       // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
@@ -259,6 +262,27 @@ export async function forward(ctx: ForwardContext): Promise<number> {
     }
   } finally {
     if (decision !== undefined) metrics.disaggDecision(ctx.sreq.model, decision);
+  }
+}
+
+/** The window of upstreamFailureLog's sums. */
+const UPSTREAM_FAILURE_WINDOW_MS = 30_000;
+
+/**
+ * The gateway's warn lines for requests that failed at a model server: the first of each endpoint
+ * and message in a spell in full (with its request id), the rest summed up every 30 s while they go
+ * on, so a fleet failing under load does not write a line per request (SpellLog).
+ */
+export function upstreamFailureLog(logger: Logger): SpellLog {
+  return new SpellLog(UPSTREAM_FAILURE_WINDOW_MS, true, (failures, total, windowMs) =>
+    logger.warn({ failures, total, windowMs }, 'requests failed at model servers in the last window, by endpoint and message (the first of each was logged in full)'),
+  );
+}
+
+/** A request's failure at `endpoint`, at warn: in full when it is news, else counted (upstreamFailureLog). */
+function warnUpstream(ctx: ForwardContext, endpoint: string, message: string, fields: Record<string, unknown>): void {
+  if (ctx.upstreamFailures.note(`${endpoint}: ${message}`)) {
+    ctx.logger.warn({ requestId: ctx.requestId, endpoint, ...fields, summaryEveryMs: UPSTREAM_FAILURE_WINDOW_MS }, message);
   }
 }
 
@@ -329,7 +353,7 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       if (step.kind === 'reply') return { kind: 'done', status: relayPrefillReply(ctx, step) };
       if (step.warning !== undefined) {
         ctx.metrics.pdDegraded(connector.name);
-        ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep.name, connector: connector.name, reason: step.warning }, 'P/D degraded');
+        warnUpstream(ctx, plan.prefill.name, 'P/D degraded', { decodeEndpoint: ep.name, connector: connector.name, reason: step.warning });
       }
       leg = pairId === ctx.requestId ? step.leg : { ...step.leg, headers: { ...step.leg.headers, 'x-request-id': pairId } };
       if (connector.runsPrefill) prepared = leg;
@@ -776,12 +800,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       }
       if (err instanceof undiciErrors.HeadersTimeoutError) {
         upstreamError(ctx, ep, 'headers_timeout');
-        ctx.logger.warn({ requestId, endpoint: ep.name, headersTimeoutMs: ctx.rt.config.server.upstream.headersTimeout }, 'upstream did not answer within upstream.headersTimeout: 504');
+        warnUpstream(ctx, ep.name, 'upstream did not answer within upstream.headersTimeout: 504', { headersTimeoutMs: ctx.rt.config.server.upstream.headersTimeout });
         sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId, mayHaveRun: true });
         return this.done({ kind: 'done', status: 504 });
       }
       upstreamError(ctx, ep, 'failed');
-      ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message }, 'upstream failed before answering: 502');
+      warnUpstream(ctx, ep.name, 'upstream failed before answering: 502', { err: err.message });
       sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId, mayHaveRun: true });
       return this.done({ kind: 'done', status: 502 });
     }
@@ -801,7 +825,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     // A 5xx answer that then broke off is one failure (counted at its status line), not two.
     upstreamError(ctx, ep, timedOut ? 'body_timeout' : 'cut', this.status < 500);
     this.brokeOff = true;
-    ctx.logger.warn({ requestId, endpoint: ep.name, err: err.message, status }, 'upstream failed mid-response');
+    warnUpstream(ctx, ep.name, 'upstream failed mid-response', { err: err.message, status });
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
     // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
     else if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));

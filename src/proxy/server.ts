@@ -17,7 +17,7 @@ import { GatewayError, answerClientError, rawErrorResponse, requestIdOf, sendErr
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
-import { forward, type ForwardContext } from './forward.js';
+import { forward, upstreamFailureLog, type ForwardContext } from './forward.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { Upstreams } from './upstreams.js';
 import type { ModelsCache } from './models.js';
@@ -25,6 +25,7 @@ import type { FlowController } from '../flowcontrol/controller.js';
 import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from '../flowcontrol/types.js';
 import { interruptWatcher, trackResponse, unwatchClient, watchClient, watchPipelined, type ClientWatcher } from './client-watch.js';
 import { RefusalLog } from './refusal-log.js';
+import type { SpellLog } from './spell-log.js';
 import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
 import { AgeList } from '../util/age-list.js';
@@ -53,6 +54,8 @@ export class ApiServer {
   private idleWaiters: (() => void)[] = [];
   /** Sluice's own refusals at warn level (debug logging is not needed to see them). */
   readonly refusals: RefusalLog;
+  /** Requests that failed at a model server, at warn level: the first of each endpoint and kind in full, then sums (forward.ts). */
+  readonly upstreamFailures: SpellLog;
   /** Valid API requests not yet ended, oldest first, for /debug/requests (a request hung on a frozen server shows there). */
   private readonly inFlight = new AgeList<ForwardContext>();
   /** API requests whose body is still arriving: the end of the shutdown grace period answers them too. */
@@ -68,6 +71,7 @@ export class ApiServer {
 
   constructor(private readonly deps: ApiServerDeps) {
     this.refusals = new RefusalLog(deps.logger);
+    this.upstreamFailures = upstreamFailureLog(deps.logger);
     const { requestHeadersTimeout, requestTimeout } = deps.runtime().config.server;
     // Slowloris guard: clients that dribble their headers or body are cut off (408). Node checks
     // these every connectionsCheckingInterval, so that follows the shorter time-out.
@@ -437,6 +441,7 @@ export class ApiServer {
       metrics: deps.metrics,
       modelMetrics: deps.metrics.forModel(valid.model),
       logger: deps.logger,
+      upstreamFailures: this.upstreamFailures,
       clock: deps.clock,
       objective: undefined,
       priority: 0,

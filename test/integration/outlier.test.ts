@@ -16,6 +16,13 @@ const engineDead: Behaviour = (_r, res) => {
   res.end(JSON.stringify({ error: { message: 'EngineDeadError: the engine loop has stopped', type: 'InternalServerError', code: 500 } }));
 };
 
+/** Answers 200, begins the body, and cuts the connection. */
+const breaksOff: Behaviour = (_r, res) => {
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.write('{"id":"cmpl-1","object":');
+  setImmediate(() => res.socket?.destroy());
+};
+
 /** The value of `name{endpoint_name="broken"...}` on the gateway's /metrics. */
 async function brokenSample(gw: Gateway, name: string): Promise<number> {
   const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
@@ -137,17 +144,34 @@ describe('outlier detection (real servers)', () => {
 
   test('a server whose answers begin (200) and then break off is ejected too: a cut answer is no success', async () => {
     const b = await fleet();
-    b.broken.behave = (_r, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.write('{"id":"cmpl-1","object":');
-      setImmediate(() => res.socket?.destroy());
-    };
+    b.broken.behave = breaksOff;
     await withGateway(closeAll(b.all), configFor(b, '{ consecutiveFailures: 3 }'), async (gw) => {
       const statuses = await send(gw, 20, 1);
       assert.equal(b.broken.received.length, 3);
       assert.equal(statuses.filter((s) => s === 200).length, 17);
       assert.equal(await brokenSample(gw, 'sluice_endpoint_ejections_total'), 1);
     });
+  });
+
+  test('a server failing every request is logged once in full, then summed up: no warn line per request', async () => {
+    const b = await fleet();
+    b.broken.behave = breaksOff;
+    // The healthy servers look busy, so the broken one gets every request (outlier detection off).
+    for (const h of b.healthy) h.metrics = vllmPage(5, 8, 0.9);
+    const log = captureLogger();
+    let failed = 0;
+    await withGateway(closeAll(b.all), configFor(b, '{ consecutiveFailures: 0 }'), async (gw) => {
+      failed = (await send(gw, 12, 1)).filter((s) => s !== 200).length;
+    }, { logger: log.logger });
+    // (The gateway is closed now: its last window's sums are logged.)
+    assert.equal(failed, b.broken.received.length);
+    assert.ok(failed >= 10, `only ${failed} requests reached the broken server`);
+    const lines = log.lines();
+    const full = lines.filter((l) => l['msg'] === 'upstream failed mid-response');
+    assert.deepEqual(full.map((l) => l['endpoint']), ['broken'], 'one line in full');
+    assert.equal(typeof full[0]!['requestId'], 'string');
+    const sum = lines.find((l) => String(l['msg']).startsWith('requests failed at model servers in the last window'));
+    assert.deepEqual(sum?.['failures'], { 'broken: upstream failed mid-response': failed - 1 }, 'the rest summed up (at shutdown here)');
   });
 
   test('back after its ejection, one more failure ejects it again for twice as long; once it answers, it serves again', async () => {
