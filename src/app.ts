@@ -229,7 +229,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
           logger.info({ endpoint: ep.name }, 'endpoint back from ejection: it takes requests again (one more failure ejects it again, for longer)');
           break;
         case 'stalled':
-          logger.warn({ endpoint: ep.name, reason: event.reason }, 'endpoint stalled: its page shows requests running but its engine computes nothing, so it gets no requests until it does (server.upstream.outlierDetection.stallTimeout)');
+          logger.warn({ endpoint: ep.name, reason: event.reason }, 'endpoint stalled: it owes work and its metrics page has not changed, so it gets no requests until the page changes or it owes none (server.upstream.outlierDetection.stallTimeout)');
           break;
         case 'progressing':
           logger.info({ endpoint: ep.name }, 'endpoint no longer stalled: it takes requests again');

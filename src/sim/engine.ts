@@ -475,8 +475,13 @@ export class SimEngine {
   generationTokensNow(): number {
     let n = this.counters.generationTokens;
     const now = this.clock.now();
-    for (const r of this.running) n += r.listener.onToken ? r.tokensEmitted : this.tokensProducedBy(r, now);
+    for (const r of this.running) n += this.outputSoFar(r, now);
     return n;
+  }
+
+  /** Tokens a request has put out: those streamed, or for a whole answer those its time has produced. */
+  private outputSoFar(r: EngineRequest, now: number): number {
+    return r.listener.onToken ? r.tokensEmitted : this.tokensProducedBy(r, now);
   }
 
   private tokensProducedBy(r: EngineRequest, now: number): number {
@@ -560,8 +565,7 @@ export class SimEngine {
     if (r.timer !== undefined) this.timers.clear(r.timer);
     r.timer = undefined;
     this.running.delete(r);
-    const produced = r.listener.onToken ? r.tokensEmitted : this.tokensProducedBy(r, this.clock.now());
-    this.counters.generationTokens += produced;
+    this.counters.generationTokens += this.outputSoFar(r, this.clock.now());
     this.counters.requestSuccess.abort++;
     this.admitWaiting();
   }
