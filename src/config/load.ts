@@ -29,7 +29,7 @@ import {
   type RawConfigKey,
 } from './schema.js';
 import type { LoadedConfig, PluginSpec, ProfilePluginRef, SchedulingProfileConfig, SluiceConfig } from './types.js';
-import { ENGINE_LABEL, KNOWN_ROLES, LEGACY_ENGINE_LABEL, ROLE_LABEL, engineLabelOf } from '../datalayer/endpoint.js';
+import { ENGINE_LABEL, KNOWN_ROLES, LEGACY_ENGINE_LABEL, ROLE_LABEL, engineLabelOf, roleOf, stageOf } from '../datalayer/endpoint.js';
 
 export type PathSegment = string | number;
 
@@ -835,32 +835,66 @@ function collectEmptyProfileWarnings(raw: Record<string, unknown>, config: Sluic
   const specs = new Map(config.plugins.map((s) => [s.name, s]));
   const written = Array.isArray(raw.schedulingProfiles) ? raw.schedulingProfiles : [];
   const rawPlugins = Array.isArray(raw.plugins) ? raw.plugins : [];
+  /** Indexes of the endpoints some profile's label filters keep. */
+  const reached = new Set<number>();
+  let warned = false;
   for (const profile of config.schedulingProfiles) {
     const writtenAt = written.findIndex((p) => isPlainObject(p) && p.name === profile.name);
-    if (writtenAt < 0 && written.length > 0) continue; // injected beside written ones: not the user's to fix
-    let kept = endpoints.map((e) => e.labels);
+    let kept = endpoints.map((_, i) => i);
     let filtered = false;
     for (const { pluginRef } of profile.plugins) {
       const spec = specs.get(pluginRef);
       const keeps = spec === undefined ? undefined : registry.get(spec.type)?.keepsByLabels;
       if (keeps === undefined) continue;
-      kept = kept.filter((labels) => keeps(spec!.parameters, labels));
+      kept = kept.filter((i) => keeps(spec!.parameters, endpoints[i]!.labels));
       if (kept.length > 0) {
         filtered = true;
         continue;
       }
+      if (writtenAt < 0 && written.length > 0) break; // injected beside written ones: not the user's to fix
       const pluginAt = rawPlugins.findIndex((p) => isPlainObject(p) && (p.name ?? p.type) === pluginRef);
       const n = endpoints.length;
       sink.warn(
         writtenAt >= 0 ? ['schedulingProfiles', writtenAt, 'name'] : pluginAt >= 0 ? ['plugins', pluginAt, 'type'] : ['plugins'],
         `profile ${JSON.stringify(profile.name)}${writtenAt >= 0 ? '' : ' (built from the plugins)'} can pick none of the ${n} endpoint${n === 1 ? '' : 's'} in pool.endpoints: ${pluginRef} keeps none${filtered ? ' of what the label filters before it keep' : ''} (check the endpoints' labels); the requests it should place are refused, or, if it is a P/D handler's prefill profile, all served decode-only`,
       );
+      warned = true;
       break;
     }
+    for (const i of kept) reached.add(i);
   }
+  // One mistake, one warning: a profile that keeps none is the thing to fix first.
+  if (!warned) collectUnreachedStageWarning(endpoints, reached, sink);
+}
+
+/**
+ * Endpoints no profile can pick (e.g. prefill servers without a P/D handler) still count toward
+ * their stage's saturation (SPEC §6): while one is busy or its metrics are stale, every request
+ * waits for servers it will never be sent to. Said once, at the first of them.
+ */
+function collectUnreachedStageWarning(endpoints: SluiceConfig['pool']['endpoints'], reached: ReadonlySet<number>, sink: ProblemSink): void {
+  const unreached = endpoints.flatMap((e, i) => (!reached.has(i) && stageOf(roleOf(e.labels)) !== null ? [i] : []));
+  if (unreached.length === 0) return;
+  const first = unreached[0]!;
+  const names = unreached.slice(0, 5).map((i) => endpoints[i]!.name);
+  const more = unreached.length > names.length ? ` and ${unreached.length - names.length} more` : '';
+  const stages = [...new Set(unreached.map((i) => stageOf(roleOf(endpoints[i]!.labels))))].join(', ');
+  const one = unreached.length === 1;
+  const [they, them, their, are] = one ? ['it', 'it', 'its', 'is'] : ['they', 'them', 'their', 'are'];
+  const at = sink.written(['pool', 'endpoints', first, 'labels', ROLE_LABEL]) ? ['pool', 'endpoints', first, 'labels', ROLE_LABEL] : ['pool', 'endpoints', first, 'name'];
+  sink.warn(
+    at,
+    `no scheduling profile can pick ${names.join(', ')}${more} (every profile's label filters leave ${them} out), yet ${they} count${one ? 's' : ''} toward stage-aware saturation (stage ${stages}): while ${they} ${are} busy or ${their} metrics are stale, requests wait for servers they are never sent to (without flow control, sheddable ones are refused). Add a profile that picks ${them}, such as a P/D handler's prefill profile, or remove ${them} from pool.endpoints`,
+  );
 }
 
 function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sink: ProblemSink): void {
+  if (config.pool.endpoints.length === 0) {
+    sink.warn(
+      ['pool', 'endpoints'],
+      `no endpoints: every API request is answered 503 rejected-no-endpoints (with flow control, after waiting flowControl.noEndpointRequestTTL for a reload that adds some)`,
+    );
+  }
   config.pool.endpoints.forEach((ep, i) => {
     if (engineLabelOf(ep.labels) === LEGACY_ENGINE_LABEL) {
       sink.warn(['pool', 'endpoints', i, 'labels', LEGACY_ENGINE_LABEL], `a legacy label name, read as ${ENGINE_LABEL} (as llm-d does); rename it`);

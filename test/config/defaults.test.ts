@@ -6,7 +6,7 @@ import { loadConfigText } from '../../src/config/load.js';
 import { effectiveConfigYaml } from '../../src/config/print.js';
 import type { SchedulingProfileConfig } from '../../src/config/types.js';
 import { fakeRegistry } from './fake-registry.js';
-import { load, registry, yaml } from './helpers.js';
+import { load, registry, warningsBesidesNoEndpoints, yaml } from './helpers.js';
 import { DEFAULT_OUTLIER_POLICY } from '../../src/datalayer/outlier.js';
 
 const refs = (profile: SchedulingProfileConfig | undefined) =>
@@ -256,7 +256,7 @@ describe('auto-injection (§3.6)', () => {
     assert.equal(loaded.config.flowControl.saturationDetector.pluginRef, 'conc');
     assert.ok(!loaded.config.plugins.some((p) => p.name === 'utilization-detector'));
     assert.deepEqual(
-      loaded.warnings.map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`),
+      warningsBesidesNoEndpoints(loaded).map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`),
       ['3:1: saturationDetector: deprecated location; move it to flowControl.saturationDetector'],
     );
   });
@@ -270,7 +270,7 @@ describe('auto-injection (§3.6)', () => {
     );
     const loaded = load(text);
     assert.equal(loaded.config.flowControl.saturationDetector.pluginRef, 'utilization-detector');
-    assert.match(loaded.warnings[0]!.message, /ignored because flowControl.saturationDetector is set/);
+    assert.match(warningsBesidesNoEndpoints(loaded)[0]!.message, /ignored because flowControl.saturationDetector is set/);
   });
 
   test('ensure is pure: the input is not modified and the result is deterministic', () => {
@@ -335,7 +335,7 @@ describe('flowControl block (reference §6.9)', () => {
     const loaded = load(yaml('featureGates: ["flowControl=false"]', 'flowControl:', '  maxRequests: 10'));
     assert.equal(featureEnabled(loaded.config, 'flowControl'), false);
     assert.deepEqual(
-      loaded.warnings.map((w) => `${w.line}:${w.col}: ${w.message}`),
+      warningsBesidesNoEndpoints(loaded).map((w) => `${w.line}:${w.col}: ${w.message}`),
       ['2:1: flow control is disabled by featureGates, so maxRequests is ignored (only saturationDetector is used)'],
     );
   });
@@ -375,7 +375,7 @@ describe('llm-d compatibility', () => {
     );
     assert.equal(loaded.config.apiVersion, 'inference.networking.x-k8s.io/v1alpha1');
     assert.deepEqual(
-      loaded.warnings.map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`),
+      warningsBesidesNoEndpoints(loaded).map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`),
       [
         '1:13: apiVersion: apiVersion inference.networking.x-k8s.io/v1alpha1 is deprecated; use llm-d.ai/v1alpha1',
         "3:1: dataLayer: ignored: Sluice scrapes each endpoint's metrics as configured in pool.metrics (a metrics-data-source's path and interval go there)",
@@ -404,5 +404,5 @@ describe('llm-d compatibility', () => {
 
 test('with flow control off, saturationDetector is not listed among the ignored flowControl settings', () => {
   const r = load(yaml('featureGates: ["flowControl=false"]', 'flowControl:', '  saturationDetector: { pluginRef: utilization-detector }', '  maxRequests: 10'));
-  assert.deepEqual(r.warnings.map((w) => w.message), ['flow control is disabled by featureGates, so maxRequests is ignored (only saturationDetector is used)']);
+  assert.deepEqual(warningsBesidesNoEndpoints(r).map((w) => w.message), ['flow control is disabled by featureGates, so maxRequests is ignored (only saturationDetector is used)']);
 });

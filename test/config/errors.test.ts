@@ -8,7 +8,7 @@ import { ConfigError, decodeConfigText, formatPath, loadConfigFile, loadConfigTe
 import { closestMatch, poolSchema } from '../../src/config/schema.js';
 import { featureEnabled } from '../../src/config/defaults.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
-import { load, problems, registry, yaml } from './helpers.js';
+import { load, problems, registry, warningsBesidesNoEndpoints, yaml } from './helpers.js';
 
 describe('syntax and shape', () => {
   test('YAML syntax error with its position', () => {
@@ -610,7 +610,7 @@ describe('suggestions (closestMatch)', () => {
 
 describe('what a file means, said where it is written', () => {
   const builtin = builtinRegistry();
-  const warningLines = (text: string, plugins = registry) => load(text, 'c.yaml', plugins).warnings.map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`);
+  const warningLines = (text: string, plugins = registry) => warningsBesidesNoEndpoints(load(text, 'c.yaml', plugins)).map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`);
 
   test('YAML merge keys are expanded, as Kubernetes YAML decoders do', () => {
     const r = load(yaml('pool:', '  endpoints:', '  - &a { name: a, address: 127.0.0.1, port: 8001 }', '  - <<: *a', '    name: b', '    port: 8002'));
@@ -779,7 +779,7 @@ describe('mutation review: loader edges', () => {
     const text = yaml('plugins:', '- { type: concurrency-detector, name: conc }', 'saturationDetector: { pluginRef: conc }', 'flowControl:', "  saturationDetector: { pluginRef: '' }");
     const r = load(text, 'c.yaml', builtin);
     assert.equal(r.config.flowControl.saturationDetector.pluginRef, 'conc');
-    assert.deepEqual(r.warnings.map((w) => w.message), ['deprecated location; move it to flowControl.saturationDetector']);
+    assert.deepEqual(warningsBesidesNoEndpoints(r).map((w) => w.message), ['deprecated location; move it to flowControl.saturationDetector']);
   });
 
   test('invalid UTF-8 continuation bytes and overlong forms are errors at their column', () => {

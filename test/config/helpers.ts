@@ -23,3 +23,11 @@ export function problems(text: string, file = 'c.yaml', plugins: PluginRegistry 
   }
   assert.fail('expected a ConfigError');
 }
+
+/**
+ * A loaded config's warnings without "no endpoints", which every file without pool.endpoints gets:
+ * for tests of other warnings, written as llm-d files are (no pool section).
+ */
+export function warningsBesidesNoEndpoints(r: LoadResult): LoadResult['warnings'] {
+  return r.warnings.filter((w) => !w.message.startsWith('no endpoints: '));
+}

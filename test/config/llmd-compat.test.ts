@@ -11,12 +11,12 @@ import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { DisaggProfileHandler } from '../../src/scheduling/plugins/disagg-profile-handler.js';
 import { buildScheduling } from '../../src/scheduling/build.js';
 import { ManualClock, seededRandom } from '../../src/util/clock.js';
-import { load as loadWith, problems as problemsWith, yaml } from './helpers.js';
+import { load as loadWith, problems as problemsWith, warningsBesidesNoEndpoints, yaml } from './helpers.js';
 
 const registry = builtinRegistry();
 const load = (text: string): LoadResult => loadWith(text, 'c.yaml', registry);
 const problems = (text: string): string[] => problemsWith(text, 'c.yaml', registry);
-const warnings = (r: LoadResult) => r.warnings.map((w) => `${w.line}: ${w.path}: ${w.message}`);
+const warnings = (r: LoadResult) => warningsBesidesNoEndpoints(r).map((w) => `${w.line}: ${w.path}: ${w.message}`);
 const pluginParams = (r: LoadResult, name: string) => r.config.plugins.find((p) => p.name === name)?.parameters;
 
 const PD_PROFILES = [

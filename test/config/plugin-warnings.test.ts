@@ -118,3 +118,34 @@ describe('a profile whose label filters keep none of the configured endpoints', 
     assert.deepEqual(warnings(pd(['llm-d.ai/role: prefill, zone: a', 'llm-d.ai/role: decode'], ', { pluginRef: label-selector-filter }')), []);
   });
 });
+
+describe('endpoints no profile can pick, and no endpoints at all', () => {
+  const fleet = (roles: string[], profiles: string[]): string =>
+    yaml(
+      'pool:',
+      '  endpoints:',
+      ...roles.map((r, i) => `  - { name: s${i}, address: 127.0.0.1, port: ${8001 + i}${r === '' ? '' : `, labels: { llm-d.ai/role: ${r} }`} }`),
+      'plugins: [ { type: decode-filter }, { type: queue-scorer } ]',
+      'schedulingProfiles:',
+      ...profiles,
+    );
+  const decodeOnly = ['- name: default', '  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]'];
+
+  test('prefill servers without a P/D handler gate every request through their stage: said once, at the first one', () => {
+    const ws = warnings(fleet(['decode', 'prefill', 'prefill', ''], decodeOnly));
+    assert.equal(ws.length, 1, ws.join('\n'));
+    assert.match(ws[0]!, /^4:74: pool\.endpoints\[1\]\.labels\["llm-d\.ai\/role"\]: no scheduling profile can pick s1, s2 \(every profile's label filters leave them out\), yet they count toward stage-aware saturation \(stage prefill\)/);
+  });
+
+  test('no warning when a profile picks every endpoint, or for an encode-only server (in no stage)', () => {
+    assert.deepEqual(warnings(fleet(['decode', 'prefill'], ['- name: all', '  plugins: [ { pluginRef: queue-scorer } ]'])), []);
+    assert.deepEqual(warnings(fleet(['decode', 'encode'], decodeOnly)), []);
+  });
+
+  test('an empty pool is said at pool.endpoints, or at the top of a file without one', () => {
+    assert.deepEqual(warnings(yaml('server: { port: 8080 }', 'pool:', '  endpoints: []')), [
+      '3:14: pool.endpoints: no endpoints: every API request is answered 503 rejected-no-endpoints (with flow control, after waiting flowControl.noEndpointRequestTTL for a reload that adds some)',
+    ]);
+    assert.match(warnings('')[0]!, /^1:1: pool\.endpoints: no endpoints: /);
+  });
+});
