@@ -109,7 +109,7 @@ export async function runDemo(opts: DemoOptions): Promise<void> {
     `    -d '{"model":"${model}","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"${DEMO_LONG_PROMPT}"}]}'`,
     '',
     'Decisions so far:',
-    `  curl -s ${gateway.metricsUrl}/metrics | grep llm_d_epp_disagg_decision_total`,
+    `  curl -s ${gateway.metricsUrl}/metrics | grep ^llm_d_epp_disagg_decision_total`,
     '',
     `Metrics:  ${gateway.metricsUrl}/metrics`,
     `Pool:     ${gateway.metricsUrl}/debug/pool   (roles, stages, in-flight per endpoint)`,

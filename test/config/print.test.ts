@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { loadConfigFile } from '../../src/config/load.js';
+import { readFileSync } from 'node:fs';
+import { loadConfigFile, loadConfigText } from '../../src/config/load.js';
 import { effectiveConfigDigest, effectiveConfigYaml } from '../../src/config/print.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { load, registry, warningsBesidesNoEndpoints, yaml } from './helpers.js';
@@ -111,4 +112,21 @@ describe('effectiveConfigYaml', () => {
       assert.deepEqual(reloaded.config, loaded.config, file);
     }
   });
+});
+
+test("configuration.md's `sluice validate` sample is the real output, but for the part it marks as abridged", () => {
+  const doc = readFileSync(new URL('../../docs/configuration.md', import.meta.url), 'utf8');
+  const intro = doc.indexOf('real output, abridged where marked:');
+  assert.ok(intro > 0);
+  const start = doc.indexOf('```yaml\n', intro) + '```yaml\n'.length;
+  const sample = doc.slice(start, doc.indexOf('```\n', start)).split('\n');
+  const cut = sample.findIndex((l) => l.startsWith('  # …'));
+  assert.ok(cut > 0, 'the sample marks what it leaves out with "  # …"');
+  let after = cut;
+  while (sample[after]!.startsWith('  #')) after++;
+  const loaded = loadConfigText('pool: {endpoints: [{name: vllm-0, address: 10.0.0.1}]}\n', '/tmp/sluice-docs/min.yaml', builtinRegistry());
+  const real = effectiveConfigYaml(loaded).split('\n');
+  assert.deepEqual(real.slice(0, cut), sample.slice(0, cut), 'before the abridged part');
+  const tail = sample.slice(after);
+  assert.deepEqual(real.slice(real.length - tail.length), tail, 'after the abridged part');
 });
