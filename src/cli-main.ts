@@ -98,11 +98,14 @@ function exitOnCrash(logger: Logger): void {
 
 async function main(argv: string[]): Promise<number> {
   let [command, ...rest] = argv;
+  if (command === 'help') command = '--help';
   if (command === undefined || (command.startsWith('-') && command !== '--version')) {
     if (command === '--help' || command === '-h') {
       console.log(USAGE);
       return 0;
     }
+    // Bare `sluice` serves SLUICE_CONFIG (as the image does); without one, someone is finding out how to start.
+    if (command === undefined && !process.env.SLUICE_CONFIG) throw new UsageError(`no command given\n${USAGE}`);
     rest = command === undefined ? [] : argv;
     command = 'serve';
   }

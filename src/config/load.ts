@@ -269,7 +269,7 @@ function firstLine(message: string): string {
  */
 const YAML_HINTS: Partial<Record<ErrorCode, string>> = {
   BAD_INDENT: 'check the indentation of this line',
-  MULTILINE_IMPLICIT_KEY: 'check the indentation of this line and the lines below it',
+  MULTILINE_IMPLICIT_KEY: 'check the indentation of this line and the lines below it, and for a missing ":" after a key',
 };
 
 const SECTIONS = rawConfigSchema.shape;

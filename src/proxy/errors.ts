@@ -20,6 +20,7 @@ const ERROR_TYPES: Record<number, string> = {
   400: 'BadRequestError',
   404: 'NotFoundError',
   405: 'NotFoundError',
+  409: 'ConflictError',
   408: 'BadRequestError',
   413: 'RequestTooLargeError',
   431: 'RequestTooLargeError',

@@ -19,7 +19,7 @@ describe('syntax and shape', () => {
 
   test('a line indented too far: one error at the value above it, with a plain hint', () => {
     assert.deepEqual(problems(yaml('server:', '  port: 8080', '   metricsPort: 9090')), [
-      'c.yaml:2:9: YAML syntax error: Nested mappings are not allowed in compact mappings — check the indentation of this line and the lines below it',
+      'c.yaml:2:9: YAML syntax error: Nested mappings are not allowed in compact mappings — check the indentation of this line and the lines below it, and for a missing ":" after a key',
     ]);
   });
 

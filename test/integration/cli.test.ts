@@ -96,6 +96,18 @@ describe('sluice CLI', () => {
       assert.match(r.stdout, /^usage:/, command);
     }
     assert.match((await run(['sim', '--help'])).stdout, /--max-num-seqs N +requests running at once .*\[8\]/);
+    assert.match((await run(['help'])).stdout, /^usage:/);
+    // Bare: without SLUICE_CONFIG (what the image sets, to serve), the usage and exit 1.
+    const env = { ...process.env };
+    delete env.SLUICE_CONFIG;
+    const bare = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const p = spawn(process.execPath, ['--import', 'tsx', CLI], { env });
+      let stderr = '';
+      p.stderr.on('data', (c) => (stderr += c));
+      p.on('close', (code) => resolve({ code, stderr }));
+    });
+    assert.equal(bare.code, 1);
+    assert.match(bare.stderr, /^sluice: no command given\nusage:/);
   });
 
   test('SLUICE_CONFIG stands for --config; unknown command exits 1', async () => {

@@ -75,6 +75,7 @@ describe('/debug/profile', () => {
       const busy = await get(`${fleet.gw.metricsUrl}/debug/profile/${kind}?seconds=1`);
       assert.equal(busy.status, 409);
       assert.match((busy.json as { error: { message: string } }).error.message, /a cpu profile is being taken already/);
+      assert.equal((busy.json as { error: { type: string } }).error.type, 'ConflictError');
     }
     assert.equal((await running).status, 200);
     for (const seconds of ['0', '-1', 'abc', '301', '']) {
