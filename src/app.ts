@@ -219,6 +219,13 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const pool = new Pool(endpointSpecs(loaded.config), {
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
     outlierPolicy: loaded.config.server.upstream.outlierDetection,
+    onServedModels: (servedBy) => {
+      if (servedBy.size < 2) return;
+      logger.warn(
+        { models: Object.fromEntries(servedBy) },
+        "the pool's servers serve several models: each request goes only to the servers of its model, but flow control reads the saturation of the whole pool, so one model's busy servers hold the others' requests (give each model a pool of its own)",
+      );
+    },
     onOutlier: (ep, event) => {
       switch (event.kind) {
         case 'ejected':

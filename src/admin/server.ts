@@ -112,6 +112,8 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       labels: ep.labels,
       role: ep.role || 'decode (unlabelled)',
       stage: ep.stage,
+      // The model its pages name (model_name): with several in the pool, requests go to their model's servers.
+      model: ep.servedModel ?? null,
       metrics: ep.metrics ?? null,
       metricsAgeSeconds: Number.isFinite(age) ? age / 1000 : null,
       stale: !(age <= stalenessMs) || ep.connectFailure !== undefined,

@@ -77,6 +77,8 @@ export interface EndpointMetrics {
   cacheConfig?: CacheConfigInfo;
   /** Sum of the engine's work counters (vllm-metrics.ts), when the page has any: it moves while the engine works. */
   progress?: number;
+  /** The model the server serves: the `model_name` label of its running-requests series (vLLM: the first served name). */
+  model?: string;
 }
 
 export interface EndpointSpec {
@@ -178,6 +180,8 @@ export class Endpoint {
   probes = 0;
   /** Of inFlightTokens: held for a sidecar's prefill leg, which Sluice cannot see end (not owed work). */
   unseenPromptTokens = 0;
+  /** The model its pages last named (EndpointMetrics.model); undefined until one did (Pool.eligibleFor). */
+  servedModel: string | undefined = undefined;
 
   constructor(spec: EndpointSpec) {
     this.name = spec.name;

@@ -28,6 +28,8 @@ export interface PoolOptions {
   outlierPolicy?: OutlierPolicy;
   /** Told when an endpoint is ejected or back (logs, metrics). */
   onOutlier?: (ep: Endpoint, event: OutlierEvent) => void;
+  /** Told when the set of models the endpoints' pages name changes (each endpoint's in `servedBy`). */
+  onServedModels?: (servedBy: ReadonlyMap<string, readonly string[]>) => void;
 }
 
 function sameLabels(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
@@ -75,6 +77,11 @@ export class Pool implements PoolView {
   /** The earliest end of an ejection running at the last look (Infinity: none). */
   private nextReturnAt = Infinity;
   private eligibleStale = false;
+  /** The models the endpoints' pages name (Endpoint.servedModel). */
+  private servedModels: ReadonlySet<string> = new Set();
+  /** eligibleFor's answer per model, while the eligible list it narrowed is the current one. */
+  private readonly byModel = new Map<string, { from: readonly Endpoint[]; kept: readonly Endpoint[] }>();
+  private readonly onServedModels: PoolOptions['onServedModels'];
 
   /** Releases that would have taken an in-flight count below zero (a proxy accounting bug). */
   releaseUnderflows = 0;
@@ -82,6 +89,7 @@ export class Pool implements PoolView {
   constructor(specs: readonly EndpointSpec[], opts: PoolOptions = {}) {
     this.onInvariantViolation = opts.onInvariantViolation;
     this.onOutlier = opts.onOutlier;
+    this.onServedModels = opts.onServedModels;
     this.outlierPolicy = opts.outlierPolicy ?? DEFAULT_OUTLIER_POLICY;
     this.setEndpoints(specs);
   }
@@ -103,6 +111,41 @@ export class Pool implements PoolView {
     if (this.leftOut === 0 && !this.eligibleStale && now < this.nextReturnAt) return this.list;
     if (this.eligibleStale || now >= this.nextReturnAt) this.refreshEligible(now);
     return this.eligibleList;
+  }
+
+  /**
+   * `eligible(now)` for a request of `model`. When the pool's servers name several models (their
+   * pages' `model_name`, EndpointMetrics.model) and `model` is one of them, only its servers and
+   * those whose pages name none: a server of another model would answer 404. A model whose every
+   * server is set aside keeps them, as a stage does. A model no server names (a LoRA adapter, a
+   * second served name) may go to any, as with one model. Cached per model and eligible list.
+   */
+  eligibleFor(model: string, now: number): readonly Endpoint[] {
+    const eligible = this.eligible(now);
+    if (this.servedModels.size < 2 || !this.servedModels.has(model)) return eligible;
+    const hit = this.byModel.get(model);
+    if (hit !== undefined && hit.from === eligible) return hit.kept;
+    const serves = (ep: Endpoint): boolean => ep.servedModel === undefined || ep.servedModel === model;
+    let kept = eligible.filter(serves);
+    if (!kept.some((ep) => ep.servedModel === model)) kept = this.list.filter(serves);
+    const answer = Object.freeze(kept);
+    this.byModel.set(model, { from: eligible, kept: answer });
+    return answer;
+  }
+
+  /** The pages named a new model, or the list changed: recounts the models and says so when they changed. */
+  private recountModels(): void {
+    this.byModel.clear();
+    const servedBy = new Map<string, string[]>();
+    for (const ep of this.list) {
+      if (ep.servedModel === undefined) continue;
+      const names = servedBy.get(ep.servedModel);
+      if (names === undefined) servedBy.set(ep.servedModel, [ep.name]);
+      else names.push(ep.name);
+    }
+    const changed = servedBy.size !== this.servedModels.size || [...servedBy.keys()].some((m) => !this.servedModels.has(m));
+    this.servedModels = new Set(servedBy.keys());
+    if (changed) this.onServedModels?.(servedBy);
   }
 
   /** When the earliest running ejection ends (undefined: none runs): the reading can change then. */
@@ -271,6 +314,7 @@ export class Pool implements PoolView {
     // left is no longer counted.
     this.eligibleList = this.list;
     this.eligibleStale = true;
+    this.recountModels();
     this.notify('endpoints');
     return { added, removed, relabelled };
   }
@@ -437,6 +481,10 @@ export class Pool implements PoolView {
       if (m.running > ep.peakRunning) ep.peakRunning = m.running;
       ep.slowStartAtScrape = ep.slowStartSlots();
       this.checkProgress(ep, prev, m, now);
+      if (m.model !== undefined && m.model !== ep.servedModel) {
+        ep.servedModel = m.model;
+        this.recountModels();
+      }
       ep.lastError = undefined;
       // A page fetched while a request was being refused says nothing about the server now.
       if (ep.connectFailures === ep.connectFailuresAtScrapeStart) ep.connectFailure = undefined;

@@ -20,6 +20,10 @@
  * as the queue instead, so a decode server busy pulling KV does not read as saturated (llm-d reads
  * `vllm:num_requests_waiting`, and such a decode tier throttles itself under P/D load).
  *
+ * The served model: the `model_name` label of the first running-requests series (vLLM and sglang
+ * label their series with it; vLLM with its first `--served-model-name`). Pool.eligibleFor sends a
+ * request only to the servers of its model when the pool's servers name several.
+ *
  * Several series of one family (vLLM data parallel: `engine="0"`, `engine="1"`, ...) are summed for
  * waiting/running and averaged for KV usage — llm-d takes only the first series, which under-counts a
  * DP server's load (GIE #2950).
@@ -176,6 +180,7 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
   let cacheConfig: CacheConfigInfo | undefined;
   const progressNames = names.progress;
   let progress: number | undefined;
+  let model: string | undefined;
   const replicaLabels = names.replicaLabels;
   /** Series of the summed families seen so far: a page that prints one twice counts it once. */
   let seen: Set<string> | undefined;
@@ -205,6 +210,10 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
         checkGauge(name, value);
         running += value;
         runningSeries++;
+        if (model === undefined) {
+          const served = labels.model_name;
+          if (served !== undefined && served.length > 0) model = served;
+        }
       } else if (byReason !== undefined && name === byReason.metric) {
         if (labels[byReason.label] !== byReason.value || !countsOnce(name, labels)) return;
         checkGauge(name, value);
@@ -251,5 +260,6 @@ export function extractVllmMetrics(text: string, engineType = 'vllm'): EndpointM
   }
   if (cacheConfig !== undefined) metrics.cacheConfig = cacheConfig;
   if (progress !== undefined) metrics.progress = progress;
+  if (model !== undefined) metrics.model = model;
   return metrics;
 }

@@ -194,7 +194,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   // A client that left while its request was queued (and whose close we could not observe) costs nothing.
   if (res.destroyed || ctx.req.socket?.destroyed) return 0;
   const retries = rt.config.server.upstream.retries;
-  let candidates: readonly Endpoint[] = pool.eligible(ctx.clock.now());
+  let candidates: readonly Endpoint[] = pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
   /** Servers a connection failed on (by origin: an endpoint a reload moved is a new server). */
   let failedOrigins: string[] | undefined;
   /** Servers that lost a connection once and stay eligible (below). */
@@ -256,7 +256,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       else (failedOrigins ??= []).push(ep.origin);
       const failed = failedOrigins ?? [];
       const lost = lostOnce ?? [];
-      const eligible = pool.eligible(ctx.clock.now());
+      const eligible = pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
       const untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
       candidates = untried.length > 0 ? untried : eligible.filter((c) => !failed.includes(c.origin));
     }

@@ -319,3 +319,51 @@ test("the engine type comes from llm-d.ai/engine-type, else from GIE's legacy la
   assert.deepEqual(pool.endpoints.map((e) => e.engineType), ['trtllm-serve', 'sglang']);
   assert.equal(new Pool([{ ...spec('labelled', 1, { 'llm-d.ai/engine-type': 'vllm' }), defaultEngine: 'sglang' }]).endpoints[0]!.engineType, 'vllm');
 });
+
+describe('Pool: the servers of a request model (eligibleFor)', () => {
+  const page = (model?: string): EndpointMetrics => ({ waiting: 0, running: 0, kvUsage: 0, ...(model !== undefined ? { model } : {}) });
+  const names = (eps: readonly Endpoint[]) => eps.map((e) => e.name);
+
+  test('one model named (or none): every eligible endpoint, the same array', () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2)]);
+    assert.equal(pool.eligibleFor('x', 0), pool.eligible(0));
+    pool.recordScrape(pool.byName('a')!, { metrics: page('A') }, 0);
+    pool.recordScrape(pool.byName('b')!, { metrics: page('A') }, 0);
+    assert.equal(pool.eligibleFor('A', 0), pool.eligible(0));
+    assert.equal(pool.eligibleFor('some-lora', 0), pool.eligible(0));
+  });
+
+  test("several: a model's own servers and those whose pages name none; a model no server names goes anywhere", () => {
+    const told: string[] = [];
+    const pool = new Pool([spec('a', 1), spec('b', 2), spec('c', 3), spec('d', 4)], {
+      onServedModels: (servedBy) => told.push(JSON.stringify(Object.fromEntries(servedBy))),
+    });
+    for (const [name, model] of [['a', 'A'], ['b', 'A'], ['c', 'B'], ['d', undefined]] as const) pool.recordScrape(pool.byName(name)!, { metrics: page(model) }, 0);
+    assert.deepEqual(names(pool.eligibleFor('A', 0)), ['a', 'b', 'd']);
+    assert.deepEqual(names(pool.eligibleFor('B', 0)), ['c', 'd']);
+    assert.deepEqual(names(pool.eligibleFor('sql-lora', 0)), ['a', 'b', 'c', 'd']);
+    assert.equal(pool.eligibleFor('A', 0), pool.eligibleFor('A', 0), 'cached while the eligible list stands');
+    // Said when the set changes (A, then A and B), not on every page.
+    pool.recordScrape(pool.byName('c')!, { metrics: page('B') }, 10);
+    pool.recordScrape(pool.byName('d')!, { metrics: page() }, 10);
+    assert.deepEqual(told, ['{"A":["a"]}', '{"A":["a","b"],"B":["c"]}']);
+    // A server that now serves A: B is no longer named by any, so its requests go anywhere.
+    pool.recordScrape(pool.byName('c')!, { metrics: page('A') }, 20);
+    assert.deepEqual(names(pool.eligibleFor('B', 20)), ['a', 'b', 'c', 'd']);
+    assert.deepEqual(names(pool.eligibleFor('A', 20)), ['a', 'b', 'c', 'd']);
+    assert.deepEqual(told.at(-1), '{"A":["a","b","c"]}');
+  });
+
+  test("a model whose every server is set aside keeps them (as a stage does); a reload recounts", () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2), spec('c', 3)]);
+    for (const [name, model] of [['a', 'A'], ['b', 'A'], ['c', 'B']] as const) pool.recordScrape(pool.byName(name)!, { metrics: page(model) }, 0);
+    const c = pool.byName('c')!;
+    for (let i = 0; i < 5; i++) pool.upstreamFailed(c, 'boom', 100);
+    assert.ok(c.isSetAside(100));
+    assert.deepEqual(names(pool.eligible(100)), ['a', 'b']);
+    assert.deepEqual(names(pool.eligibleFor('B', 100)), ['c']);
+    assert.deepEqual(names(pool.eligibleFor('A', 100)), ['a', 'b']);
+    pool.setEndpoints([spec('a', 1), spec('b', 2)]);
+    assert.deepEqual(names(pool.eligibleFor('B', 100)), ['a', 'b'], 'no server names B any more');
+  });
+});

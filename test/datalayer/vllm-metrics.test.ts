@@ -93,6 +93,7 @@ describe('extractVllmMetrics: pages', () => {
       cacheConfig: { blockSize: 16, numGpuBlocks: 1024 },
       // vllm:prompt_tokens_total + vllm:generation_tokens_total
       progress: 12345 + 67890,
+      model: 'Qwen/Qwen2.5-0.5B-Instruct',
     });
   });
 
@@ -103,6 +104,7 @@ describe('extractVllmMetrics: pages', () => {
       kvUsage: 0.8125,
       cacheConfig: { blockSize: 64, numGpuBlocks: 2048 },
       progress: 4096,
+      model: 'sim-model',
     });
   });
 
@@ -113,6 +115,7 @@ describe('extractVllmMetrics: pages', () => {
       kvUsage: 0.5,
       cacheConfig: { blockSize: 16, numGpuBlocks: 27000 },
       progress: 123456,
+      model: 'meta-llama/Llama-3.1-8B-Instruct',
     });
   });
 
@@ -151,6 +154,15 @@ describe('extractVllmMetrics: pages', () => {
   });
 });
 
+test('the served model: model_name of the first running series; none without the label (or with an empty one)', () => {
+  assert.equal(extractVllmMetrics(minimal('0', '1', '0.5')).model, undefined);
+  const page = (running: string) => `vllm:num_requests_waiting 0\n${running}vllm:kv_cache_usage_perc 0.1\n`;
+  assert.equal(extractVllmMetrics(page('vllm:num_requests_running{engine="0",model_name=""} 1\nvllm:num_requests_running{engine="1",model_name="b"} 1\n')).model, 'b');
+  assert.equal(extractVllmMetrics(page('vllm:num_requests_running{engine="0",model_name="a"} 1\nvllm:num_requests_running{engine="1",model_name="b"} 1\n')).model, 'a');
+  // Only the running family names it: a model_name on another family is not read.
+  assert.equal(extractVllmMetrics('vllm:num_requests_waiting{model_name="w"} 0\nvllm:num_requests_running 1\nvllm:kv_cache_usage_perc 0.1\n').model, undefined);
+});
+
 describe('extractVllmMetrics: the queue of requests waiting for capacity', () => {
   // vLLM V1: a decode request pulling its KV from a prefill server waits as "deferred", not for room.
   const pd =
@@ -161,7 +173,7 @@ describe('extractVllmMetrics: the queue of requests waiting for capacity', () =>
     'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.4\n';
 
   test('reason="capacity" is the queue where the page has it; KV pulls in flight are not', () => {
-    assert.deepEqual(extractVllmMetrics(pd), { waiting: 1, running: 3, kvUsage: 0.4 });
+    assert.deepEqual(extractVllmMetrics(pd), { waiting: 1, running: 3, kvUsage: 0.4, model: 'm' });
   });
 
   test('summed over data-parallel engines, each series once; without the family, num_requests_waiting', () => {
@@ -286,6 +298,7 @@ describe('extractVllmMetrics: sglang mapping', () => {
       running: 9,
       kvUsage: 0.62,
       cacheConfig: { blockSize: 1, numGpuBlocks: 180000 },
+      model: 'qwen',
     });
   });
 
