@@ -58,6 +58,9 @@ function checkUnique(specs: readonly EndpointSpec[]): void {
   }
 }
 
+/** LoRA adapters whose model the pool remembers at most (Pool.noteAdapters). */
+const MAX_ADAPTERS_NOTED = 10_000;
+
 export class Pool implements PoolView {
   private list: readonly Endpoint[] = Object.freeze([]);
   private readonly byNameMap = new Map<string, Endpoint>();
@@ -79,6 +82,8 @@ export class Pool implements PoolView {
   private eligibleStale = false;
   /** The models the endpoints' pages name (Endpoint.servedModel). */
   private servedModels: ReadonlySet<string> = new Set();
+  /** LoRA adapters seen running or waiting on a server (vllm:lora_requests_info), to the model that server serves. */
+  private readonly adapterBase = new Map<string, string>();
   /** eligibleFor's answer per model, while the eligible list it narrowed is the current one. */
   private readonly byModel = new Map<string, { from: readonly Endpoint[]; kept: readonly Endpoint[] }>();
   private readonly onServedModels: PoolOptions['onServedModels'];
@@ -118,19 +123,33 @@ export class Pool implements PoolView {
    * pages' `model_name`, EndpointMetrics.model) and `model` is one of them, only its servers and
    * those whose pages name none: a server of another model would answer 404. A model whose every
    * server is set aside keeps them, as a stage does. A model no server names (a LoRA adapter, a
-   * second served name) may go to any, as with one model. Cached per model and eligible list.
+   * second served name) may go to any, as with one model; but a LoRA adapter a server's page showed
+   * running or waiting goes to the servers of that server's model. Cached per model and eligible list.
    */
   eligibleFor(model: string, now: number): readonly Endpoint[] {
     const eligible = this.eligible(now);
-    if (this.servedModels.size < 2 || !this.servedModels.has(model)) return eligible;
+    if (this.servedModels.size < 2) return eligible;
+    const base = this.servedModels.has(model) ? model : this.adapterBase.get(model);
+    if (base === undefined || !this.servedModels.has(base)) return eligible;
     const hit = this.byModel.get(model);
     if (hit !== undefined && hit.from === eligible) return hit.kept;
-    const serves = (ep: Endpoint): boolean => ep.servedModel === undefined || ep.servedModel === model;
+    const serves = (ep: Endpoint): boolean => ep.servedModel === undefined || ep.servedModel === base;
     let kept = eligible.filter(serves);
-    if (!kept.some((ep) => ep.servedModel === model)) kept = this.list.filter(serves);
+    if (!kept.some((ep) => ep.servedModel === base)) kept = this.list.filter(serves);
     const answer = Object.freeze(kept);
     this.byModel.set(model, { from: eligible, kept: answer });
     return answer;
+  }
+
+  /** Notes the model of adapters a page showed; one new or moved clears eligibleFor's cache. */
+  private noteAdapters(adapters: readonly string[], model: string): void {
+    for (const adapter of adapters) {
+      if (this.adapterBase.get(adapter) === model) continue;
+      // Names come from the servers' pages: bounded, forgetting all past the bound (they are seen again).
+      if (this.adapterBase.size >= MAX_ADAPTERS_NOTED) this.adapterBase.clear();
+      this.adapterBase.set(adapter, model);
+      this.byModel.clear();
+    }
   }
 
   /** The pages named a new model, or the list changed: recounts the models and says so when they changed. */
@@ -484,6 +503,10 @@ export class Pool implements PoolView {
       if (m.model !== undefined && m.model !== ep.servedModel) {
         ep.servedModel = m.model;
         this.recountModels();
+      }
+      if (m.lora !== undefined && m.model !== undefined) {
+        this.noteAdapters(m.lora.running, m.model);
+        this.noteAdapters(m.lora.waiting, m.model);
       }
       ep.lastError = undefined;
       // A page fetched while a request was being refused says nothing about the server now.

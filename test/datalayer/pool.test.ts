@@ -354,6 +354,20 @@ describe('Pool: the servers of a request model (eligibleFor)', () => {
     assert.deepEqual(told.at(-1), '{"A":["a","b","c"]}');
   });
 
+  test("a LoRA adapter a page showed goes to the servers of that page's model; one never shown goes anywhere", () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2), spec('c', 3)]);
+    const lora = (running: string[], waiting: string[] = []) => ({ running, waiting, maxLora: 4 });
+    pool.recordScrape(pool.byName('a')!, { metrics: { ...page('A'), lora: lora(['sql-lora']) } }, 0);
+    pool.recordScrape(pool.byName('b')!, { metrics: page('A') }, 0);
+    pool.recordScrape(pool.byName('c')!, { metrics: { ...page('B'), lora: lora([], ['poem-lora']) } }, 0);
+    assert.deepEqual(names(pool.eligibleFor('sql-lora', 0)), ['a', 'b'], 'every server of A, not only the one that ran it');
+    assert.deepEqual(names(pool.eligibleFor('poem-lora', 0)), ['c']);
+    assert.deepEqual(names(pool.eligibleFor('other-lora', 0)), ['a', 'b', 'c']);
+    // Seen later on a server of B: it follows.
+    pool.recordScrape(pool.byName('c')!, { metrics: { ...page('B'), lora: lora(['sql-lora']) } }, 10);
+    assert.deepEqual(names(pool.eligibleFor('sql-lora', 10)), ['c']);
+  });
+
   test("a model whose every server is set aside keeps them (as a stage does); a reload recounts", () => {
     const pool = new Pool([spec('a', 1), spec('b', 2), spec('c', 3)]);
     for (const [name, model] of [['a', 'A'], ['b', 'A'], ['c', 'B']] as const) pool.recordScrape(pool.byName(name)!, { metrics: page(model) }, 0);
