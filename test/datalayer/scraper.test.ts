@@ -105,7 +105,7 @@ describe('Scraper.scrapeOnce', () => {
     try {
       const ep = pool.endpoints[0]!;
       await scraper.scrapeOnce(ep);
-      assert.deepEqual(ep.metrics, { waiting: 3, running: 4, kvUsage: 0.25 }, ep.lastError);
+      assert.deepEqual(ep.metrics, { waiting: 3, running: 4, kvUsage: 0.25, model: 'm' }, ep.lastError);
       assert.equal(ep.metricsAt, 5000);
       assert.equal(ep.lastError, undefined);
       assert.deepEqual(server.paths, ['/metrics']);
@@ -132,7 +132,7 @@ describe('Scraper.scrapeOnce', () => {
       await scraper.scrapeOnce(ep);
       clock.advance(500);
       await scraper.scrapeOnce(ep);
-      assert.deepEqual(ep.metrics, { waiting: 2, running: 1, kvUsage: 0.5 });
+      assert.deepEqual(ep.metrics, { waiting: 2, running: 1, kvUsage: 0.5, model: 'm' });
       assert.equal(ep.metricsAt, 1000);
       assert.equal(ep.metricsAge(clock.now()), 500);
       assert.match(ep.lastError ?? '', /500/);

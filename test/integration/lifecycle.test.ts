@@ -557,7 +557,8 @@ ${extra}`;
     const file = join(dir, 'crash.yaml');
     writeFileSync(file, config([{ name: 'a', port: a.port }]));
     const bug = join(dir, 'bug.mjs');
-    writeFileSync(bug, "setTimeout(() => { throw new Error('a bug in a timer'); }, 1500);\n");
+    // Thrown from a timer once serve has installed its handler (start-up takes long on a busy machine).
+    writeFileSync(bug, "const t = setInterval(() => { if (process.listenerCount('uncaughtException') > 0) { clearInterval(t); throw new Error('a bug in a timer'); } }, 20);\n");
     const p = spawn(process.execPath, ['--import', 'tsx', '--import', bug, CLI, 'serve', '--config', file, '--log-level', 'info']);
     try {
       let out = '';
