@@ -216,14 +216,20 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   for (const w of loaded.warnings ?? []) logger.warn({ config: formatProblem(w) }, 'config warning');
   // The metrics read the pool only when scraped.
   const metrics = new GatewayMetrics({ poolName: loaded.config.pool.name, pool: () => pool, now: () => clock.now() });
+  /** The sets of models already logged: a page that flips between models would log one at every flip. */
+  const mixesLogged = new Set<string>();
   const pool = new Pool(endpointSpecs(loaded.config), {
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
     outlierPolicy: loaded.config.server.upstream.outlierDetection,
     onServedModels: (servedBy) => {
       if (servedBy.size < 2) return;
+      const mix = JSON.stringify([...servedBy.keys()].sort());
+      if (mixesLogged.has(mix)) return;
+      if (mixesLogged.size >= 64) mixesLogged.clear();
+      mixesLogged.add(mix);
       logger.warn(
         { models: Object.fromEntries(servedBy) },
-        "the pool's servers serve several models: each request goes only to the servers of its model, but flow control reads the saturation of the whole pool, so one model's busy servers hold the others' requests (give each model a pool of its own)",
+        "the pool's servers serve several models: each request goes only to the servers of its model, but flow control reads each stage's saturation over all of them, so the models blur each other's reading (give each model a pool of its own)",
       );
     },
     onOutlier: (ep, event) => {

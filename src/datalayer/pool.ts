@@ -82,6 +82,8 @@ export class Pool implements PoolView {
   private eligibleStale = false;
   /** The models the endpoints' pages name (Endpoint.servedModel). */
   private servedModels: ReadonlySet<string> = new Set();
+  /** Endpoints in `list` per model their pages name: a page naming a model costs O(1), not a recount. */
+  private modelCounts = new Map<string, number>();
   /** LoRA adapters seen running or waiting on a server (vllm:lora_requests_info), to the model that server serves. */
   private readonly adapterBase = new Map<string, string>();
   /** eligibleFor's answer per model, while the eligible list it narrowed is the current one. */
@@ -122,7 +124,7 @@ export class Pool implements PoolView {
    * `eligible(now)` for a request of `model`. When the pool's servers name several models (their
    * pages' `model_name`, EndpointMetrics.model) and `model` is one of them, only its servers and
    * those whose pages name none: a server of another model would answer 404. A model whose every
-   * server is set aside keeps them, as a stage does. A model no server names (a LoRA adapter, a
+   * server in a stage is set aside keeps them there, as a stage does. A model no server names (a LoRA adapter, a
    * second served name) may go to any, as with one model; but a LoRA adapter a server's page showed
    * running or waiting goes to the servers of that server's model. Cached per model and eligible list.
    */
@@ -135,7 +137,14 @@ export class Pool implements PoolView {
     if (hit !== undefined && hit.from === eligible) return hit.kept;
     const serves = (ep: Endpoint): boolean => ep.servedModel === undefined || ep.servedModel === base;
     let kept = eligible.filter(serves);
-    if (!kept.some((ep) => ep.servedModel === base)) kept = this.list.filter(serves);
+    // Per stage, as `eligible`: a stage whose every server of the model is set aside keeps them (P/D:
+    // the model's decode servers all ejected while another model's keep the decode stage open).
+    const open = new Set<Endpoint['stage']>();
+    for (const ep of kept) if (ep.servedModel === base) open.add(ep.stage);
+    if (this.list.some((ep) => ep.servedModel === base && !open.has(ep.stage))) {
+      const isEligible = new Set(eligible);
+      kept = this.list.filter((ep) => serves(ep) && (isEligible.has(ep) || (ep.servedModel === base && !open.has(ep.stage))));
+    }
     const answer = Object.freeze(kept);
     this.byModel.set(model, { from: eligible, kept: answer });
     return answer;
@@ -156,15 +165,38 @@ export class Pool implements PoolView {
   private recountModels(): void {
     this.byModel.clear();
     const servedBy = new Map<string, string[]>();
+    this.modelCounts = new Map();
     for (const ep of this.list) {
       if (ep.servedModel === undefined) continue;
       const names = servedBy.get(ep.servedModel);
       if (names === undefined) servedBy.set(ep.servedModel, [ep.name]);
       else names.push(ep.name);
+      this.modelCounts.set(ep.servedModel, names === undefined ? 1 : names.length);
     }
     const changed = servedBy.size !== this.servedModels.size || [...servedBy.keys()].some((m) => !this.servedModels.has(m));
     this.servedModels = new Set(servedBy.keys());
     if (changed) this.onServedModels?.(servedBy);
+  }
+
+  /**
+   * `ep`'s page names `model`, another than before: the counts move, and the models are recounted
+   * (O(n)) only when one appears or disappears, so a pool's first scrapes cost O(n) in all, not O(n²).
+   */
+  private servesModel(ep: Endpoint, model: string): void {
+    const before = ep.servedModel;
+    ep.servedModel = model;
+    this.byModel.clear();
+    if (this.byNameMap.get(ep.name) !== ep) return; // removed (draining): not counted
+    const counts = this.modelCounts;
+    const now = (counts.get(model) ?? 0) + 1;
+    counts.set(model, now);
+    let gone = false;
+    if (before !== undefined) {
+      const left = (counts.get(before) ?? 1) - 1;
+      if (left > 0) counts.set(before, left);
+      else gone = counts.delete(before);
+    }
+    if (now === 1 || gone) this.recountModels();
   }
 
   /** When the earliest running ejection ends (undefined: none runs): the reading can change then. */
@@ -500,10 +532,7 @@ export class Pool implements PoolView {
       if (m.running > ep.peakRunning) ep.peakRunning = m.running;
       ep.slowStartAtScrape = ep.slowStartSlots();
       this.checkProgress(ep, prev, m, now);
-      if (m.model !== undefined && m.model !== ep.servedModel) {
-        ep.servedModel = m.model;
-        this.recountModels();
-      }
+      if (m.model !== undefined && m.model !== ep.servedModel) this.servesModel(ep, m.model);
       if (m.lora !== undefined && m.model !== undefined) {
         this.noteAdapters(m.lora.running, m.model);
         this.noteAdapters(m.lora.waiting, m.model);

@@ -558,7 +558,8 @@ class Queued implements FlowRequest, ClientWatcher {
     const { ctx } = this;
     restoreParsedForm(ctx.sreq, ctx.raw);
     // An ejected endpoint is no favourite to wait for: it takes no requests (outlier detection).
-    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.eligible(ctx.clock.now()));
+    // Over the candidates dispatch will schedule over (forward.ts): its model's servers in a mixed pool.
+    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.eligibleFor(ctx.sreq.model, ctx.clock.now()));
   }
 
   /** The flow controller swallows a callback's error: one here must still end the request (a 500 from handleApi). */

@@ -381,3 +381,32 @@ describe('Pool: the servers of a request model (eligibleFor)', () => {
     assert.deepEqual(names(pool.eligibleFor('B', 100)), ['a', 'b'], 'no server names B any more');
   });
 });
+
+test("eligibleFor, P/D with two models: a stage whose every server of the model is set aside keeps them (per stage, as eligible)", () => {
+  const pool = new Pool([
+    spec('a-p', 1, { 'llm-d.ai/role': 'prefill' }),
+    spec('a-d', 2, { 'llm-d.ai/role': 'decode' }),
+    spec('b-p', 3, { 'llm-d.ai/role': 'prefill' }),
+    spec('b-d', 4, { 'llm-d.ai/role': 'decode' }),
+  ]);
+  for (const [name, model] of [['a-p', 'A'], ['a-d', 'A'], ['b-p', 'B'], ['b-d', 'B']] as const) {
+    pool.recordScrape(pool.byName(name)!, { metrics: { waiting: 0, running: 0, kvUsage: 0, model } }, 0);
+  }
+  const ad = pool.byName('a-d')!;
+  for (let i = 0; i < 5; i++) pool.upstreamFailed(ad, 'boom', 100);
+  assert.ok(ad.isSetAside(100), 'one of the decode stage\'s two may be ejected');
+  assert.deepEqual(pool.eligible(100).map((e) => e.name), ['a-p', 'b-p', 'b-d'], 'the decode stage is open through b-d');
+  // A's requests need a decode server of A: without a-d the decode profile keeps none (429).
+  assert.deepEqual(pool.eligibleFor('A', 100).map((e) => e.name), ['a-p', 'a-d']);
+  assert.deepEqual(pool.eligibleFor('B', 100).map((e) => e.name), ['b-p', 'b-d']);
+});
+
+test('the first scrapes of a large pool cost O(n) in all, not a recount of the models each (O(n²))', () => {
+  const n = 20_000;
+  const pool = new Pool(Array.from({ length: n }, (_, i) => spec(`e${i}`, 1000 + i)));
+  const t0 = performance.now();
+  for (let i = 0; i < n; i++) pool.recordScrape(pool.endpoints[i]!, { metrics: { waiting: 0, running: 0, kvUsage: 0, model: i % 2 ? 'A' : 'B' } }, 1);
+  const ms = performance.now() - t0;
+  assert.ok(ms < 2000, `${Math.round(ms)} ms for ${n} first scrapes (a recount per scrape: ~10 s)`);
+  assert.deepEqual(pool.eligibleFor('A', 1).length, n / 2);
+});

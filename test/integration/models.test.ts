@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import { startSimulator } from '../../src/sim/server.js';
+import { startFakeBackend } from '../helpers/fake-backend.js';
 import { captureLogger, fleetConfig, gatewayFor, waitForMetrics } from '../helpers/fleet.js';
 
 test('two models in one pool: every request reaches a server of its model; the mix is logged and shown', async () => {
@@ -51,5 +52,28 @@ test('two models in one pool: every request reaches a server of its model; the m
   } finally {
     await gw.close();
     await Promise.all(sims.map((s) => s.close()));
+  }
+});
+
+test('a page that flips between models (a Service in front of two deployments) is logged once, not at every flip', async () => {
+  const page = (model: string) =>
+    `vllm:num_requests_waiting{model_name="${model}"} 0\nvllm:num_requests_running{model_name="${model}"} 0\nvllm:kv_cache_usage_perc{model_name="${model}"} 0.1\n`;
+  const backends = await Promise.all([0, 1, 2].map(() => startFakeBackend()));
+  backends[0]!.metrics = page('A');
+  backends[1]!.metrics = page('A');
+  let flips = 0;
+  const flip = setInterval(() => (backends[2]!.metrics = page(++flips % 2 ? 'A' : 'B')), 25);
+  const { logger, lines } = captureLogger('warn');
+  const gw = await gatewayFor(fleetConfig(backends.map((b, i) => ({ name: `e${i}`, port: b.port }))), { logger });
+  try {
+    await waitForMetrics(gw);
+    await new Promise((r) => setTimeout(r, 800));
+    assert.ok(flips > 10);
+    const warned = lines().filter((l) => String(l.msg).startsWith("the pool's servers serve several models"));
+    assert.equal(warned.length, 1, JSON.stringify(warned));
+  } finally {
+    clearInterval(flip);
+    await gw.close();
+    await Promise.all(backends.map((b) => b.close()));
   }
 });
