@@ -124,9 +124,9 @@ export class Pool implements PoolView {
    * `eligible(now)` for a request of `model`. When the pool's servers name several models (their
    * pages' `model_name`, EndpointMetrics.model) and `model` is one of them, only its servers and
    * those whose pages name none: a server of another model would answer 404. A model whose every
-   * server in a stage is set aside keeps them there, as a stage does. A model no server names (a LoRA adapter, a
-   * second served name) may go to any, as with one model; but a LoRA adapter a server's page showed
-   * running or waiting goes to the servers of that server's model. Cached per model and eligible list.
+   * server in a stage is set aside keeps them there, as a stage does. A LoRA adapter a server's page
+   * showed running or waiting goes to the servers of that server's model; a model no page names (an
+   * adapter not seen yet, a second served name) may go to any. Cached per model and eligible list.
    */
   eligibleFor(model: string, now: number): readonly Endpoint[] {
     const eligible = this.eligible(now);
