@@ -162,10 +162,11 @@ export class ApiServer {
         return;
       }
     } else if (req.method === 'GET' || req.method === 'HEAD') {
-      if (path === '/health') return json(res, 200, '{"status":"ok"}');
+      // Every answer of the API port carries an x-request-id (SPEC §2), a probe's too.
+      if (path === '/health') return json(res, 200, '{"status":"ok"}', requestIdOf(req));
       if (path === '/ready') {
         const ready = !this.draining && this.deps.isReady();
-        return json(res, ready ? 200 : 503, ready ? '{"status":"ready"}' : '{"status":"not ready"}');
+        return json(res, ready ? 200 : 503, ready ? '{"status":"ready"}' : '{"status":"not ready"}', requestIdOf(req));
       }
       if (path === '/v1/models') {
         const requestId = requestIdOf(req);

@@ -201,8 +201,13 @@ describe('gateway in front of simulators', () => {
       body.data.map((m) => m.id),
       [MODEL],
     );
-    assert.equal((await request(`${base}/health`)).statusCode, 200);
-    assert.equal((await request(`${base}/ready`)).statusCode, 200);
+    const health = await request(`${base}/health`);
+    assert.equal(health.statusCode, 200);
+    assert.match(String(health.headers['x-request-id']), /^[0-9a-f-]{36}$/);
+    const ready = await request(`${base}/ready`, { headers: { 'x-request-id': 'probe-1' } });
+    assert.equal(ready.statusCode, 200);
+    assert.equal(ready.headers['x-request-id'], 'probe-1');
+    await Promise.all([health.body.dump(), ready.body.dump()]);
     assert.equal((await request(`${fleet.gw.metricsUrl}/ready`)).statusCode, 200);
   });
 
