@@ -58,8 +58,10 @@ function checkUnique(specs: readonly EndpointSpec[]): void {
   }
 }
 
-/** LoRA adapters whose model the pool remembers at most (Pool.noteAdapters). */
+/** LoRA adapters seen last whose model the pool remembers at least (Pool.noteAdapters; at most twice as many). */
 const MAX_ADAPTERS_NOTED = 10_000;
+/** An adapter shown by servers of two models: no model of its own (a page's model_name is never empty). */
+const ANY_MODEL = '';
 
 export class Pool implements PoolView {
   private list: readonly Endpoint[] = Object.freeze([]);
@@ -85,8 +87,10 @@ export class Pool implements PoolView {
   /** Endpoints in `list` per model their pages name: a page naming a model costs O(1), not a recount. */
   private modelCounts = new Map<string, number>();
   /** LoRA adapters seen running or waiting on a server (vllm:lora_requests_info), to the model that server serves. */
-  private readonly adapterBase = new Map<string, string>();
-  /** eligibleFor's answer per model, while the eligible list it narrowed is the current one. */
+  private adapterBase = new Map<string, string>();
+  /** The generation of adapterBase before (noteAdapters): names not seen again since. */
+  private adaptersBefore: ReadonlyMap<string, string> = new Map();
+  /** eligibleFor's answer per model served (an adapter's: its model's), while the eligible list it narrowed is the current one. */
   private readonly byModel = new Map<string, { from: readonly Endpoint[]; kept: readonly Endpoint[] }>();
   private readonly onServedModels: PoolOptions['onServedModels'];
 
@@ -126,14 +130,15 @@ export class Pool implements PoolView {
    * those whose pages name none: a server of another model would answer 404. A model whose every
    * server in a stage is set aside keeps them there, as a stage does. A LoRA adapter a server's page
    * showed running or waiting goes to the servers of that server's model; a model no page names (an
-   * adapter not seen yet, a second served name) may go to any. Cached per model and eligible list.
+   * adapter not seen yet, a second served name) may go to any. Cached per model served and eligible list.
    */
   eligibleFor(model: string, now: number): readonly Endpoint[] {
     const eligible = this.eligible(now);
     if (this.servedModels.size < 2) return eligible;
-    const base = this.servedModels.has(model) ? model : this.adapterBase.get(model);
+    const base = this.servedModels.has(model) ? model : (this.adapterBase.get(model) ?? this.adaptersBefore.get(model));
     if (base === undefined || !this.servedModels.has(base)) return eligible;
-    const hit = this.byModel.get(model);
+    // Per model served, not per name asked for: its adapters share its answer (one copy, one pass).
+    const hit = this.byModel.get(base);
     if (hit !== undefined && hit.from === eligible) return hit.kept;
     const serves = (ep: Endpoint): boolean => ep.servedModel === undefined || ep.servedModel === base;
     let kept = eligible.filter(serves);
@@ -146,18 +151,28 @@ export class Pool implements PoolView {
       kept = this.list.filter((ep) => serves(ep) && (isEligible.has(ep) || (ep.servedModel === base && !open.has(ep.stage))));
     }
     const answer = Object.freeze(kept);
-    this.byModel.set(model, { from: eligible, kept: answer });
+    this.byModel.set(base, { from: eligible, kept: answer });
     return answer;
   }
 
-  /** Notes the model of adapters a page showed; one new or moved clears eligibleFor's cache. */
+  /**
+   * Notes the model of adapters a page showed. eligibleFor caches per model, so nothing cached
+   * changes. Names come from the servers' pages: bounded in two generations, so at least the last
+   * MAX_ADAPTERS_NOTED seen are remembered (at most twice that), at O(1) a name.
+   */
   private noteAdapters(adapters: readonly string[], model: string): void {
     for (const adapter of adapters) {
-      if (this.adapterBase.get(adapter) === model) continue;
-      // Names come from the servers' pages: bounded, forgetting all past the bound (they are seen again).
-      if (this.adapterBase.size >= MAX_ADAPTERS_NOTED) this.adapterBase.clear();
-      this.adapterBase.set(adapter, model);
-      this.byModel.clear();
+      const current = this.adapterBase.get(adapter);
+      if (current === model || current === ANY_MODEL) continue;
+      const known = current ?? this.adaptersBefore.get(adapter);
+      // Shown by servers of two models (two deployments of one base model under two names, say):
+      // either may serve it, so it goes anywhere rather than to whichever page came last.
+      const noted = known === undefined || known === model ? model : ANY_MODEL;
+      if (this.adapterBase.size >= MAX_ADAPTERS_NOTED) {
+        this.adaptersBefore = this.adapterBase;
+        this.adapterBase = new Map();
+      }
+      this.adapterBase.set(adapter, noted);
     }
   }
 

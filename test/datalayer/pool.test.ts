@@ -363,9 +363,9 @@ describe('Pool: the servers of a request model (eligibleFor)', () => {
     assert.deepEqual(names(pool.eligibleFor('sql-lora', 0)), ['a', 'b'], 'every server of A, not only the one that ran it');
     assert.deepEqual(names(pool.eligibleFor('poem-lora', 0)), ['c']);
     assert.deepEqual(names(pool.eligibleFor('other-lora', 0)), ['a', 'b', 'c']);
-    // Seen later on a server of B: it follows.
+    // Seen later on a server of B too: either model's servers may serve it.
     pool.recordScrape(pool.byName('c')!, { metrics: { ...page('B'), lora: lora(['sql-lora']) } }, 10);
-    assert.deepEqual(names(pool.eligibleFor('sql-lora', 10)), ['c']);
+    assert.deepEqual(names(pool.eligibleFor('sql-lora', 10)), ['a', 'b', 'c']);
   });
 
   test("a model whose every server is set aside keeps them (as a stage does); a reload recounts", () => {
@@ -409,4 +409,53 @@ test('the first scrapes of a large pool cost O(n) in all, not a recount of the m
   const ms = performance.now() - t0;
   assert.ok(ms < 2000, `${Math.round(ms)} ms for ${n} first scrapes (a recount per scrape: ~10 s)`);
   assert.deepEqual(pool.eligibleFor('A', 1).length, n / 2);
+});
+
+describe('Pool: LoRA adapters of a request model (eligibleFor)', () => {
+  const lpage = (model: string, running: string[] = []): EndpointMetrics => ({
+    waiting: 0,
+    running: 0,
+    kvUsage: 0,
+    model,
+    ...(running.length ? { lora: { running, waiting: [], maxLora: 8 } } : {}),
+  });
+  const lnames = (eps: readonly { name: string }[]) => eps.map((e) => e.name);
+
+  test('eligibleFor caches per model served, not per adapter name: one answer per model, kept across new adapters', () => {
+    const n = 5000;
+    const pool = new Pool(Array.from({ length: n }, (_, i) => spec(`e${i}`, 1000 + i)));
+    for (let i = 0; i < n; i++) pool.recordScrape(pool.endpoints[i]!, { metrics: lpage(i % 2 ? 'A' : 'B', [`lora${i}`]) }, 1);
+    const forA = pool.eligibleFor('A', 1);
+    assert.equal(forA.length, n / 2);
+    // Adapters of A get A's answer: the same array, not one copy per adapter name.
+    let copies = 0;
+    const t0 = performance.now();
+    for (let i = 1; i < n; i += 2) if (pool.eligibleFor(`lora${i}`, 1) !== forA) copies++;
+    const ms = performance.now() - t0;
+    assert.equal(copies, 0, `${copies} adapters got a copy of A's ${n / 2} servers of their own (${Math.round(ms)} ms: a full pass each)`);
+    // A new adapter seen somewhere changes no model's servers: the answers stay cached.
+    pool.recordScrape(pool.endpoints[1]!, { metrics: lpage('A', ['brand-new']) }, 2);
+    assert.equal(pool.eligibleFor('A', 2), forA, 'a new adapter dropped every cached answer');
+  });
+
+  test('past 10 000 adapters, the last 10 000 seen are remembered, not only those seen since a wipe', () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2)]);
+    pool.recordScrape(pool.byName('b')!, { metrics: lpage('B') }, 0);
+    for (let i = 0; i <= 10_000; i++) pool.recordScrape(pool.byName('a')!, { metrics: lpage('A', [`lora${i}`]) }, 0);
+    // lora1 .. lora10000 are the last 10 000 seen.
+    assert.deepEqual(lnames(pool.eligibleFor('lora9999', 0)), ['a'], 'seen one adapter ago, forgotten: may go to a server of B (404)');
+    assert.deepEqual(lnames(pool.eligibleFor('lora5000', 0)), ['a']);
+  });
+
+  test('an adapter that servers of two models both show goes anywhere, not to whichever page came last', () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2), spec('c', 3)]);
+    pool.recordScrape(pool.byName('b')!, { metrics: lpage('A') }, 0);
+    const seen: string[] = [];
+    for (let t = 0; t < 4; t++) {
+      pool.recordScrape(pool.byName(t % 2 ? 'c' : 'a')!, { metrics: lpage(t % 2 ? 'B' : 'A', ['shared-lora']) }, t);
+      seen.push(lnames(pool.eligibleFor('shared-lora', t)).join(','));
+    }
+    // a (A) and c (B) both run it: either may serve it.
+    assert.deepEqual(seen, ['a,b,c', 'a,b,c', 'a,b,c', 'a,b,c'], `routing flips: ${seen.join(' | ')}`);
+  });
 });
