@@ -5,6 +5,7 @@
  * (`--inter-token-latency 5ms`), so a launch line written for llm-d's simulator runs here too.
  * Each setting may be given once, under either name.
  */
+import { createLogger } from '../util/logger.js';
 import { parseDuration } from '../config/units.js';
 import { ENGINE_DEFAULTS } from './engine.js';
 import { SERVER_DEFAULTS, startSimulator, type SimOptions } from './server.js';
@@ -221,12 +222,7 @@ export async function runSimCli(argv: string[]): Promise<void> {
     process.on('SIGTERM', stop);
     releaseEarlySignals();
   });
-  console.log(JSON.stringify({
-    level: 'info',
-    msg: 'simulator listening',
-    url: sim.url,
-    name: sim.name,
-    model: opts.model ?? S.model,
-  }));
+  // The gateway's log format (pino JSON lines), so a pipeline reads a sim fleet's logs as the gateway's.
+  createLogger({ level: 'info' }).info({ url: sim.url, name: sim.name, model: opts.model ?? S.model }, 'simulator listening');
   await stopped;
 }

@@ -110,6 +110,27 @@ describe('sluice CLI', () => {
     assert.match(bare.stderr, /^sluice: no command given\nusage:/);
   });
 
+  test("sim says where it listens in the gateway's log format (pino JSON), and stops on SIGTERM", async () => {
+    const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'sim', '--port', '0', '--model', 'm-1']);
+    try {
+      let out = '';
+      p.stdout.on('data', (c) => (out += c));
+      await until(() => out.includes('\n'), 15_000, 'the listening line');
+      const line = JSON.parse(out.split('\n')[0]!) as { level: number; msg: string; url: string; model: string };
+      assert.equal(line.level, 30);
+      assert.equal(line.msg, 'simulator listening');
+      assert.equal(line.model, 'm-1');
+      assert.equal((await request(`${line.url}/health`)).statusCode, 200);
+      const code = await new Promise<number | null>((resolve) => {
+        p.once('exit', resolve);
+        p.kill('SIGTERM');
+      });
+      assert.equal(code, 0);
+    } finally {
+      p.kill('SIGKILL');
+    }
+  });
+
   test('SLUICE_CONFIG stands for --config; unknown command exits 1', async () => {
     const r = await run(['validate'], { SLUICE_CONFIG: join(import.meta.dirname, '../../config/demo.yaml') });
     assert.equal(r.code, 0, r.stderr);
