@@ -22,12 +22,47 @@ const USAGE = `usage:
   sluice sim [--port N] [--name NAME] [--model M] [...]
   sluice demo [--port N] [--metrics-port N] [--log-level L]
   sluice version | --version
+  sluice help [COMMAND]        (or COMMAND --help: what it does, its flags)
 
   --config FILE   or SLUICE_CONFIG=FILE
   --log-level L   trace|debug|info|warn|error|fatal|silent, optionally ",pretty" (or LOG_LEVEL=L); JSON lines
                   on stdout, pretty on a terminal
   exit codes      0 clean stop, 1 bad configuration or arguments, 2 runtime failure (e.g. port in use)
   sluice sim --help lists the simulator's flags`;
+
+/** `sluice COMMAND --help` (and `sluice help COMMAND`): what the command does and its flags. */
+const COMMAND_HELP: Readonly<Record<string, string>> = {
+  serve: `usage: sluice serve --config FILE [--port N] [--metrics-port N] [--log-level L]
+
+Runs the gateway: the OpenAI API on server.port (8080), /metrics, /health, /ready and /debug/* on
+server.metricsPort (9090).
+
+  -c, --config FILE    the configuration, YAML or JSON (or SLUICE_CONFIG=FILE); check it with sluice validate
+  -p, --port N         the API port, over server.port (0: any free port)
+  --metrics-port N     the metrics port, over server.metricsPort
+  --log-level L        trace|debug|info|warn|error|fatal|silent, optionally ",pretty" (or LOG_LEVEL=L);
+                       debug logs each scheduling decision and each request's end
+
+A change of the file, or SIGHUP, reloads it (a rejected file is logged and the running one kept);
+SIGTERM drains for server.shutdownGracePeriod and exits 0; a second one exits at once, 2.
+exit codes  0 clean stop, 1 bad configuration or arguments, 2 runtime failure (e.g. port in use)`,
+  validate: `usage: sluice validate --config FILE
+
+Prints the effective configuration (every default and auto-injection) as YAML on stdout and exits 0;
+warnings go to stderr as FILE:LINE:COL: path: message (warning). A file with problems prints each as
+FILE:LINE:COL: path: message on stderr and exits 1.
+
+  -c, --config FILE    (or SLUICE_CONFIG=FILE)`,
+  demo: `usage: sluice demo [--port N] [--metrics-port N] [--log-level L]
+
+Four simulated vLLM servers (on 8101-8104, or on free ports when one is taken) and the gateway in
+front, all on 127.0.0.1, with prefill/decode disaggregation (config/demo.yaml); prints curl lines to
+try. Ctrl-C stops it.
+
+  -p, --port N         the API port (8080)
+  --metrics-port N     the metrics port (9090)
+  --log-level L        as for serve (default warn; debug logs each scheduling decision)`,
+};
 
 function intFlag(v: string | undefined, name: string): number | undefined {
   if (v === undefined) return undefined;
@@ -98,7 +133,10 @@ function exitOnCrash(logger: Logger): void {
 
 async function main(argv: string[]): Promise<number> {
   let [command, ...rest] = argv;
-  if (command === 'help') command = '--help';
+  if (command === 'help') {
+    console.log(COMMAND_HELP[rest[0] ?? ''] ?? USAGE);
+    return 0;
+  }
   if (command === undefined || (command.startsWith('-') && command !== '--version')) {
     if (command === '--help' || command === '-h') {
       console.log(USAGE);
@@ -113,7 +151,7 @@ async function main(argv: string[]): Promise<number> {
     case 'serve': {
       const flags = parse(command, rest, ['config', 'port', 'metrics-port', 'log-level']);
       if (flags.help) {
-        console.log(USAGE);
+        console.log(COMMAND_HELP.serve);
         return 0;
       }
       const port = intFlag(flags.port, 'port');
@@ -152,7 +190,7 @@ async function main(argv: string[]): Promise<number> {
     case 'validate': {
       const flags = parse(command, rest, ['config']);
       if (flags.help) {
-        console.log(USAGE);
+        console.log(COMMAND_HELP.validate);
         return 0;
       }
       const loaded = loadOrExit(flags.config);
@@ -166,7 +204,7 @@ async function main(argv: string[]): Promise<number> {
     case 'demo': {
       const flags = parse(command, rest, ['port', 'metrics-port', 'log-level']);
       if (flags.help) {
-        console.log(USAGE);
+        console.log(COMMAND_HELP.demo);
         return 0;
       }
       const port = intFlag(flags.port, 'port') ?? 8080;
