@@ -412,6 +412,21 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
     }
   });
 
+  test('prefill 404 (it lacks the model: a server being replaced by another model\'s) → served decode-only, counted degraded', async () => {
+    const f = await pdFleet({ prefill: errorWith(404) });
+    try {
+      const raw = JSON.stringify(chatBody(longPrompt('p404')));
+      const r = await post(f.gw, raw);
+      assert.equal(r.status, 200, r.text);
+      assert.equal(f.decode[0]!.received[0]!.body, raw);
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'sluice_pd_degraded_total', 'connector="nixlv2"'), 1);
+      assert.equal(sample(m, 'llm_d_epp_request_error_total', 'error_code="404"'), undefined);
+    } finally {
+      await f.close();
+    }
+  });
+
   test('in-flight: the prefill endpoint counts only its leg, the decode endpoint the whole request', async () => {
     let releasePrefill: (() => void) | undefined;
     let releaseDecode: (() => void) | undefined;

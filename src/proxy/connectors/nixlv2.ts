@@ -8,8 +8,8 @@
  *    `stream_options`, `max_tokens` = `max_completion_tokens` = 1 (and no `min_tokens` /
  *    `min_completion_tokens`, which vLLM would refuse above that limit).
  * 2. Prefill answer: 2xx → read its `kv_transfer_params` (absent → null: the decoder then computes
- *    the prompt itself) and `usage.prompt_tokens_details.cached_tokens` (absent → 0); 4xx → that
- *    answer goes to the client; anything else (5xx, connection error, time-out, unreadable 2xx) →
+ *    the prompt itself) and `usage.prompt_tokens_details.cached_tokens` (absent → 0); 4xx but 404 →
+ *    that answer goes to the client; anything else (404, 5xx, connection error, time-out, unreadable 2xx) →
  *    decode-only with the client's body unchanged.
  * 3. Decode leg → decode endpoint: the client's body byte for byte plus the `kv_transfer_params`
  *    the prefill answer returned, as its text (appended; the client's body is re-serialised only

@@ -5,8 +5,8 @@
  * 1. Prefill leg → prefill endpoint, same path and headers; body = the client's body with
  *    `max_tokens` = `max_completion_tokens` = 1 (and no `min_tokens` / `min_completion_tokens`);
  *    `stream` is left as the client set it. The answer is read and dropped.
- * 2. 2xx → the client's body, unchanged, to the decode endpoint; 4xx → that answer goes to the
- *    client; anything else (5xx, connection error, time-out) → decode-only (Sluice's choice: the
+ * 2. 2xx → the client's body, unchanged, to the decode endpoint; 4xx but 404 → that answer goes to
+ *    the client; anything else (404, 5xx, connection error, time-out) → decode-only (Sluice's choice: the
  *    decoder can still compute the prompt itself; the llm-d sidecar returns the error instead).
  */
 import { decodeOnly, isClientError, jsonBuffer, oneTokenBody, type Connector, type PdInput, type PdStep, type SendPrefill } from './types.js';

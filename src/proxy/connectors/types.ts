@@ -66,9 +66,14 @@ export function decodeOnly(raw: Buffer, warning?: string): PdStep {
   return warning === undefined ? { kind: 'decode', leg } : { kind: 'decode', leg, warning };
 }
 
-/** Prefill answers the client sees as they are (llm-d: 400–451; Sluice: any 4xx). */
+/**
+ * Prefill answers the client sees as they are (llm-d: 400–451; Sluice: any 4xx but 404). A 404 says
+ * the prefill server lacks the model (one being replaced by another model's server, a prefill tier
+ * without it), not that the request is wrong: the decode server, chosen for the model, computes the
+ * prompt itself (and answers its own 404 if it lacks the model too).
+ */
 export function isClientError(status: number): boolean {
-  return status >= 400 && status <= 499;
+  return status >= 400 && status <= 499 && status !== 404;
 }
 
 /** The body of a prefill leg limited to one output token (chat and completions field names). */
