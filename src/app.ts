@@ -229,7 +229,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       mixesLogged.add(mix);
       logger.warn(
         { models: Object.fromEntries(servedBy) },
-        "the pool's servers serve several models: each request goes only to the servers of its model, but flow control reads each stage's saturation over all of them, so the models blur each other's reading (give each model a pool of its own)",
+        "the pool's servers serve several models (the endpoints listed: those scraped so far, /debug/pool has all): each request goes only to the servers of its model, but flow control reads each stage's saturation over all of them, so the models blur each other's reading (give each model a pool of its own)",
       );
     },
     onOutlier: (ep, event) => {

@@ -150,7 +150,9 @@ export class Pool implements PoolView {
       const isEligible = new Set(eligible);
       kept = this.list.filter((ep) => serves(ep) && (isEligible.has(ep) || (ep.servedModel === base && !open.has(ep.stage))));
     }
-    const answer = Object.freeze(kept);
+    // Named by no server that can answer it (its decode servers gone, its prefill ones not yet): as a
+    // model no page names, rather than a decode profile left empty (429 "saturated" on an idle pool).
+    const answer = kept.some((ep) => ep.servedModel === base && (ep.stage === 'decode' || ep.stage === 'interleaved')) ? Object.freeze(kept) : eligible;
     this.byModel.set(base, { from: eligible, kept: answer });
     return answer;
   }

@@ -57,7 +57,9 @@ function reference(pool: Pool, base: string | undefined, served: Set<string>, no
     const stageOpen = pool.endpoints.some((o) => o.servedModel === base && o.stage === ep.stage && eligible.includes(o));
     if (ep.servedModel === base && !stageOpen) out.push(ep.name);
   }
-  return out;
+  // No server of the model that can answer (decode or interleaved): as a model no page names.
+  const answers = pool.endpoints.some((ep) => out.includes(ep.name) && ep.servedModel === base && (ep.stage === 'decode' || ep.stage === 'interleaved'));
+  return answers ? out : eligible.map((e) => e.name);
 }
 
 test('Pool: model counts, onServedModels and eligibleFor agree with a from-scratch recount after any sequence of reloads, scrapes, failures, requests and time', () => {

@@ -382,6 +382,15 @@ describe('Pool: the servers of a request model (eligibleFor)', () => {
   });
 });
 
+test('eligibleFor, P/D: a model that only prefill servers name (its decode servers gone) goes anywhere, not to an empty decode profile', () => {
+  const pool = new Pool([spec('a-d', 1, { 'llm-d.ai/role': 'decode' }), spec('b-p', 2, { 'llm-d.ai/role': 'prefill' }), spec('a-p', 3, { 'llm-d.ai/role': 'prefill' })]);
+  for (const [name, model] of [['a-d', 'A'], ['b-p', 'B'], ['a-p', 'A']] as const) {
+    pool.recordScrape(pool.byName(name)!, { metrics: { waiting: 0, running: 0, kvUsage: 0, model } }, 0);
+  }
+  assert.deepEqual(pool.eligibleFor('B', 0).map((e) => e.name), ['a-d', 'b-p', 'a-p']);
+  assert.deepEqual(pool.eligibleFor('A', 0).map((e) => e.name), ['a-d', 'a-p']);
+});
+
 test("eligibleFor, P/D with two models: a stage whose every server of the model is set aside keeps them (per stage, as eligible)", () => {
   const pool = new Pool([
     spec('a-p', 1, { 'llm-d.ai/role': 'prefill' }),
