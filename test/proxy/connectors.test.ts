@@ -167,8 +167,8 @@ describe('nixlv2 connector outcomes', () => {
     assert.equal(step.warning, undefined);
   });
 
-  test('4xx → the prefill answer goes to the client', async () => {
-    for (const status of [400, 404, 413, 429]) {
+  test('4xx but 404 → the prefill answer goes to the client', async () => {
+    for (const status of [400, 413, 429]) {
       const { step } = await carry(nixlv2Connector, CHAT, answer(status, '{"error":{"message":"bad"}}'), raw);
       assert.equal(step.kind, 'reply', String(status));
       if (step.kind === 'reply') {
@@ -178,8 +178,8 @@ describe('nixlv2 connector outcomes', () => {
     }
   });
 
-  test('5xx, connection failure or an unreadable 2xx → decode-only with the original body', async () => {
-    for (const leg of [answer(500), answer(503), answer(200, 'garbage'), { kind: 'failed', error: 'ECONNREFUSED' } as const]) {
+  test('5xx, 404 (the prefill server lacks the model), connection failure or an unreadable 2xx → decode-only with the original body', async () => {
+    for (const leg of [answer(500), answer(503), answer(404), answer(200, 'garbage'), { kind: 'failed', error: 'ECONNREFUSED' } as const]) {
       const { step } = await carry(nixlv2Connector, CHAT, leg, raw);
       assert.equal(step.kind, 'decode');
       if (step.kind !== 'decode') continue;
