@@ -827,7 +827,8 @@ function collectPluginWarnings(raw: Record<string, unknown>, config: SluiceConfi
  * pool.endpoints never picks one: a P/D prefill profile then serves every request decode-only, any
  * other refuses its requests. Most often a role label missing or misspelt. A profile the user wrote
  * is warned at its name; the one built from the declared plugins (no schedulingProfiles) at the
- * filter that keeps none.
+ * filter that keeps none. Without such a mistake, the endpoints no profile keeps are warned about
+ * next (collectUnreachedStageWarning).
  */
 function collectEmptyProfileWarnings(raw: Record<string, unknown>, config: SluiceConfig, registry: PluginRegistry, sink: ProblemSink): void {
   const endpoints = config.pool.endpoints;

@@ -82,9 +82,10 @@ export class Pool implements PoolView {
   /** The earliest end of an ejection running at the last look (Infinity: none). */
   private nextReturnAt = Infinity;
   private eligibleStale = false;
-  /** The models the endpoints' pages name (Endpoint.servedModel). */
-  private servedModels: ReadonlySet<string> = new Set();
-  /** Endpoints in `list` per model their pages name: a page naming a model costs O(1), not a recount. */
+  /**
+   * The models the endpoints in `list` name (Endpoint.servedModel), with how many name each: a page
+   * naming a model costs O(1), not a recount.
+   */
   private modelCounts = new Map<string, number>();
   /** LoRA adapters seen running or waiting on a server (vllm:lora_requests_info), to the model that server serves. */
   private adapterBase = new Map<string, string>();
@@ -134,9 +135,10 @@ export class Pool implements PoolView {
    */
   eligibleFor(model: string, now: number): readonly Endpoint[] {
     const eligible = this.eligible(now);
-    if (this.servedModels.size < 2) return eligible;
-    const base = this.servedModels.has(model) ? model : (this.adapterBase.get(model) ?? this.adaptersBefore.get(model));
-    if (base === undefined || !this.servedModels.has(base)) return eligible;
+    const served = this.modelCounts;
+    if (served.size < 2) return eligible;
+    const base = served.has(model) ? model : (this.adapterBase.get(model) ?? this.adaptersBefore.get(model));
+    if (base === undefined || !served.has(base)) return eligible;
     // Per model served, not per name asked for: its adapters share its answer (one copy, one pass).
     const hit = this.byModel.get(base);
     if (hit !== undefined && hit.from === eligible) return hit.kept;
@@ -178,26 +180,33 @@ export class Pool implements PoolView {
     }
   }
 
-  /** The pages named a new model, or the list changed: recounts the models and says so when they changed. */
+  /** The list changed: recounts the models, and says so when the set of them changed. */
   private recountModels(): void {
     this.byModel.clear();
+    const before = this.modelCounts;
+    const counts = new Map<string, number>();
+    for (const ep of this.list) if (ep.servedModel !== undefined) counts.set(ep.servedModel, (counts.get(ep.servedModel) ?? 0) + 1);
+    this.modelCounts = counts;
+    if (counts.size !== before.size || [...counts.keys()].some((m) => !before.has(m))) this.tellServedModels();
+  }
+
+  /** onServedModels, with each model's endpoints (O(n): only when the set of models changed). */
+  private tellServedModels(): void {
+    if (this.onServedModels === undefined) return;
     const servedBy = new Map<string, string[]>();
-    this.modelCounts = new Map();
     for (const ep of this.list) {
       if (ep.servedModel === undefined) continue;
       const names = servedBy.get(ep.servedModel);
       if (names === undefined) servedBy.set(ep.servedModel, [ep.name]);
       else names.push(ep.name);
-      this.modelCounts.set(ep.servedModel, names === undefined ? 1 : names.length);
     }
-    const changed = servedBy.size !== this.servedModels.size || [...servedBy.keys()].some((m) => !this.servedModels.has(m));
-    this.servedModels = new Set(servedBy.keys());
-    if (changed) this.onServedModels?.(servedBy);
+    this.onServedModels(servedBy);
   }
 
   /**
-   * `ep`'s page names `model`, another than before: the counts move, and the models are recounted
-   * (O(n)) only when one appears or disappears, so a pool's first scrapes cost O(n) in all, not O(n²).
+   * `ep`'s page names `model`, another than before: the counts move, and the pass over the list
+   * (O(n)) is made only when a model appears or disappears, so a pool's first scrapes cost O(n) in
+   * all, not O(n²).
    */
   private servesModel(ep: Endpoint, model: string): void {
     const before = ep.servedModel;
@@ -213,7 +222,7 @@ export class Pool implements PoolView {
       if (left > 0) counts.set(before, left);
       else gone = counts.delete(before);
     }
-    if (now === 1 || gone) this.recountModels();
+    if (now === 1 || gone) this.tellServedModels();
   }
 
   /** When the earliest running ejection ends (undefined: none runs): the reading can change then. */

@@ -14,9 +14,12 @@ import { until } from '../helpers/wait.js';
 
 const CLI = join(import.meta.dirname, '../../src/cli.ts');
 
-function run(args: string[], env: Record<string, string> = {}) {
+/** Runs the CLI to its end; `env` is laid over ours, an undefined value taking the variable away. */
+function run(args: string[], env: Record<string, string | undefined> = {}) {
+  const merged = { ...process.env, ...env };
+  for (const [k, v] of Object.entries(env)) if (v === undefined) delete merged[k];
   return new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-    const p = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { env: { ...process.env, ...env } });
+    const p = spawn(process.execPath, ['--import', 'tsx', CLI, ...args], { env: merged });
     let stdout = '';
     let stderr = '';
     p.stdout.on('data', (c) => (stdout += c));
@@ -102,14 +105,7 @@ describe('sluice CLI', () => {
     assert.match((await run(['help', 'validate'])).stdout, /^usage: sluice validate --config FILE\n\nPrints the effective configuration/);
     assert.match((await run(['demo', '-h'])).stdout, /^usage: sluice demo [^]*Ctrl-C stops it/);
     // Bare: without SLUICE_CONFIG (what the image sets, to serve), the usage and exit 1.
-    const env = { ...process.env };
-    delete env.SLUICE_CONFIG;
-    const bare = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      const p = spawn(process.execPath, ['--import', 'tsx', CLI], { env });
-      let stderr = '';
-      p.stderr.on('data', (c) => (stderr += c));
-      p.on('close', (code) => resolve({ code, stderr }));
-    });
+    const bare = await run([], { SLUICE_CONFIG: undefined });
     assert.equal(bare.code, 1);
     assert.match(bare.stderr, /^sluice: no command given\nusage:/);
   });
