@@ -29,6 +29,7 @@ import {
   type RawConfigKey,
 } from './schema.js';
 import type { LoadedConfig, PluginSpec, ProfilePluginRef, SchedulingProfileConfig, SluiceConfig } from './types.js';
+import { formatQuantity } from './units.js';
 import { ENGINE_LABEL, KNOWN_ROLES, LEGACY_ENGINE_LABEL, ROLE_LABEL, engineLabelOf, roleOf, stageOf } from '../datalayer/endpoint.js';
 
 export type PathSegment = string | number;
@@ -944,13 +945,37 @@ function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sin
       sink.warn(['flowControl', 'enableEviction'], 'in-flight eviction is not supported by Sluice; ignored');
     }
     const settings = Object.keys(rawFlowControl).filter((k) => k !== 'saturationDetector');
-    if (!featureEnabled(config, 'flowControl') && settings.length > 0) {
+    if (featureEnabled(config, 'flowControl')) collectByteLimitWarnings(config, sink);
+    else if (settings.length > 0) {
       sink.warn(
         ['flowControl'],
         `flow control is disabled by featureGates, so ${settings.join(', ')} ${settings.length === 1 ? 'is' : 'are'} ignored (only saturationDetector is used)`,
         true,
       );
     }
+  }
+}
+
+/**
+ * A queue byte limit under server.bodyLimit: a body between the two is accepted by the server and
+ * refused by flow control at once, whatever the load (it can never be queued), and its 429 tells
+ * the client to retry. Said at each limit the user wrote.
+ */
+function collectByteLimitWarnings(config: SluiceConfig, sink: ProblemSink): void {
+  const fc = config.flowControl;
+  const bodyLimit = config.server.bodyLimit;
+  const limits: [readonly PathSegment[], number][] = [
+    [['flowControl', 'maxBytes'], fc.maxBytes],
+    [['flowControl', 'defaultPriorityBand', 'maxBytes'], fc.defaultPriorityBand.maxBytes],
+    [['flowControl', 'defaultNegativePriorityBand', 'maxBytes'], fc.defaultNegativePriorityBand?.maxBytes ?? 0],
+    ...fc.priorityBands.map((b, i): [readonly PathSegment[], number] => [['flowControl', 'priorityBands', i, 'maxBytes'], b.maxBytes]),
+  ];
+  for (const [at, maxBytes] of limits) {
+    if (maxBytes <= 0 || maxBytes >= bodyLimit || !sink.written(at)) continue;
+    sink.warn(
+      at,
+      `${formatQuantity(maxBytes)} is below server.bodyLimit (${formatQuantity(bodyLimit)}): a request body larger than it is refused 429 at once, whatever the load, since it can never be queued; raise it to bodyLimit or lower bodyLimit`,
+    );
   }
 }
 

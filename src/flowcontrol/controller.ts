@@ -34,7 +34,7 @@ import type {
   QueuedItemView,
   UsageLimitPolicy,
 } from './policies/types.js';
-import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from './types.js';
+import type { FlowOutcome, FlowRequest, FlowTicket, OutcomeCause } from './types.js';
 
 export interface Timers {
   setTimeout(fn: () => void, ms: number): unknown;
@@ -482,7 +482,8 @@ export class FlowController {
     const band = this.bandByPriority.get(req.priority) ?? this.defaultBand;
     const size = req.byteSize;
     if (!this.hasCapacity(band, size)) {
-      this.notify(req, this.regimeEmpty ? 'RejectedNoEndpoints' : 'RejectedCapacity', 0);
+      const never = size > band.maxBytes || size > this.globalMaxBytes;
+      this.notify(req, this.regimeEmpty ? 'RejectedNoEndpoints' : 'RejectedCapacity', 0, never ? 'larger-than-capacity' : undefined);
       return NO_OP_TICKET;
     }
 
@@ -920,13 +921,13 @@ export class FlowController {
     else band.headChanged(flow);
   }
 
-  private finish(item: QueuedRequest, outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
+  private finish(item: QueuedRequest, outcome: FlowOutcome, queuedMs: number, cause?: OutcomeCause): void {
     item.done = true;
     // Wall clocks can step back; a negative wait would only confuse histograms.
     this.notify(item.request, outcome, queuedMs > 0 ? queuedMs : 0, cause);
   }
 
-  private notify(req: FlowRequest, outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
+  private notify(req: FlowRequest, outcome: FlowOutcome, queuedMs: number, cause?: OutcomeCause): void {
     try {
       req.onOutcome(outcome, queuedMs, cause);
     } catch {

@@ -6,7 +6,7 @@
  * client cancel (those arrive as EvictedTTL / EvictedContextCancelled); the only "other" causes are
  * shutdown and internal errors.
  */
-import type { FlowOutcome, OtherCause } from './types.js';
+import type { FlowOutcome, OutcomeCause } from './types.js';
 
 export type FlowDroppedReason =
   | 'rejected-saturated'
@@ -21,6 +21,8 @@ export interface FlowHttpAnswer {
   /** Value of `x-llm-d-request-dropped-reason`; undefined for internal errors. */
   readonly droppedReason: FlowDroppedReason | undefined;
   readonly message: string;
+  /** The same request would get the same answer again (`x-should-retry: false`). */
+  readonly final?: true;
 }
 
 // Messages follow llm-d's prefixes (reference §2.11); frozen and shared, no per-request building.
@@ -28,6 +30,12 @@ const CAPACITY: FlowHttpAnswer = Object.freeze({
   status: 429,
   droppedReason: 'rejected-saturated',
   message: 'flow control queue is at capacity',
+});
+const LARGER_THAN_CAPACITY: FlowHttpAnswer = Object.freeze({
+  status: 429,
+  droppedReason: 'rejected-saturated',
+  message: "request body is larger than its priority band's maxBytes (or flowControl.maxBytes): it can never be queued, a retry cannot help",
+  final: true,
 });
 const NO_ENDPOINTS_FULL: FlowHttpAnswer = Object.freeze({
   status: 503,
@@ -67,14 +75,14 @@ const INTERNAL: FlowHttpAnswer = Object.freeze({
  */
 export function outcomeToHttp(
   outcome: FlowOutcome,
-  cause: OtherCause | undefined,
+  cause: OutcomeCause | undefined,
   poolEmptyNow: boolean,
 ): FlowHttpAnswer | undefined {
   switch (outcome) {
     case 'Dispatched':
       return undefined;
     case 'RejectedCapacity':
-      return CAPACITY;
+      return cause === 'larger-than-capacity' ? LARGER_THAN_CAPACITY : CAPACITY;
     case 'RejectedNoEndpoints':
       return NO_ENDPOINTS_FULL;
     case 'EvictedNoEndpoints':

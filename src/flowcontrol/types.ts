@@ -18,8 +18,12 @@ export const FLOW_OUTCOMES = [
 
 export type FlowOutcome = (typeof FLOW_OUTCOMES)[number];
 
-/** Why a Rejected/EvictedOther happened (drives the HTTP mapping of reference §2.11). */
-export type OtherCause = 'shutting-down' | 'internal';
+/**
+ * Why a Rejected/EvictedOther happened (drives the HTTP mapping of reference §2.11); for a
+ * RejectedCapacity, `larger-than-capacity`: the body alone exceeds a `maxBytes` it must fit in, so no
+ * retry can ever queue it.
+ */
+export type OutcomeCause = 'shutting-down' | 'internal' | 'larger-than-capacity';
 
 export interface FlowRequest {
   readonly fairnessId: string;
@@ -35,7 +39,7 @@ export interface FlowRequest {
    * Called exactly once. For `Dispatched` it runs synchronously inside the dispatch cycle;
    * `queuedMs` is the time spent in flow control.
    */
-  onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void;
+  onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OutcomeCause): void;
   /**
    * Sluice (`flowControl.affinityLookahead`): true when the request would rather stay queued than be
    * sent now, because the endpoint it suits best is saturated and the one it would go to suits it

@@ -104,6 +104,8 @@ export function answerClientError(
         : ([400, 'Bad Request', 'malformed HTTP request', 'malformed_http'] as const);
   // The request that broke: its id when it had reached the API (its headers were read), else a new one.
   const ownId = !later && current !== null && current !== undefined ? requestIdOfAnswer?.(current) : undefined;
+  // The request being received gets this answer in its stead: its `request done` line must say so.
+  if (ownId !== undefined) noteSentError(current!, { message, rawStatus: status });
   const answer = rawErrorResponse(status, reason, message, ownId ?? randomUUID());
   if (later) afterQueuedAnswers(socket, () => socket.end(answer));
   else socket.end(answer);
@@ -125,11 +127,28 @@ function afterQueuedAnswers(socket: Duplex & { _httpMessage?: ServerResponse | n
   });
 }
 
+/** The error Sluice ended a response with (for the debug-level `request done` line). */
+export interface SentError {
+  message: string;
+  droppedReason?: DroppedReason;
+  /** The status written raw on the socket in the request's stead (answerClientError), not through `res`. */
+  rawStatus?: number;
+}
+
 const kSentError = Symbol('sluice.sentError');
 
-/** The error Sluice answered on this response, if any (for the debug-level `request done` line). */
-export function sentError(res: ServerResponse): { message: string; droppedReason?: DroppedReason } | undefined {
-  return (res as ServerResponse & { [kSentError]?: { message: string; droppedReason?: DroppedReason } })[kSentError];
+/** The error Sluice answered on this response, if any. */
+export function sentError(res: ServerResponse): SentError | undefined {
+  return (res as ServerResponse & { [kSentError]?: SentError })[kSentError];
+}
+
+/**
+ * Records the error Sluice ended `res` with. sendError does; the paths that cannot write an error
+ * response any more (the answer had begun: an SSE error event, or a cut connection) or write it raw
+ * on the socket call it themselves, so the `request done` line still says why.
+ */
+export function noteSentError(res: ServerResponse, error: SentError): void {
+  (res as ServerResponse & { [kSentError]?: SentError })[kSentError] = error;
 }
 
 /** Writes an OpenAI-shaped error unless headers already went out (then the socket is ended). */
@@ -137,13 +156,13 @@ export function sendError(
   res: ServerResponse,
   status: number,
   message: string,
-  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean; mayHaveRun?: boolean } = {},
+  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean; noRetry?: boolean } = {},
 ): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  (res as ServerResponse & { [kSentError]?: object })[kSentError] = { message, droppedReason: opts.droppedReason };
+  noteSentError(res, { message, droppedReason: opts.droppedReason });
   const body = errorBody(status, message, opts.param ?? null);
   const headers: Record<string, string | number> = {
     'content-type': 'application/json',
@@ -152,9 +171,9 @@ export function sendError(
   if (opts.droppedReason) headers[DROPPED_REASON_HEADER] = opts.droppedReason;
   if (opts.requestId) headers['x-request-id'] = opts.requestId;
   if (opts.close) headers.connection = 'close';
-  // A model server took the request and may have run it, and Sluice has made its own retries: the
-  // OpenAI clients' convention tells them not to run it again (they retry every 5xx otherwise).
-  if (opts.mayHaveRun) headers['x-should-retry'] = 'false';
+  // The OpenAI clients' convention (they retry every 429 and 5xx otherwise): a model server took the
+  // request and may have run it, and Sluice has made its own retries; or a retry cannot succeed.
+  if (opts.noRetry) headers['x-should-retry'] = 'false';
   res.writeHead(status, headers);
   res.end(body);
 }

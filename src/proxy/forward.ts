@@ -26,7 +26,7 @@ import type { Pool } from '../datalayer/pool.js';
 import type { Disaggregation, SchedulingRequest, SchedulingResult } from '../scheduling/framework.js';
 import type { DecisionTrace, SchedulingOutcome } from '../scheduling/scheduler.js';
 import type { Clock } from '../util/clock.js';
-import { sendError, sseErrorEnd } from './errors.js';
+import { noteSentError, sendError, sseErrorEnd } from './errors.js';
 import { clientResponseHeaders, rawClientResponseHeaders, upstreamRequestHeaders } from './headers.js';
 import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { ModelRequestMetrics, UpstreamErrorKind } from '../metrics/metrics.js';
@@ -303,7 +303,7 @@ function upstreamError(ctx: ForwardContext, ep: Endpoint, kind: UpstreamErrorKin
 function connectFailed(ctx: ForwardContext, timedOut: boolean, detail: string, mayHaveRun: boolean): number {
   const status = timedOut ? 504 : 502;
   const what = timedOut ? 'upstream connection timed out' : 'upstream connection failed';
-  sendError(ctx.res, status, `${what} ${detail}`, { requestId: ctx.requestId, mayHaveRun });
+  sendError(ctx.res, status, `${what} ${detail}`, { requestId: ctx.requestId, noRetry: mayHaveRun });
   return status;
 }
 
@@ -801,12 +801,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       if (err instanceof undiciErrors.HeadersTimeoutError) {
         upstreamError(ctx, ep, 'headers_timeout');
         warnUpstream(ctx, ep.name, 'upstream did not answer within upstream.headersTimeout: 504', { headersTimeoutMs: ctx.rt.config.server.upstream.headersTimeout });
-        sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId, mayHaveRun: true });
+        sendError(res, 504, `upstream ${ep.name} did not answer in time`, { requestId, noRetry: true });
         return this.done({ kind: 'done', status: 504 });
       }
       upstreamError(ctx, ep, 'failed');
       warnUpstream(ctx, ep.name, 'upstream failed before answering: 502', { err: err.message });
-      sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId, mayHaveRun: true });
+      sendError(res, 502, `upstream ${ep.name} failed: ${err.message}`, { requestId, noRetry: true });
       return this.done({ kind: 'done', status: 502 });
     }
     // The client has the whole stream (its `data: [DONE]` went out): a connection lost after it
@@ -826,10 +826,13 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     upstreamError(ctx, ep, timedOut ? 'body_timeout' : 'cut', this.status < 500);
     this.brokeOff = true;
     warnUpstream(ctx, ep.name, 'upstream failed mid-response', { err: err.message, status });
-    if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, mayHaveRun: true });
-    // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
-    else if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));
-    else res.destroy();
+    if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, noRetry: true });
+    else {
+      noteSentError(res, { message: `upstream ${ep.name} ${what}` });
+      // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
+      if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));
+      else res.destroy();
+    }
     this.done({ kind: 'done', status });
   }
 }

@@ -95,6 +95,9 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
  * in the queue without its parsed form is dispatched (same bytes, same result).
  */
 export function parseOpenAIRequest(api: ApiKind, raw: Buffer): ValidRequest | InvalidRequest {
+  // Said plainly: JSON.parse's "Unexpected end of JSON input" reads as a truncated body. (An
+  // HTTP/1.0 client sending a body without Content-Length arrives here too: Node reads none.)
+  if (raw.length === 0) return { message: 'request body is empty: expected a JSON object (an HTTP/1.0 request needs a Content-Length)', param: null };
   const text = raw.toString('utf8');
   const tooMuch = jsonShapeProblem(text);
   if (tooMuch !== undefined) return { message: tooMuch, param: null };

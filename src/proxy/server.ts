@@ -13,7 +13,7 @@ import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody, type BodyTally } from './body.js';
-import { GatewayError, answerClientError, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError, sseErrorEnd } from './errors.js';
+import { GatewayError, answerClientError, rawErrorResponse, requestIdOf, sendError, noteSentError, sendGatewayError, sentError, sseErrorEnd } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
@@ -22,7 +22,7 @@ import type { ProxyMetrics, ProxyRuntime } from './runtime.js';
 import type { Upstreams } from './upstreams.js';
 import type { ModelsCache } from './models.js';
 import type { FlowController } from '../flowcontrol/controller.js';
-import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from '../flowcontrol/types.js';
+import type { FlowOutcome, FlowRequest, FlowTicket, OutcomeCause } from '../flowcontrol/types.js';
 import { interruptWatcher, trackResponse, unwatchClient, watchClient, watchPipelined, type ClientWatcher } from './client-watch.js';
 import { RefusalLog } from './refusal-log.js';
 import type { SpellLog } from './spell-log.js';
@@ -214,7 +214,7 @@ export class ApiServer {
         }
         // The connection ended mid-body: the client went away, or it was cut (408, end of shutdown).
         deps.metrics.bodyIncomplete();
-        return this.logDone(res, requestId, res.headersSent ? res.statusCode : 0);
+        return this.logDone(res, requestId, res.headersSent ? res.statusCode : (sentError(res)?.rawStatus ?? 0));
       } finally {
         this.receiving.remove(receiving);
       }
@@ -343,7 +343,10 @@ export class ApiServer {
       c.endedByGateway = true;
       interruptWatcher(res);
       if (!res.headersSent) refuse(res, c.requestId);
-      else if (c.sseAnswer && !c.sseMidEvent) res.end(sseErrorEnd(c.sreq.api, 503, message));
+      else {
+        noteSentError(res, { message });
+        if (c.sseAnswer && !c.sseMidEvent) res.end(sseErrorEnd(c.sreq.api, 503, message));
+      }
     }
     // Still uploading: not yet a request of any model, but answered all the same.
     for (let r = this.receiving.oldest; r !== undefined; r = r.newer) {
@@ -564,7 +567,7 @@ class Queued implements FlowRequest, ClientWatcher {
   }
 
   /** The flow controller swallows a callback's error: one here must still end the request (a 500 from handleApi). */
-  onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
+  onOutcome(outcome: FlowOutcome, queuedMs: number, cause?: OutcomeCause): void {
     try {
       this.settle(outcome, queuedMs, cause);
     } catch (err) {
@@ -572,7 +575,7 @@ class Queued implements FlowRequest, ClientWatcher {
     }
   }
 
-  private settle(outcome: FlowOutcome, queuedMs: number, cause?: OtherCause): void {
+  private settle(outcome: FlowOutcome, queuedMs: number, cause?: OutcomeCause): void {
     const { ctx } = this;
     const { res, requestId } = ctx;
     this.settled = true;
@@ -593,7 +596,7 @@ class Queued implements FlowRequest, ClientWatcher {
     const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);
     if (outcome === 'EvictedContextCancelled' || http === undefined) return this.resolve(0);
     const why = outcome === 'EvictedTTL' ? this.whySaturated() : '';
-    sendError(res, http.status, why === '' ? http.message : `${http.message}: ${why}`, { droppedReason: http.droppedReason, requestId });
+    sendError(res, http.status, why === '' ? http.message : `${http.message}: ${why}`, { droppedReason: http.droppedReason, requestId, noRetry: http.final });
     this.resolve(http.status);
   }
 }

@@ -341,6 +341,37 @@ describe('flowControl block (reference §6.9)', () => {
   });
 });
 
+describe('byte limits under server.bodyLimit', () => {
+  const warned = (...lines: string[]) => warningsBesidesNoEndpoints(load(yaml(...lines))).map((w) => `${w.line}:${w.col}: ${w.path}`);
+
+  test('each limit written below bodyLimit is said at its key, saying what it does to a larger body', () => {
+    const loaded = load(
+      yaml(
+        'server: { bodyLimit: 1Mi }',
+        'flowControl:',
+        '  maxBytes: 512Ki',
+        '  defaultPriorityBand: { maxBytes: 2Mi }',
+        '  defaultNegativePriorityBand: { maxBytes: 1Ki }',
+        '  priorityBands:',
+        '  - { priority: 10, maxBytes: 1Mi }',
+        '  - { priority: 0, maxBytes: 1000 }',
+      ),
+    );
+    const ws = warningsBesidesNoEndpoints(loaded).map((w) => `${w.line}:${w.col}: ${w.path}: ${w.message}`);
+    assert.deepEqual(
+      ws.map((w) => w.slice(0, w.indexOf(' is below'))),
+      ['3:13: flowControl.maxBytes: 512Ki', '5:44: flowControl.defaultNegativePriorityBand.maxBytes: 1Ki', '8:30: flowControl.priorityBands[1].maxBytes: 1k'],
+    );
+    assert.match(ws[0]!, /is below server\.bodyLimit \(1Mi\): a request body larger than it is refused 429 at once, whatever the load/);
+  });
+
+  test('no warning for the defaults (bands of 1G against 16Mi), for limits not written, or without flow control', () => {
+    assert.deepEqual(warned(''), []);
+    assert.deepEqual(warned('server: { bodyLimit: 2G }'), [], 'the default band limit is not the user\'s to fix here');
+    assert.deepEqual(warned('featureGates: ["flowControl=false"]', 'server: { bodyLimit: 1Mi }', 'flowControl: { maxBytes: 1Ki }'), ['3:1: flowControl']);
+  });
+});
+
 function pickTtls(fc: { defaultRequestTTL: number; noEndpointRequestTTL: number }): [number, number] {
   return [fc.defaultRequestTTL, fc.noEndpointRequestTTL];
 }

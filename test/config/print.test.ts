@@ -38,7 +38,7 @@ const configs: Record<string, string> = {
     '  defaultRequestTTL: 1500ms',
     '  noEndpointRequestTTL: 1h30m',
     '  defaultNegativePriorityBand: { maxRequests: 50 }',
-    '  priorityBands: [ { priority: 10, maxRequests: 500, maxBytes: 123456 } ]',
+    '  priorityBands: [ { priority: 10, maxRequests: 500, maxBytes: 123456789 } ]',
   ),
   'two profiles with an opt-out': yaml(
     'featureGates: ["flowControl=false"]',

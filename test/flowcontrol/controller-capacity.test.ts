@@ -37,6 +37,22 @@ describe('capacity', () => {
     assert.equal(h.outcomeOf('f')!.outcome, 'RejectedCapacity');
   });
 
+  test('a request larger than a byte limit it must fit in is rejected as one that can never be queued, even into an empty queue', () => {
+    const h = new Harness({ config: { maxBytes: 5000, priorityBands: [band(0, { maxBytes: 1000 })] }, saturation: 1 });
+    h.submit('band', { byteSize: 1001 });
+    h.submit('global', { byteSize: 5001, priority: 5 });
+    h.submit('fits', { byteSize: 1000 });
+    h.submit('full', { byteSize: 1 });
+    assert.deepEqual(
+      ['band', 'global', 'full'].map((l) => [h.outcomeOf(l)?.outcome, h.outcomeOf(l)?.cause]),
+      [
+        ['RejectedCapacity', 'larger-than-capacity'],
+        ['RejectedCapacity', 'larger-than-capacity'],
+        ['RejectedCapacity', undefined],
+      ],
+    );
+  });
+
   test('the same with an empty pool answers RejectedNoEndpoints', () => {
     const h = new Harness({ config: { priorityBands: [band(0, { maxBytes: 1000 })] }, poolEmpty: true, saturation: 1 });
     for (const label of ['a', 'b', 'c']) h.submit(label, { byteSize: 300 });

@@ -13,7 +13,7 @@ import type {
   QueuedItemView,
   UsageLimitPolicy,
 } from '../../src/flowcontrol/policies/types.js';
-import type { FlowOutcome, FlowRequest, FlowTicket, OtherCause } from '../../src/flowcontrol/types.js';
+import type { FlowOutcome, FlowRequest, FlowTicket, OutcomeCause } from '../../src/flowcontrol/types.js';
 import { ManualClock } from '../../src/util/clock.js';
 
 interface PendingTimer {
@@ -210,7 +210,7 @@ export interface OutcomeRecord {
   label: string;
   outcome: FlowOutcome;
   queuedMs: number;
-  cause: OtherCause | undefined;
+  cause: OutcomeCause | undefined;
   /** Clock time of the callback. */
   at: number;
 }

@@ -1,12 +1,12 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { outcomeToHttp } from '../../src/flowcontrol/outcomes.js';
-import type { FlowOutcome, OtherCause } from '../../src/flowcontrol/types.js';
+import type { FlowOutcome, OutcomeCause } from '../../src/flowcontrol/types.js';
 
 type Row = [
   name: string,
   outcome: FlowOutcome,
-  cause: OtherCause | undefined,
+  cause: OutcomeCause | undefined,
   poolEmptyNow: boolean,
   status: number | undefined,
   reason: string | undefined,
@@ -22,7 +22,8 @@ type Row = [
  */
 const TABLE: Row[] = [
   ['dispatched proceeds', 'Dispatched', undefined, false, undefined, undefined],
-  ['queue at capacity, pool has endpoints', 'RejectedCapacity', undefined, false, 429, 'rejected-saturated'],
+  ['queue at capacity, pool has endpoints', 'RejectedCapacity', undefined, false, 429, 'rejected-saturated', 'flow control queue is at capacity'],
+  ['a body no queue can hold: the same answer, saying a retry cannot help', 'RejectedCapacity', 'larger-than-capacity', false, 429, 'rejected-saturated', 'request body is larger than'],
   ['queue at capacity, pool empty', 'RejectedNoEndpoints', undefined, true, 503, 'rejected-no-endpoints', 'no endpoints available'],
   ['TTL with endpoints', 'EvictedTTL', undefined, false, 429, 'rejected-ttl-expired', 'request timed out in queue'],
   ['TTL, pool empty when probed', 'EvictedTTL', undefined, true, 503, 'rejected-no-endpoints', 'request timed out in queue and no endpoints'],

@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import assert from 'node:assert/strict';
+import OpenAI from 'openai';
 import { request } from 'undici';
 import { captureLogger, fleetConfig, gatewayFor, waitForMetrics, withGateway } from '../helpers/fleet.js';
 import { okJson, slowJson, startFakeBackend, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
@@ -348,6 +349,7 @@ ${DETECTOR}flowControl:
       assert.equal(over.status, 429);
       assert.equal(over.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
       assert.ok(Date.now() - t0 < 1000, 'rejected at once, not after a TTL');
+      assert.equal(over.headers['x-should-retry'], undefined, 'a full queue is what a retry is for');
       ac.abort();
       assert.ok((await queued) instanceof Error);
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_requests_total', 'outcome="EvictedContextCancelled"') ?? 0) === 1);
@@ -361,6 +363,23 @@ ${DETECTOR}flowControl:
     } finally {
       await closeAll(gw, backend);
     }
+  });
+
+  test('a body larger than its band may ever hold: 429 saying so on an idle pool, and the openai client does not retry it', async () => {
+    const backend = await startFakeBackend();
+    const extra = `flowControl:
+  priorityBands: [{ priority: 0, maxBytes: 500 }]
+`;
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], extra), async (gw) => {
+      const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 2 });
+      const err = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(800) }] }).catch((e: unknown) => e);
+      assert.ok(err instanceof OpenAI.RateLimitError, String(err));
+      assert.match(err.message, /request body is larger than its priority band's maxBytes .*a retry cannot help/);
+      assert.equal(err.headers?.get('x-llm-d-request-dropped-reason'), 'rejected-saturated');
+      assert.equal(gauge(await metricsText(gw), 'llm_d_epp_flow_control_requests_total', 'outcome="RejectedCapacity"'), 1, 'sent once: x-should-retry: false');
+      assert.equal((await post(gw)).status, 200, 'a body that fits goes');
+      assert.equal(backend.received.length, 1);
+    });
   });
 
   test('empty pool → 503 rejected-no-endpoints after noEndpointRequestTTL', async () => {

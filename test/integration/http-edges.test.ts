@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import net from 'node:net';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
-import { fleetConfig, gatewayFor, nothingInFlight, startFleet, waitForMetrics, withGateway } from '../helpers/fleet.js';
+import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, startFleet, waitForMetrics, withGateway } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, slowJson, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -143,6 +143,7 @@ describe('requests Node would answer on its own', () => {
 
 test("the gateway's own refusals before a request counts (no model known yet) are in sluice_request_rejected_total, by reason and status", async () => {
   const backend = await startFakeBackend();
+  const debug = captureLogger('debug');
   await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], '', '\n  bodyLimit: 4Ki\n  requestHeadersTimeout: 200ms\n  requestTimeout: 400ms'), async (gw) => {
     const rejected = async () =>
       Object.fromEntries(
@@ -167,6 +168,7 @@ test("the gateway's own refusals before a request counts (no model known yet) ar
       raw(gw.apiPort, `POST ${path} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n${headers}\r\n${body}`);
     assertSpecError(await send('{"model": oops}'), 400);
     assertSpecError(await send('{"messages":[{"role":"user","content":"h"}]}'), 400);
+    assert.match(assertSpecError(await send(''), 400).message, /^request body is empty/);
     assertSpecError(await send(CHAT, '', '/v1/nothing'), 404);
     assertSpecError(await send(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] })), 413);
     assertSpecError(await send(CHAT, 'content-encoding: gzip\r\n'), 415);
@@ -183,9 +185,13 @@ test("the gateway's own refusals before a request counts (no model known yet) ar
     withId(await raw(gw.apiPort, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n'), 404);
     // A request whose body never comes: its 408 carries the request's own id.
     withId(await raw(gw.apiPort, post('/v1/chat/completions', 'x-request-id: mine-408\r\n').slice(0, -5)), 408, /^x-request-id: mine-408\r$/m);
+    // ... and its log line says so (not "the client went away", status 0).
+    const done = () => debug.lines().find((l) => l.msg === 'request done' && l.requestId === 'mine-408');
+    await until(() => done() !== undefined, 2000, 'the line of the request that got 408');
+    assert.deepEqual([done()!.status, done()!.error], [408, 'request not received in time']);
     assert.deepEqual(await rejected(), {
       ...zero,
-      'invalid_request 400': 2,
+      'invalid_request 400': 3,
       'malformed_http 400': 1,
       'unknown_route 404': 2,
       'request_timeout 408': 2,
@@ -195,7 +201,7 @@ test("the gateway's own refusals before a request counts (no model known yet) ar
       'headers_too_large 431': 1,
     });
     assert.doesNotMatch(await metricsText(gw), /^llm_d_epp_request_(total|error_total)\{/m, 'not inference requests');
-  });
+  }, { logger: debug.logger });
 });
 
 /** A `stream: true` chat request through the gateway (`extra` merged into the body). */

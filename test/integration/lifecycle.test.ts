@@ -716,7 +716,7 @@ describe('graceful drain', () => {
     const registry = builtinRegistry();
     const file = join(dir, 'drain-cut.yaml');
     writeFileSync(file, config([{ name: 'a', port: a.port }, { name: 'b', port: b.port }]).replace('shutdownGracePeriod: 3s', 'shutdownGracePeriod: 200ms'));
-    const { logger, lines } = captureLogger();
+    const { logger, lines } = captureLogger('debug');
     const gw = await startGateway(loadConfigFile(file, registry), { registry, host: '127.0.0.1', logger });
     try {
       await waitForMetrics(gw);
@@ -736,6 +736,9 @@ describe('graceful drain', () => {
       assert.equal(sse.status, 200);
       assert.match(sse.text, /^data: \{"choices".*\n\ndata: \{"error":\{"message":"the gateway is shutting down and its shutdown grace period is over".*"code":503\}\}\n\ndata: \[DONE\]\n\n$/s);
       assert.ok(lines().some((l) => l.msg === 'shutdown grace period over: requests still in flight were ended with 503' && l.requests === 2));
+      // Each request's own line says why, the stream's too (its answer had begun: no error response was sent).
+      const done = lines().filter((l) => l.msg === 'request done');
+      assert.deepEqual(done.map((l) => [l.status, l.error]), Array(2).fill([503, 'the gateway is shutting down and its shutdown grace period is over']));
       const m = await metricsBefore.text();
       assert.match(m, /llm_d_epp_request_error_total\{model_name="m",target_model_name="m",error_code="503"\} 2/);
       assert.doesNotMatch(m, /sluice_request_cancelled_total\{.*\} [1-9]/, 'not counted as clients that went away');

@@ -159,15 +159,25 @@ async function readStream(gw: Gateway): Promise<{ contents: string[]; err: unkno
 }
 
 for (const [how, status] of [['reset', 502], ['stall', 504]] as const) {
-  test(`an SSE stream cut mid-event (${how}): the whole events, then the gateway's error event, which the openai client reads (${status})`, async () => {
+  test(`an SSE stream cut mid-event (${how}): the whole events, then the gateway's error event, which the openai client reads (${status}); the request's log line says why`, async () => {
     const server = await brokenStream((s) => (how === 'reset' ? setTimeout(() => s.resetAndDestroy(), 50) : undefined));
-    await withGateway(server, withBodyTimeout(fleetConfig([{ name: 'e0', port: server.port }])), async (gw) => {
-      const { contents, err } = await readStream(gw);
-      assert.deepEqual(contents, ['hello']);
-      assert.ok(err instanceof OpenAI.APIError, `the client got ${String(err)}`);
-      assert.match(err.message, how === 'reset' ? /upstream e0 failed mid-response/ : /upstream e0 stopped answering/);
-      await nothingInFlight(gw);
-    });
+    const debug = captureLogger('debug');
+    await withGateway(
+      server,
+      withBodyTimeout(fleetConfig([{ name: 'e0', port: server.port }])),
+      async (gw) => {
+        const { contents, err } = await readStream(gw);
+        assert.deepEqual(contents, ['hello']);
+        assert.ok(err instanceof OpenAI.APIError, `the client got ${String(err)}`);
+        const why = how === 'reset' ? /upstream e0 failed mid-response/ : /upstream e0 stopped answering/;
+        assert.match(err.message, why);
+        await nothingInFlight(gw);
+        const done = debug.lines().find((l) => l.msg === 'request done')!;
+        assert.equal(done.status, status);
+        assert.match(String(done.error), why);
+      },
+      { logger: debug.logger },
+    );
   });
 }
 
