@@ -262,7 +262,9 @@ export class ApiServer {
         // A 200 stream the model server ended with an error event failed all the same.
         else if (ctx.streamError !== undefined) modelMetrics.error(ctx.streamError);
         else if (status === 0) modelMetrics.cancelled(requestStage(ctx));
-        this.logDone(res, requestId, status, ctx);
+        // Node holds a pipelined answer until the ones before it on the connection are written.
+        if (status > 0 && status < 400 && ctx.streamError === undefined && res.socket === null && !res.writableFinished) this.doneWhenWritten(req, res, requestId, status, ctx);
+        else this.logDone(res, requestId, status, ctx);
       }
     } catch (err) {
       this.internalError(res, requestId, err);
@@ -376,6 +378,27 @@ export class ApiServer {
   private internalError(res: ServerResponse, requestId: string, err: unknown): void {
     this.deps.logger.error({ err, requestId }, 'unexpected error handling request');
     sendError(res, 500, 'internal error in the gateway', { requestId });
+  }
+
+  /**
+   * An answer complete but queued behind an earlier one on its connection (pipelining): answered
+   * once written; when the client leaves first it never got it, and counts as cancelled.
+   */
+  private doneWhenWritten(req: IncomingMessage, res: ServerResponse, requestId: string, status: number, ctx: ForwardContext): void {
+    const socket = req.socket;
+    const left = () => {
+      res.off('finish', written);
+      ctx.modelMetrics.cancelled('streaming');
+      this.logDone(res, requestId, 0, ctx);
+    };
+    const written = () => {
+      socket.off('close', left);
+      this.logDone(res, requestId, status, ctx);
+    };
+    // A queued answer gets no 'close' of its own when the connection dies: the socket's tells.
+    if (socket.destroyed) return left();
+    res.once('finish', written);
+    socket.once('close', left);
   }
 
   /**

@@ -369,6 +369,45 @@ for (const [what, second, status] of [
   });
 }
 
+for (const leaves of [true, false]) {
+  test(`a request pipelined behind one still waiting: its answer, complete at the gateway, counts as answered only once written (${leaves ? 'the client leaves first: cancelled' : 'written: answered'})`, async () => {
+    let answerFirst: (() => void) | undefined;
+    const backend = await startFakeBackend((r, res) => (JSON.parse(r.body).messages[0].content === 'first' ? (answerFirst = () => okJson(r, res)) : okJson(r, res)));
+    const debug = captureLogger('debug');
+    await withGateway(
+      backend,
+      fleetConfig([{ name: 'b', port: backend.port }]),
+      async (gw) => {
+        const ask = (content: string, id: string) => {
+          const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] });
+          return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nx-request-id: ${id}\r\n\r\n${body}`;
+        };
+        const client = await connectRaw(gw.apiPort);
+        client.socket.write(ask('first', 'p1') + ask('second', 'p2'));
+        // The second is answered by the model server while the first still waits for its own.
+        await until(async () => backend.received.length === 2 && (await debugRequests(gw)).total === 1, 3000, 'the second answered at the gateway');
+        const done = (id: string) => debug.lines().find((l) => l.msg === 'request done' && l.requestId === id);
+        assert.equal(done('p2'), undefined, 'not done while its answer waits behind the first');
+        if (leaves) client.socket.destroy();
+        else answerFirst!();
+        await until(() => done('p1') !== undefined && done('p2') !== undefined, 3000, 'both requests done');
+        const cancelled = /^sluice_request_cancelled_total\{model_name="m",target_model_name="m",stage="(\w+)"\} (\d+)$/gm;
+        const counts = Object.fromEntries([...(await metricsText(gw)).matchAll(cancelled)].map((m) => [m[1], Number(m[2])]));
+        if (leaves) {
+          assert.deepEqual([done('p1')!.status, done('p2')!.status], [0, 0]);
+          assert.deepEqual(counts, { queued: 0, waiting_first_byte: 1, streaming: 1 });
+        } else {
+          assert.deepEqual([done('p1')!.status, done('p2')!.status], [200, 200]);
+          assert.deepEqual(counts, { queued: 0, waiting_first_byte: 0, streaming: 0 });
+          await until(() => client.received().split('HTTP/1.1 200 ').length === 3, 3000, 'both answers');
+        }
+        await nothingInFlight(gw);
+      },
+      { logger: debug.logger },
+    );
+  });
+}
+
 test('a malformed request pipelined behind a streaming answer: the whole stream first, then the 400, then the connection closes', async () => {
   const fleet = await startFleet(1, { itlMs: 50, ttftOverheadMs: 1 });
   try {
