@@ -129,6 +129,13 @@ describe('dashboards/sluice-grafana.json', () => {
     assert.deepEqual(unknown, [], `metric names the dashboard uses but Sluice does not expose:\n${unknown.join('\n')}`);
   });
 
+
+  test("a metric any process exports (prom-client's defaults) is joined to one only Sluice exports: $job = All matches every job", () => {
+    const generic = dashboardExpressions(dashboard).filter(({ expr }) => /\b(process|nodejs)_[a-z0-9_]+\s*[{[(]/.test(expr));
+    assert.ok(generic.length >= 2, 'the gateway CPU and event-loop lag panels');
+    const unguarded = generic.filter(({ expr }) => !/\band on \(job, instance\) (llm_d_epp|sluice)_\w+/.test(expr)).map((e) => `${e.where}: ${e.expr}`);
+    assert.deepEqual(unguarded, []);
+  });
   test('labels filtered and grouped by exist on the metrics they apply to', () => {
     const problems: string[] = [];
     for (const { where, expr } of dashboardExpressions(dashboard)) {
