@@ -958,8 +958,8 @@ function collectWarnings(raw: Record<string, unknown>, config: SluiceConfig, sin
 
 /**
  * A queue byte limit under server.bodyLimit: a body between the two is accepted by the server and
- * refused by flow control at once, whatever the load (it can never be queued), and its 429 tells
- * the client to retry. Said at each limit the user wrote.
+ * refused by flow control at once, whatever the load (it can never be queued). Said at each limit
+ * the user wrote.
  */
 function collectByteLimitWarnings(config: SluiceConfig, sink: ProblemSink): void {
   const fc = config.flowControl;

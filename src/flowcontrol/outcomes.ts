@@ -4,7 +4,8 @@
  *
  * Our controller has no pre-admission buffer, so Rejected/EvictedOther never wrap a TTL expiry or a
  * client cancel (those arrive as EvictedTTL / EvictedContextCancelled); the only "other" causes are
- * shutdown and internal errors.
+ * shutdown and internal errors. A RejectedCapacity may say the body can never fit (Sluice: its own
+ * message, and `x-should-retry: false`).
  */
 import type { FlowOutcome, OutcomeCause } from './types.js';
 

@@ -13,7 +13,7 @@ import type { ApiKind } from '../scheduling/framework.js';
 import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody, type BodyTally } from './body.js';
-import { GatewayError, answerClientError, rawErrorResponse, requestIdOf, sendError, noteSentError, sendGatewayError, sentError, sseErrorEnd } from './errors.js';
+import { GatewayError, answerClientError, noteSentError, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError, sseErrorEnd } from './errors.js';
 import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
