@@ -36,6 +36,17 @@ const LLMD_CONTROL = [
   'x-gateway-destination-endpoint',
   'x-gateway-destination-endpoint-subset',
   'x-llm-d-request-dropped-reason',
+  // What llm-d's routing sidecar reads as a <host:port> to prefill on, encode on, pull KV blocks
+  // from or send to (llm-d's EPP drops a client's): on a request Sluice serves decode-only (it sets
+  // no prefill header then) a client's value would send the prompt, or fetch the cache, where the
+  // client says. The canonical names and the older ones.
+  'x-llm-d-prefiller-host-port',
+  'x-prefiller-url',
+  'x-llm-d-encoder-hosts-ports',
+  'x-encoder-hosts-ports',
+  'x-llm-d-kv-cache-source-host-port',
+  'x-kv-cache-source-host-port',
+  'x-data-parallel-host-port',
 ];
 
 /**

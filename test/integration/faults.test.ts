@@ -162,7 +162,17 @@ schedulingProfiles:
     }, { logger });
   });
 
-  test('a client-sent x-prefiller-host-port and routing headers never reach upstream; hop-by-hop stripped', async () => {
+  const SIDECAR_ADDRESS_HEADERS = [
+    'x-llm-d-prefiller-host-port',
+    'x-prefiller-url',
+    'x-llm-d-encoder-hosts-ports',
+    'x-encoder-hosts-ports',
+    'x-llm-d-kv-cache-source-host-port',
+    'x-kv-cache-source-host-port',
+    'x-data-parallel-host-port',
+  ];
+
+  test("a client-sent x-prefiller-host-port, the sidecar's other address headers and routing headers never reach upstream; hop-by-hop stripped", async () => {
     const backend = await startFakeBackend();
     const extra = 'objectives:\n- { name: interactive, priority: 10 }\n';
     await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }], extra), async (gw) => {
@@ -182,6 +192,8 @@ schedulingProfiles:
               'x-llm-d-request-dropped-reason': 'rejected-saturated',
               'x-gateway-destination-endpoint': '10.0.0.9:8000',
               'x-llm-d-slo-tpot-ms': '50',
+              // llm-d's routing sidecar would prefill, encode or pull KV blocks where these say.
+              ...Object.fromEntries(SIDECAR_ADDRESS_HEADERS.map((h) => [h, 'attacker.example:9999'])),
               'x-custom': 'kept',
               'x-hop': 'named in Connection',
               connection: 'keep-alive, x-hop',
@@ -206,6 +218,7 @@ schedulingProfiles:
       assert.equal(got.headers['x-llm-d-request-dropped-reason'], undefined);
       assert.equal(got.headers['x-gateway-destination-endpoint'], undefined);
       assert.equal(got.headers['x-llm-d-slo-tpot-ms'], undefined);
+      assert.deepEqual(SIDECAR_ADDRESS_HEADERS.filter((h) => got.headers[h] !== undefined), []);
       assert.equal(got.headers['keep-alive'], undefined);
       assert.equal(got.headers['x-hop'], undefined);
       assert.equal(got.headers['x-custom'], 'kept');
