@@ -134,31 +134,50 @@ export function topLevelMemberText(text: string, key: string): string | undefine
 
 /**
  * A bound on what `JSON.parse` would build from `text`, checked before it runs. Parsing costs per
- * array and object, not per byte: 8 MiB of `[[[…]]]` took about a second of the one event loop
- * (every other request waited), where 8 MiB of prompt text takes 10 ms. OpenAI requests hold a
- * few thousand arrays and objects at most (messages, content parts, tool schemas), nested a few
- * dozen deep; vLLM's Python parser refuses nesting near 1 000 levels itself.
+ * thing built, not per byte: 8 MiB of prompt text takes 10 ms, but 8 MiB of `[[[…]]]` took about a
+ * second of the one event loop (every other request waited), a string costs about 0.5 µs (16 MiB
+ * of short distinct strings, 2.3 million, held it 1–2.5 s) and a number about 0.05 µs. OpenAI
+ * requests hold a few thousand arrays, objects and strings at most (messages, content parts, tool
+ * schemas, an embeddings batch of 2 048 inputs), nested a few dozen deep; a prompt given as token
+ * ids is one number per token. vLLM's Python parser refuses nesting near 1 000 levels itself.
  *
  * Like the member scan it jumps over strings with `indexOf` (the bulk of a prompt), so it costs
- * 0.1–1 µs on ordinary bodies. It decides only depth and count: whether the text is valid JSON is
+ * 0.1–1 µs on ordinary bodies. It decides only depth and counts: whether the text is valid JSON is
  * `JSON.parse`'s to say (an unterminated string ends the scan).
  */
 export const MAX_JSON_DEPTH = 1000;
 export const MAX_JSON_CONTAINERS = 100_000;
+/** Strings, keys included: at most about 50 ms of parsing. */
+export const MAX_JSON_STRINGS = 100_000;
+/** Values and members (counted by the commas between them): a prompt of 2 million token ids, about 100 ms. */
+export const MAX_JSON_VALUES = 2_097_152;
 
-/** Why `text` nests too deeply or holds too many arrays and objects; undefined when it does not. */
-export function jsonShapeProblem(text: string, maxDepth = MAX_JSON_DEPTH, maxContainers = MAX_JSON_CONTAINERS): string | undefined {
+export interface JsonShapeLimits {
+  depth: number;
+  containers: number;
+  strings: number;
+  values: number;
+}
+
+const JSON_SHAPE_LIMITS: JsonShapeLimits = { depth: MAX_JSON_DEPTH, containers: MAX_JSON_CONTAINERS, strings: MAX_JSON_STRINGS, values: MAX_JSON_VALUES };
+
+/** Why `text` nests too deeply or holds too many of what JSON.parse builds; undefined when it does not. */
+export function jsonShapeProblem(text: string, limits: JsonShapeLimits = JSON_SHAPE_LIMITS): string | undefined {
   let depth = 0;
   let containers = 0;
+  let strings = 0;
+  let commas = 0;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (c === QUOTE) {
+      if (++strings > limits.strings) return `request JSON holds more than ${limits.strings} strings (keys included)`;
       i = stringEnd(text, i);
       if (i < 0) return undefined;
     } else if (c === OPEN_BRACE || c === OPEN_BRACKET) {
-      if (++depth > maxDepth) return `request JSON nests arrays and objects more than ${maxDepth} levels deep`;
-      if (++containers > maxContainers) return `request JSON holds more than ${maxContainers} arrays and objects`;
+      if (++depth > limits.depth) return `request JSON nests arrays and objects more than ${limits.depth} levels deep`;
+      if (++containers > limits.containers) return `request JSON holds more than ${limits.containers} arrays and objects`;
     } else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) depth--;
+    else if (c === COMMA && ++commas >= limits.values) return `request JSON holds more than ${limits.values} values`;
   }
   return undefined;
 }
