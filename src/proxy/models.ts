@@ -4,7 +4,7 @@
  * The client's `authorization` goes to the servers (a vLLM started with `--api-key` lists nothing
  * without it), so the cache is kept per authorization value. When servers answered but none with
  * a list, the client gets the first server's answer (a 401, say), and when none answered, a 502:
- * never an empty list that would read as "no models".
+ * never an empty list that would read as "no models". A refusal (4xx) is cached as a list is.
  */
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Clock } from '../util/clock.js';
@@ -24,12 +24,21 @@ export interface ModelsAnswer {
   contentType?: string;
 }
 
-/** Distinct authorization values cached at once (they come from clients): past it the cache starts over. */
+/** Distinct authorization values cached at once (they come from clients): past it the oldest goes. */
 const MAX_CACHED_KEYS = 64;
+/**
+ * Listings asking the pool at once. Each asks every server, and a client can make each new (an
+ * authorization value of its own per request, no valid key needed): without a bound one client
+ * request turned into one per server. The rest wait their turn, up to MAX_WAITING_FANOUTS, then 503.
+ */
+const MAX_FANOUTS = 4;
+const MAX_WAITING_FANOUTS = 256;
 
 export class ModelsCache {
   private readonly cached = new Map<string, { at: number; answer: ModelsAnswer }>();
   private readonly inflight = new Map<string, Promise<ModelsAnswer>>();
+  private fanouts = 0;
+  private readonly waiting: (() => void)[] = [];
 
   constructor(
     private readonly endpoints: () => readonly Endpoint[],
@@ -48,10 +57,25 @@ export class ModelsCache {
     if (hit !== undefined && this.clock.now() - hit.at < this.ttlMs) return Promise.resolve(hit.answer);
     let pending = this.inflight.get(key);
     if (pending === undefined) {
-      pending = this.fetchAll(authorization, requestId).finally(() => this.inflight.delete(key));
+      if (this.fanouts >= MAX_FANOUTS && this.waiting.length >= MAX_WAITING_FANOUTS) {
+        return Promise.resolve({ status: 503, body: errorBody(503, 'too many model listings in progress; try again') });
+      }
+      pending = this.inTurn(() => this.fetchAll(authorization, requestId)).finally(() => this.inflight.delete(key));
       this.inflight.set(key, pending);
     }
     return pending;
+  }
+
+  /** Runs `fetch` when fewer than MAX_FANOUTS run, in arrival order. */
+  private async inTurn(fetch: () => Promise<ModelsAnswer>): Promise<ModelsAnswer> {
+    if (this.fanouts >= MAX_FANOUTS) await new Promise<void>((go) => this.waiting.push(go));
+    this.fanouts++;
+    try {
+      return await fetch();
+    } finally {
+      this.fanouts--;
+      this.waiting.shift()?.();
+    }
   }
 
   private async fetchAll(authorization: string | undefined, requestId: string): Promise<ModelsAnswer> {
@@ -89,11 +113,21 @@ export class ModelsCache {
       for (const m of answer) if (typeof m?.id === 'string' && !byId.has(m.id)) byId.set(m.id, m);
     }
     if (listed === 0 && endpoints.length > 0) {
-      return refusal ?? { status: 502, body: errorBody(502, 'no model server of the pool listed its models') };
+      if (refusal === undefined) return { status: 502, body: errorBody(502, 'no model server of the pool listed its models') };
+      // A refusal of the client's (a wrong key's 401) is kept as a list is: else each request with
+      // it asked every server again. A server's own trouble (5xx) is not.
+      if (refusal.status < 500) this.remember(authorization ?? '', refusal);
+      return refusal;
     }
     const answer = { status: 200, body: JSON.stringify({ object: 'list', data: [...byId.values()] }) };
-    if (this.cached.size >= MAX_CACHED_KEYS) this.cached.clear();
-    this.cached.set(authorization ?? '', { at: this.clock.now(), answer });
+    this.remember(authorization ?? '', answer);
     return answer;
+  }
+
+  /** Keeps an answer; past MAX_CACHED_KEYS the oldest goes (not all: a client's new values would flush everyone's). */
+  private remember(key: string, answer: ModelsAnswer): void {
+    this.cached.delete(key);
+    if (this.cached.size >= MAX_CACHED_KEYS) this.cached.delete(this.cached.keys().next().value!);
+    this.cached.set(key, { at: this.clock.now(), answer });
   }
 }

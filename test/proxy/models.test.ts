@@ -1,4 +1,4 @@
-/** The `/v1/models` cache (proxy/models.ts): per authorization value, a few seconds, at most 64 values. */
+/** The `/v1/models` cache (proxy/models.ts): per authorization value, a few seconds, at most 64 values; at most 4 listings at once. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Upstreams } from '../../src/proxy/upstreams.js';
@@ -20,7 +20,7 @@ function countingUpstreams() {
   return { asked, upstreams };
 }
 
-test('answers are cached per authorization value for the TTL; past 64 values the cache starts over', async () => {
+test('answers are cached per authorization value for the TTL; past 64 values the oldest goes, not all', async () => {
   const clock = new ManualClock();
   const { asked, upstreams } = countingUpstreams();
   const cache = new ModelsCache(() => [makeEndpoint('a')], upstreams, clock, 5000);
@@ -32,16 +32,63 @@ test('answers are cached per authorization value for the TTL; past 64 values the
   await cache.list(key(63), 'r');
   assert.equal(asked.length, 64, 'all 64 still cached');
 
-  await cache.list(key(64), 'r'); // a 65th value: the cache starts over with it
+  await cache.list(key(64), 'r'); // a 65th value: the oldest (key 0) makes room
   assert.equal(asked.length, 65);
   await cache.list(key(64), 'r');
-  assert.equal(asked.length, 65, 'the newest is cached');
+  await cache.list(key(1), 'r');
+  assert.equal(asked.length, 65, 'the newest and the others are cached');
   await cache.list(key(0), 'r');
-  assert.equal(asked.at(-1), key(0), 'the older ones were dropped');
+  assert.equal(asked.at(-1), key(0), 'the oldest was dropped');
 
   clock.advance(5000);
   await cache.list(key(64), 'r');
   assert.equal(asked.at(-1), key(64), 'expired after the TTL');
+});
+
+test("a client's refusal (a wrong key's 401) is cached as a list is; a server's 5xx is not", async () => {
+  const clock = new ManualClock();
+  let asked = 0;
+  let status = 401;
+  const upstreams = {
+    get: () => ({
+      request: async () => {
+        asked++;
+        return { statusCode: status, headers: { 'content-type': 'application/json' }, body: { text: async () => '{"error":"Unauthorized"}' } };
+      },
+    }),
+  } as unknown as Upstreams;
+  const cache = new ModelsCache(() => [makeEndpoint('a'), makeEndpoint('b')], upstreams, clock, 5000);
+  for (let i = 0; i < 10; i++) assert.equal((await cache.list('Bearer wrong', 'r')).status, 401);
+  assert.equal(asked, 2, 'each server asked once');
+  status = 503;
+  for (let i = 0; i < 3; i++) assert.equal((await cache.list('Bearer other', 'r')).status, 503);
+  assert.equal(asked, 8, 'a server in trouble is asked again');
+});
+
+test('at most 4 listings ask the pool at once, the rest in turn; past 256 waiting, 503 at once', async () => {
+  let running = 0;
+  let most = 0;
+  const release: (() => void)[] = [];
+  const upstreams = {
+    get: () => ({
+      request: async () => {
+        most = Math.max(most, ++running);
+        await new Promise<void>((r) => release.push(r));
+        running--;
+        return { statusCode: 200, body: { text: async () => '{"object":"list","data":[{"id":"m"}]}' } };
+      },
+    }),
+  } as unknown as Upstreams;
+  const cache = new ModelsCache(() => [makeEndpoint('a')], upstreams, new ManualClock(), 5000);
+  const answers = Array.from({ length: 4 + 256 }, (_, i) => cache.list(`Bearer k${i}`, 'r'));
+  assert.deepEqual(await cache.list('Bearer one-too-many', 'r'), { status: 503, body: JSON.stringify({ error: { message: 'too many model listings in progress; try again', type: 'ServiceUnavailableError', param: null, code: 503 } }) });
+  assert.equal(cache.list('Bearer k0', 'r'), answers[0], 'a value already asking shares its listing, whatever the queue');
+  while (release.length > 0 || running > 0) {
+    release.splice(0).forEach((go) => go());
+    await new Promise((r) => setImmediate(r));
+  }
+  assert.ok((await Promise.all(answers)).every((a) => a.status === 200));
+  assert.equal(most, 4);
 });
 
 test('the list is merged in configuration order, whichever server answers first', async () => {
