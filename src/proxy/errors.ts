@@ -58,8 +58,15 @@ export function errorBody(status: number, message: string, param: string | null 
  * it failed (the Responses API's typed events have no `[DONE]`).
  */
 export function sseErrorEnd(api: ApiKind, status: number, message: string): string {
-  const event = `data: ${errorBody(status, message)}\n\n`;
-  return api === 'responses' ? event : `${event}data: [DONE]\n\n`;
+  if (api === 'responses') {
+    // The Responses API's typed `error` event (type, code, message, param, sequence_number), which
+    // typed parsers (the Vercel AI SDK) validate, with the §5 `error` object beside it, which the
+    // `openai` clients throw as an APIError with its message.
+    const error = { message, type: errorType(status), param: null, code: status };
+    const data = { type: 'error', code: errorType(status), message, param: null, sequence_number: 0, error };
+    return `event: error\ndata: ${JSON.stringify(data)}\n\n`;
+  }
+  return `data: ${errorBody(status, message)}\n\ndata: [DONE]\n\n`;
 }
 
 /** A whole §5 error response as raw HTTP, for a socket that has no ServerResponse (malformed HTTP, CONNECT); it closes the connection. */
@@ -156,7 +163,7 @@ export function sendError(
   res: ServerResponse,
   status: number,
   message: string,
-  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean; noRetry?: boolean } = {},
+  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean; noRetry?: boolean; retryAfterSeconds?: number } = {},
 ): void {
   if (res.headersSent) {
     res.destroy();
@@ -174,6 +181,7 @@ export function sendError(
   // The OpenAI clients' convention (they retry every 429 and 5xx otherwise): a model server took the
   // request and may have run it, and Sluice has made its own retries; or a retry cannot succeed.
   if (opts.noRetry) headers['x-should-retry'] = 'false';
+  if (opts.retryAfterSeconds !== undefined) headers['retry-after'] = opts.retryAfterSeconds;
   res.writeHead(status, headers);
   res.end(body);
 }

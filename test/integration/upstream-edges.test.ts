@@ -181,6 +181,33 @@ for (const [how, status] of [['reset', 502], ['stall', 504]] as const) {
   });
 }
 
+test("a Responses API stream cut mid-answer ends with that API's typed error event, which the openai client throws with the gateway's message", async () => {
+  const created = 'event: response.created\ndata: {"type":"response.created","sequence_number":0,"response":{"id":"r","object":"response","status":"in_progress","output":[]}}\n\n';
+  const delta = 'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":1,"item_id":"i","output_index":0,"content_index":0,"delta":"hel"}\n\n';
+  const server = await rawServer((s) => {
+    s.write('HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n');
+    s.write(chunk(created + delta));
+    setTimeout(() => s.resetAndDestroy(), 50);
+  });
+  await withGateway(server, fleetConfig([{ name: 'e0', port: server.port }]), async (gw) => {
+    const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 0 });
+    const events: string[] = [];
+    const err = await (async () => {
+      for await (const e of await client.responses.create({ model: 'm', input: 'hi', stream: true })) events.push(e.type);
+    })().catch((e: unknown) => e);
+    assert.deepEqual(events, ['response.created', 'response.output_text.delta']);
+    assert.ok(err instanceof OpenAI.APIError, String(err));
+    assert.match(err.message, /upstream e0 failed mid-response/);
+    // On the wire: the typed event (what typed parsers such as the Vercel AI SDK validate), no [DONE].
+    const raw = await request(`${gw.apiUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m","input":"hi","stream":true}' });
+    const text = await raw.body.text();
+    const last = text.slice(text.lastIndexOf('event: '));
+    assert.match(last, /^event: error\ndata: \{"type":"error","code":"BadGatewayError","message":"upstream e0 failed mid-response[^"]*","param":null,"sequence_number":0,"error":\{/);
+    assert.ok(last.endsWith('}}\n\n'), JSON.stringify(last));
+    await nothingInFlight(gw);
+  });
+});
+
 test('an event too long to hold back (over 1 MiB) cut by a reset: every byte of it relayed, then the connection cut, no error event glued to it', async () => {
   const piece = 'x'.repeat(256 * 1024);
   const server = await rawServer((s) => {

@@ -35,5 +35,9 @@ test("sseErrorEnd: the §5 error as an event, then [DONE] as vLLM ends a failed 
   const event = 'data: {"error":{"message":"cut","type":"BadGatewayError","param":null,"code":502}}\n\n';
   assert.equal(sseErrorEnd('chat', 502, 'cut'), `${event}data: [DONE]\n\n`);
   assert.equal(sseErrorEnd('completions', 502, 'cut'), `${event}data: [DONE]\n\n`);
-  assert.equal(sseErrorEnd('responses', 502, 'cut'), event);
+  // The Responses API's typed error event (what the Vercel AI SDK validates), the §5 object beside it (what the openai clients throw).
+  assert.equal(
+    sseErrorEnd('responses', 502, 'cut'),
+    'event: error\ndata: {"type":"error","code":"BadGatewayError","message":"cut","param":null,"sequence_number":0,"error":{"message":"cut","type":"BadGatewayError","param":null,"code":502}}\n\n',
+  );
 });
