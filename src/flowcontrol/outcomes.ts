@@ -24,13 +24,19 @@ export interface FlowHttpAnswer {
   readonly message: string;
   /** The same request would get the same answer again (`x-should-retry: false`). */
   readonly final?: true;
+  /** `retry-after`, seconds: a refusal a retry soon may pass. */
+  readonly retryAfterSeconds?: number;
 }
 
 // Messages follow llm-d's prefixes (reference §2.11); frozen and shared, no per-request building.
+// A full queue is a burst's: `retry-after` makes the clients that retry no 429 without it
+// (LangChain) try again, and the others wait a second rather than their own back-off. Not on a
+// time-out in the queue: that request waited its TTL already, a retry is the client's call.
 const CAPACITY: FlowHttpAnswer = Object.freeze({
   status: 429,
   droppedReason: 'rejected-saturated',
   message: 'flow control queue is at capacity',
+  retryAfterSeconds: 1,
 });
 const LARGER_THAN_CAPACITY: FlowHttpAnswer = Object.freeze({
   status: 429,

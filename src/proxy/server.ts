@@ -619,7 +619,7 @@ class Queued implements FlowRequest, ClientWatcher {
     const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);
     if (outcome === 'EvictedContextCancelled' || http === undefined) return this.resolve(0);
     const why = outcome === 'EvictedTTL' ? this.whySaturated() : '';
-    sendError(res, http.status, why === '' ? http.message : `${http.message}: ${why}`, { droppedReason: http.droppedReason, requestId, noRetry: http.final });
+    sendError(res, http.status, why === '' ? http.message : `${http.message}: ${why}`, { droppedReason: http.droppedReason, requestId, noRetry: http.final, retryAfterSeconds: http.retryAfterSeconds });
     this.resolve(http.status);
   }
 }

@@ -136,6 +136,7 @@ ${DETECTOR}flowControl:
       const r = await post(gw);
       assert.equal(r.status, 429);
       assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-ttl-expired');
+      assert.equal(r.headers['retry-after'], undefined, 'it waited its TTL: a retry is the client\'s call');
       assert.equal(JSON.parse(r.text).error.type, 'RateLimitError');
       // The answer says why it waited: the stage that held it and the servers that cannot be read.
       assert.equal(
@@ -350,6 +351,7 @@ ${DETECTOR}flowControl:
       assert.equal(over.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
       assert.ok(Date.now() - t0 < 1000, 'rejected at once, not after a TTL');
       assert.equal(over.headers['x-should-retry'], undefined, 'a full queue is what a retry is for');
+      assert.equal(over.headers['retry-after'], '1', 'soon: LangChain retries no 429 without it');
       ac.abort();
       assert.ok((await queued) instanceof Error);
       await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_requests_total', 'outcome="EvictedContextCancelled"') ?? 0) === 1);
@@ -376,6 +378,7 @@ ${DETECTOR}flowControl:
       assert.ok(err instanceof OpenAI.RateLimitError, String(err));
       assert.match(err.message, /request body is larger than its priority band's maxBytes .*a retry cannot help/);
       assert.equal(err.headers?.get('x-llm-d-request-dropped-reason'), 'rejected-saturated');
+      assert.equal(err.headers?.get('retry-after'), null);
       assert.equal(gauge(await metricsText(gw), 'llm_d_epp_flow_control_requests_total', 'outcome="RejectedCapacity"'), 1, 'sent once: x-should-retry: false');
       assert.equal((await post(gw)).status, 200, 'a body that fits goes');
       assert.equal(backend.received.length, 1);
