@@ -385,20 +385,24 @@ export class ApiServer {
    * once written; when the client leaves first it never got it, and counts as cancelled.
    */
   private doneWhenWritten(req: IncomingMessage, res: ServerResponse, requestId: string, status: number, ctx: ForwardContext): void {
-    const socket = req.socket;
-    const left = () => {
-      res.off('finish', written);
-      ctx.modelMetrics.cancelled('streaming');
-      this.logDone(res, requestId, 0, ctx);
+    // A queued answer gets no 'close' of its own when the connection dies: watchPipelined (one
+    // listener per connection, registered in begin) tells its watcher. A listener per answer on
+    // the socket would make Node warn of a leak from the 8th answer queued on one connection.
+    const watcher: ClientWatcher = {
+      clientClosed: () => {
+        if (res.writableFinished) return;
+        res.off('finish', written);
+        ctx.modelMetrics.cancelled('streaming');
+        this.logDone(res, requestId, 0, ctx);
+      },
     };
     const written = () => {
-      socket.off('close', left);
+      unwatchClient(res, watcher);
       this.logDone(res, requestId, status, ctx);
     };
-    // A queued answer gets no 'close' of its own when the connection dies: the socket's tells.
-    if (socket.destroyed) return left();
+    if (req.socket.destroyed) return watcher.clientClosed();
     res.once('finish', written);
-    socket.once('close', left);
+    watchClient(res, watcher);
   }
 
   /**

@@ -370,41 +370,51 @@ for (const [what, second, status] of [
 }
 
 for (const leaves of [true, false]) {
-  test(`a request pipelined behind one still waiting: its answer, complete at the gateway, counts as answered only once written (${leaves ? 'the client leaves first: cancelled' : 'written: answered'})`, async () => {
+  test(`requests pipelined behind one still waiting: their answers, complete at the gateway, count as answered only once written (${leaves ? 'the client leaves first: cancelled' : 'written: answered'}); ten of them on one connection, no listener-leak warning`, async () => {
     let answerFirst: (() => void) | undefined;
     const backend = await startFakeBackend((r, res) => (JSON.parse(r.body).messages[0].content === 'first' ? (answerFirst = () => okJson(r, res)) : okJson(r, res)));
     const debug = captureLogger('debug');
-    await withGateway(
-      backend,
-      fleetConfig([{ name: 'b', port: backend.port }]),
-      async (gw) => {
-        const ask = (content: string, id: string) => {
-          const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] });
-          return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nx-request-id: ${id}\r\n\r\n${body}`;
-        };
-        const client = await connectRaw(gw.apiPort);
-        client.socket.write(ask('first', 'p1') + ask('second', 'p2'));
-        // The second is answered by the model server while the first still waits for its own.
-        await until(async () => backend.received.length === 2 && (await debugRequests(gw)).total === 1, 3000, 'the second answered at the gateway');
-        const done = (id: string) => debug.lines().find((l) => l.msg === 'request done' && l.requestId === id);
-        assert.equal(done('p2'), undefined, 'not done while its answer waits behind the first');
-        if (leaves) client.socket.destroy();
-        else answerFirst!();
-        await until(() => done('p1') !== undefined && done('p2') !== undefined, 3000, 'both requests done');
-        const cancelled = /^sluice_request_cancelled_total\{model_name="m",target_model_name="m",stage="(\w+)"\} (\d+)$/gm;
-        const counts = Object.fromEntries([...(await metricsText(gw)).matchAll(cancelled)].map((m) => [m[1], Number(m[2])]));
-        if (leaves) {
-          assert.deepEqual([done('p1')!.status, done('p2')!.status], [0, 0]);
-          assert.deepEqual(counts, { queued: 0, waiting_first_byte: 1, streaming: 1 });
-        } else {
-          assert.deepEqual([done('p1')!.status, done('p2')!.status], [200, 200]);
-          assert.deepEqual(counts, { queued: 0, waiting_first_byte: 0, streaming: 0 });
-          await until(() => client.received().split('HTTP/1.1 200 ').length === 3, 3000, 'both answers');
-        }
-        await nothingInFlight(gw);
-      },
-      { logger: debug.logger },
-    );
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    const later = Array.from({ length: 10 }, (_, i) => `p${i + 2}`);
+    try {
+      await withGateway(
+        backend,
+        fleetConfig([{ name: 'b', port: backend.port }]),
+        async (gw) => {
+          const ask = (content: string, id: string) => {
+            const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] });
+            return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nx-request-id: ${id}\r\n\r\n${body}`;
+          };
+          const client = await connectRaw(gw.apiPort);
+          client.socket.write(ask('first', 'p1') + later.map((id) => ask('later', id)).join(''));
+          // The later ones are answered by the model server while the first still waits for its own.
+          await until(async () => backend.received.length === 11 && (await debugRequests(gw)).total === 1, 3000, 'the later ones answered at the gateway');
+          const done = (id: string) => debug.lines().find((l) => l.msg === 'request done' && l.requestId === id);
+          assert.deepEqual(later.filter((id) => done(id) !== undefined), [], 'not done while their answers wait behind the first');
+          if (leaves) client.socket.destroy();
+          else answerFirst!();
+          await until(() => ['p1', ...later].every((id) => done(id) !== undefined), 3000, 'every request done');
+          const cancelled = /^sluice_request_cancelled_total\{model_name="m",target_model_name="m",stage="(\w+)"\} (\d+)$/gm;
+          const counts = Object.fromEntries([...(await metricsText(gw)).matchAll(cancelled)].map((m) => [m[1], Number(m[2])]));
+          const statuses = ['p1', ...later].map((id) => done(id)!.status);
+          if (leaves) {
+            assert.deepEqual(statuses, Array(11).fill(0));
+            assert.deepEqual(counts, { queued: 0, waiting_first_byte: 1, streaming: 10 });
+          } else {
+            assert.deepEqual(statuses, Array(11).fill(200));
+            assert.deepEqual(counts, { queued: 0, waiting_first_byte: 0, streaming: 0 });
+            await until(() => client.received().split('HTTP/1.1 200 ').length === 12, 3000, 'every answer');
+          }
+          await nothingInFlight(gw);
+        },
+        { logger: debug.logger },
+      );
+    } finally {
+      process.off('warning', onWarning);
+    }
+    assert.deepEqual(warnings, []);
   });
 }
 
