@@ -91,7 +91,8 @@ export function outcomeToHttp(
     case 'RejectedCapacity':
       return cause === 'larger-than-capacity' ? LARGER_THAN_CAPACITY : CAPACITY;
     case 'RejectedNoEndpoints':
-      return NO_ENDPOINTS_FULL;
+      // Endpoints coming back would not make room for it.
+      return cause === 'larger-than-capacity' ? LARGER_THAN_CAPACITY : NO_ENDPOINTS_FULL;
     case 'EvictedNoEndpoints':
       return NO_ENDPOINTS_TIMED_OUT;
     case 'EvictedTTL':

@@ -158,18 +158,18 @@ export function noteSentError(res: ServerResponse, error: SentError): void {
   (res as ServerResponse & { [kSentError]?: SentError })[kSentError] = error;
 }
 
-/** Writes an OpenAI-shaped error unless headers already went out (then the socket is ended). */
+/** Writes an OpenAI-shaped error unless headers already went out (then the connection is cut); either way, noted for the log. */
 export function sendError(
   res: ServerResponse,
   status: number,
   message: string,
   opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean; noRetry?: boolean; retryAfterSeconds?: number } = {},
 ): void {
+  noteSentError(res, { message, droppedReason: opts.droppedReason });
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  noteSentError(res, { message, droppedReason: opts.droppedReason });
   const body = errorBody(status, message, opts.param ?? null);
   const headers: Record<string, string | number> = {
     'content-type': 'application/json',

@@ -547,6 +547,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   stalled(): void {
     const { ctx, ep } = this;
     ctx.logger.warn({ requestId: ctx.requestId, endpoint: ep.name }, 'client read nothing for upstream.bodyTimeout: connection closed');
+    noteSentError(ctx.res, { message: 'client read nothing for upstream.bodyTimeout: connection closed' });
     ctx.res.destroy();
     // The attempt ends here, not on a 'close' that may come later.
     this.clientClosed();

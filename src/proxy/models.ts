@@ -4,7 +4,7 @@
  * The client's `authorization` goes to the servers (a vLLM started with `--api-key` lists nothing
  * without it), so the cache is kept per authorization value. When servers answered but none with
  * a list, the client gets the first server's answer (a 401, say), and when none answered, a 502:
- * never an empty list that would read as "no models". A refusal (4xx) is cached as a list is.
+ * never an empty list that would read as "no models". A refusal of the key (401, 403) is cached as a list is.
  */
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { Clock } from '../util/clock.js';
@@ -114,9 +114,9 @@ export class ModelsCache {
     }
     if (listed === 0 && endpoints.length > 0) {
       if (refusal === undefined) return { status: 502, body: errorBody(502, 'no model server of the pool listed its models') };
-      // A refusal of the client's (a wrong key's 401) is kept as a list is: else each request with
-      // it asked every server again. A server's own trouble (5xx) is not.
-      if (refusal.status < 500) this.remember(authorization ?? '', refusal);
+      // A refusal of the client's key (401, 403) is kept as a list is: else each request with it
+      // asked every server again. A server's state (5xx, 429, 408) is not.
+      if (refusal.status === 401 || refusal.status === 403) this.remember(authorization ?? '', refusal);
       return refusal;
     }
     const answer = { status: 200, body: JSON.stringify({ object: 'list', data: [...byId.values()] }) };

@@ -60,6 +60,8 @@ export class ApiServer {
   private readonly inFlight = new AgeList<ForwardContext>();
   /** API requests whose body is still arriving: the end of the shutdown grace period answers them too. */
   private readonly receiving = new AgeList<ReceivingBody>();
+  /** Node's `requestTimeout` as the server was started with (a restart-only setting). */
+  private readonly requestTimeoutMs: number;
 
   /** The bytes received so far of the API requests' bodies still arriving. */
   readonly uploads: BodyTally = { bytes: 0 };
@@ -73,13 +75,14 @@ export class ApiServer {
     this.refusals = new RefusalLog(deps.logger);
     this.upstreamFailures = upstreamFailureLog(deps.logger);
     const { requestHeadersTimeout, requestTimeout } = deps.runtime().config.server;
+    this.requestTimeoutMs = Math.max(requestTimeout, requestHeadersTimeout);
     // Slowloris guard: clients that dribble their headers or body are cut off (408). Node checks
     // these every connectionsCheckingInterval, so that follows the shorter time-out.
     this.server = http.createServer(
       {
         keepAliveTimeout: 65_000,
         headersTimeout: requestHeadersTimeout,
-        requestTimeout: Math.max(requestTimeout, requestHeadersTimeout),
+        requestTimeout: this.requestTimeoutMs,
         connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(requestHeadersTimeout / 2))),
         // Routing never reads Host; Node's own refusal of a request without one has no §5 body.
         requireHostHeader: false,
@@ -203,6 +206,10 @@ export class ApiServer {
       let raw: Buffer;
       const receiving: ReceivingBody = { res, requestId, older: undefined, newer: undefined };
       this.receiving.push(receiving);
+      // Node times an upload only while its request is the connection's current one: one pipelined
+      // behind an answer still going out is timed here (it held its connection, and up to
+      // bodyLimit of memory, for ever).
+      const uploadTimer = res.socket === null && !req.complete ? setTimeout(cutPipelinedUpload, this.requestTimeoutMs, req, res).unref() : undefined;
       try {
         raw = await readBody(req, deps.runtime().config.server.bodyLimit, this.uploads);
       } catch (err) {
@@ -216,6 +223,7 @@ export class ApiServer {
         deps.metrics.bodyIncomplete();
         return this.logDone(res, requestId, res.headersSent ? res.statusCode : (sentError(res)?.rawStatus ?? 0));
       } finally {
+        clearTimeout(uploadTimer);
         this.receiving.remove(receiving);
       }
       // Read after the body: a reload while it arrived retired the runtime (and queue) before.
@@ -414,7 +422,8 @@ export class ApiServer {
    */
   private logDone(res: ServerResponse, requestId: string, status: number, ctx?: ForwardContext): void {
     const { logger, clock } = this.deps;
-    const error = status >= 400 ? sentError(res) : undefined;
+    // Status 0 with an error: Sluice cut the connection itself, and says why.
+    const error = status >= 400 || status === 0 ? sentError(res) : undefined;
     if (error?.droppedReason !== undefined) this.refusals.note(error.droppedReason, status, requestId);
     if (!logger.isLevelEnabled('debug')) return;
     logger.debug(
@@ -626,6 +635,12 @@ class Queued implements FlowRequest, ClientWatcher {
     sendError(res, http.status, why === '' ? http.message : `${http.message}: ${why}`, { droppedReason: http.droppedReason, requestId, noRetry: http.final, retryAfterSeconds: http.retryAfterSeconds });
     this.resolve(http.status);
   }
+}
+
+/** A pipelined request's body still arriving after server.requestTimeout: no 408 can go before the answers ahead of it, so the connection is cut. */
+function cutPipelinedUpload(req: IncomingMessage, res: ServerResponse): void {
+  noteSentError(res, { message: 'request body not received within server.requestTimeout (pipelined behind an answer still going out): connection closed' });
+  req.socket.destroy();
 }
 
 function json(res: ServerResponse, status: number, body: string, requestId?: string, contentType = 'application/json'): void {

@@ -53,11 +53,13 @@ describe('capacity', () => {
     );
   });
 
-  test('the same with an empty pool answers RejectedNoEndpoints', () => {
+  test('the same with an empty pool answers RejectedNoEndpoints (a body larger than the band, saying so)', () => {
     const h = new Harness({ config: { priorityBands: [band(0, { maxBytes: 1000 })] }, poolEmpty: true, saturation: 1 });
     for (const label of ['a', 'b', 'c']) h.submit(label, { byteSize: 300 });
     h.submit('d', { byteSize: 300 });
     assert.equal(h.outcomeOf('d')!.outcome, 'RejectedNoEndpoints');
+    h.submit('huge', { byteSize: 1001 });
+    assert.deepEqual([h.outcomeOf('huge')!.outcome, h.outcomeOf('huge')!.cause], ['RejectedNoEndpoints', 'larger-than-capacity']);
     assert.equal(h.fc.queued, 3);
   });
 

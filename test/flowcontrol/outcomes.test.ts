@@ -25,6 +25,7 @@ const TABLE: Row[] = [
   ['queue at capacity, pool has endpoints', 'RejectedCapacity', undefined, false, 429, 'rejected-saturated', 'flow control queue is at capacity'],
   ['a body no queue can hold: the same answer, saying a retry cannot help', 'RejectedCapacity', 'larger-than-capacity', false, 429, 'rejected-saturated', 'request body is larger than'],
   ['queue at capacity, pool empty', 'RejectedNoEndpoints', undefined, true, 503, 'rejected-no-endpoints', 'no endpoints available'],
+  ['a body no queue can hold, pool empty: endpoints coming back would not help', 'RejectedNoEndpoints', 'larger-than-capacity', true, 429, 'rejected-saturated', 'request body is larger than'],
   ['TTL with endpoints', 'EvictedTTL', undefined, false, 429, 'rejected-ttl-expired', 'request timed out in queue'],
   ['TTL, pool empty when probed', 'EvictedTTL', undefined, true, 503, 'rejected-no-endpoints', 'request timed out in queue and no endpoints'],
   ['timed out with no endpoints', 'EvictedNoEndpoints', undefined, true, 503, 'rejected-no-endpoints', 'request timed out in queue and no endpoints'],

@@ -418,6 +418,32 @@ for (const leaves of [true, false]) {
   });
 }
 
+test('a body pipelined behind an answer still going out, never finished: cut at server.requestTimeout (Node times only the current request), and the log says why', async () => {
+  let answerFirst: (() => void) | undefined;
+  const backend = await startFakeBackend((r, res) => (answerFirst = () => okJson(r, res)));
+  const debug = captureLogger('debug');
+  await withGateway(
+    backend,
+    fleetConfig([{ name: 'b', port: backend.port }], '', '\n  requestHeadersTimeout: 200ms\n  requestTimeout: 400ms'),
+    async (gw) => {
+      const client = await connectRaw(gw.apiPort);
+      const partial = post('/v1/chat/completions', 'x-request-id: slow-2\r\n').replace('connection: close\r\n', '').slice(0, -20);
+      client.socket.write(keepAlivePost().replace('\r\n\r\n', '\r\nx-request-id: first-1\r\n\r\n') + partial);
+      await until(() => backend.received.length === 1, 3000, 'the first at the model server');
+      await until(async () => (await debugRequests(gw)).receivingBodies === 1, 3000, 'the second receiving its body');
+      await until(() => client.socket.destroyed, 3000, 'the connection cut (no 408 can be written before the first answer)');
+      const done = () => debug.lines().find((l) => l.msg === 'request done' && l.requestId === 'slow-2');
+      await until(() => done() !== undefined, 3000, 'its line');
+      assert.equal(done()!.status, 0);
+      assert.match(String(done()!.error), /^request body not received within server\.requestTimeout/);
+      assert.equal((await debugRequests(gw)).receivingBodies, 0);
+      answerFirst?.();
+      await nothingInFlight(gw);
+    },
+    { logger: debug.logger },
+  );
+});
+
 test('a malformed request pipelined behind a streaming answer: the whole stream first, then the 400, then the connection closes', async () => {
   const fleet = await startFleet(1, { itlMs: 50, ttftOverheadMs: 1 });
   try {

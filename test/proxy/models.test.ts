@@ -45,7 +45,7 @@ test('answers are cached per authorization value for the TTL; past 64 values the
   assert.equal(asked.at(-1), key(64), 'expired after the TTL');
 });
 
-test("a client's refusal (a wrong key's 401) is cached as a list is; a server's 5xx is not", async () => {
+test("a refusal of the client's key (a wrong key's 401) is cached as a list is; a server's 5xx or 429 is not", async () => {
   const clock = new ManualClock();
   let asked = 0;
   let status = 401;
@@ -60,9 +60,11 @@ test("a client's refusal (a wrong key's 401) is cached as a list is; a server's 
   const cache = new ModelsCache(() => [makeEndpoint('a'), makeEndpoint('b')], upstreams, clock, 5000);
   for (let i = 0; i < 10; i++) assert.equal((await cache.list('Bearer wrong', 'r')).status, 401);
   assert.equal(asked, 2, 'each server asked once');
-  status = 503;
-  for (let i = 0; i < 3; i++) assert.equal((await cache.list('Bearer other', 'r')).status, 503);
-  assert.equal(asked, 8, 'a server in trouble is asked again');
+  for (const trouble of [503, 429]) {
+    status = trouble;
+    for (let i = 0; i < 3; i++) assert.equal((await cache.list(`Bearer other-${trouble}`, 'r')).status, trouble);
+  }
+  assert.equal(asked, 14, 'a server in trouble is asked again');
 });
 
 test('at most 4 listings ask the pool at once, the rest in turn; past 256 waiting, 503 at once', async () => {

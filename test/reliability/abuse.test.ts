@@ -275,7 +275,7 @@ describe('clients that leave or stall', () => {
     }
   });
 
-  test('a client that stops reading a stream is cut after upstream.bodyTimeout, and its slot freed', async () => {
+  test('a client that stops reading a stream is cut after upstream.bodyTimeout, and its slot freed; its log line says why', async () => {
     const chunk = `data: ${'x'.repeat(64 * 1024)}\n\n`;
     const backend = await startFakeBackend((_r, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -286,8 +286,10 @@ describe('clients that leave or stall', () => {
       };
       pump();
     });
+    const debug = captureLogger('debug');
     const gw = await gatewayFor(
       fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', 'upstream: { connectTimeout: 1s, retries: 2, bodyTimeout: 300ms }'),
+      { logger: debug.logger },
     );
     try {
       await waitForMetrics(gw);
@@ -301,6 +303,9 @@ describe('clients that leave or stall', () => {
       await until(() => gw.pool.endpoints[0]!.inFlight === 0 && backend.active === 0, 5000, 'slot freed, upstream aborted');
       s.resume(); // what was buffered, then the cut
       await closed;
+      const done = () => debug.lines().find((l) => l.msg === 'request done');
+      await until(() => done() !== undefined, 3000, 'request done');
+      assert.deepEqual([done()!.status, done()!.error], [0, 'client read nothing for upstream.bodyTimeout: connection closed']);
     } finally {
       await gw.close();
       await backend.close();
