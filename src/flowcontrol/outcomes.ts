@@ -4,8 +4,8 @@
  *
  * Our controller has no pre-admission buffer, so Rejected/EvictedOther never wrap a TTL expiry or a
  * client cancel (those arrive as EvictedTTL / EvictedContextCancelled); the only "other" causes are
- * shutdown and internal errors. A RejectedCapacity may say the body can never fit (Sluice: its own
- * message, and `x-should-retry: false`).
+ * shutdown and internal errors. A refusal on arrival may say the body can never fit (Sluice: its own
+ * 429, with `x-should-retry: false`, whether the pool has endpoints or not).
  */
 import type { FlowOutcome, OutcomeCause } from './types.js';
 
