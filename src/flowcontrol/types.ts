@@ -20,8 +20,8 @@ export type FlowOutcome = (typeof FLOW_OUTCOMES)[number];
 
 /**
  * Why a Rejected/EvictedOther happened (drives the HTTP mapping of reference §2.11); for a
- * RejectedCapacity or RejectedNoEndpoints, `larger-than-capacity`: the body alone exceeds a `maxBytes` it must fit in, so no
- * retry can ever queue it.
+ * RejectedCapacity or RejectedNoEndpoints, `larger-than-capacity`: the body alone exceeds a
+ * `maxBytes` it must fit in, so no retry can ever queue it.
  */
 export type OutcomeCause = 'shutting-down' | 'internal' | 'larger-than-capacity';
 
