@@ -162,6 +162,7 @@ schedulingProfiles:
     }, { logger });
   });
 
+  // Written out, not imported from headers.ts: the test is what must be stripped (llm-d's routing sidecar's names).
   const SIDECAR_ADDRESS_HEADERS = [
     'x-llm-d-prefiller-host-port',
     'x-prefiller-url',
