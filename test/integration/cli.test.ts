@@ -10,7 +10,7 @@ import { request } from 'undici';
 import OpenAI from 'openai';
 import { DEMO_LONG_PROMPT, startDemo } from '../../src/demo.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
-import { until } from '../helpers/wait.js';
+import { exitCodeAfter, until } from '../helpers/wait.js';
 
 const CLI = join(import.meta.dirname, '../../src/cli.ts');
 
@@ -121,10 +121,7 @@ describe('sluice CLI', () => {
       assert.equal(line.msg, 'simulator listening');
       assert.equal(line.model, 'm-1');
       assert.equal((await request(`${line.url}/health`)).statusCode, 200);
-      const code = await new Promise<number | null>((resolve) => {
-        p.once('exit', resolve);
-        p.kill('SIGTERM');
-      });
+      const code = await exitCodeAfter(p, 'SIGTERM');
       assert.equal(code, 0);
     } finally {
       p.kill('SIGKILL');
@@ -197,10 +194,7 @@ describe('sluice CLI', () => {
       const busy = await run(['--port', String(listening.apiPort)], { SLUICE_CONFIG: file });
       assert.equal(busy.code, 2, busy.stderr + busy.stdout);
       assert.match(busy.stderr + busy.stdout, new RegExp(`${listening.apiPort}`));
-      const code = await new Promise<number | null>((resolve) => {
-        p.on('close', resolve);
-        p.kill('SIGTERM');
-      });
+      const code = await exitCodeAfter(p, 'SIGTERM');
       assert.equal(code, 0);
     } finally {
       p.kill('SIGKILL');

@@ -16,7 +16,7 @@ import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
 import { okJson, slowJson, startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { startSimulator } from '../../src/sim/server.js';
-import { until } from '../helpers/wait.js';
+import { exitCodeAfter, until } from '../helpers/wait.js';
 
 const CLI = join(import.meta.dirname, '../../src/cli.ts');
 const dir = mkdtempSync(join(tmpdir(), 'sluice-lifecycle-'));
@@ -594,10 +594,7 @@ ${extra}`;
         5000,
         'new endpoint set',
       );
-      const code = await new Promise<number | null>((resolve) => {
-        p.on('close', resolve);
-        p.kill('SIGTERM');
-      });
+      const code = await exitCodeAfter(p, 'SIGTERM');
       assert.equal(code, 0);
     } finally {
       p.kill('SIGKILL');
@@ -629,8 +626,7 @@ describe('graceful drain of the real process', () => {
       });
       const it = r.body[Symbol.asyncIterator]();
       let text = String((await it.next()).value ?? '');
-      const exited = new Promise<number | null>((resolve) => p.on('close', resolve));
-      p.kill('SIGTERM');
+      const exited = exitCodeAfter(p, 'SIGTERM');
       for (;;) {
         const next = await it.next();
         if (next.done) break;
