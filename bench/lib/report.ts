@@ -697,7 +697,7 @@ export function writeReport(res: BenchResults, dir: string): string[] {
           `${fmt(so.seconds, 0)} s at ${fmtInt(so.rps)} req/s, ${so.errors} errors, ${fmt(so.cpuUsPerRequest, 0)} µs gateway CPU per request. ` +
           `RSS sampled every second: ${fmt(so.startMB, 1)} MB after the first 10 % of the requests, ${fmt(so.endMB, 1)} MB at the end (peak ${fmt(so.peakMB, 1)}, ${fmt(so.afterIdleMB, 1)} MB after 3 s idle). ` +
           (so.gcStart && so.gcEnd
-            ? `After a full GC: RSS ${fmt(so.gcStart.rssMB, 1)} → ${fmt(so.gcEnd.rssMB, 1)} MB, V8 heap ${fmt(so.gcStart.heapUsedMB, 1)} → ${fmt(so.gcEnd.heapUsedMB, 1)} MB.`
+            ? `After a full GC, once the RSS settled (V8 returns the freed pages from a background thread): RSS ${fmt(so.gcStart.rssMB, 1)} → ${fmt(so.gcEnd.rssMB, 1)} MB, V8 heap ${fmt(so.gcStart.heapUsedMB, 1)} → ${fmt(so.gcEnd.heapUsedMB, 1)} MB.`
             : ''),
       );
       L.push('');
