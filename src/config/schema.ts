@@ -348,6 +348,7 @@ export const serverSchema = z
     shutdownGracePeriod: durationField().prefault('30s'),
     requestHeadersTimeout: durationField({ positive: true }).prefault('30s'),
     requestTimeout: durationField({ positive: true }).prefault('5m'),
+    maxPipelinedRequests: z.number().int().min(0).default(16),
     profiling: z.boolean().default(true),
     upstream: upstreamSchema,
   })

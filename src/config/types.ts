@@ -40,6 +40,8 @@ export interface ServerConfig {
   requestHeadersTimeout: number;
   /** A client must send its whole request (headers + body) within this; 408 past it. Default 5m. */
   requestTimeout: number;
+  /** Requests pipelined on one connection that may wait behind the one being answered; 429 past it, 0 = no limit. Default 16. */
+  maxPipelinedRequests: number;
   /** Serve /debug/profile/{cpu,heap} on the metrics port (llm-d's --enable-pprof). Default true. */
   profiling: boolean;
   upstream: UpstreamConfig;

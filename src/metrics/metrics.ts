@@ -70,6 +70,7 @@ const REJECTION_CODES = {
   compressed_body: '415',
   expectation_failed: '417',
   headers_too_large: '431',
+  too_many_pipelined: '429',
   shutting_down: '503',
 } as const;
 /** Why the gateway answered a request itself before knowing its model (sluice_request_rejected_total). */
@@ -696,7 +697,7 @@ export class GatewayMetrics {
     });
     this.requestRejectedTotal = counter({
       name: 'sluice_request_rejected_total',
-      help: 'Requests the gateway answered itself before they counted as inference requests (no model known yet, so not in request_total or request_error_total), by reason and the HTTP status sent: invalid_request 400 (invalid JSON or fields), malformed_http 400 (not parseable HTTP), unknown_route 404, request_timeout 408, body_too_large 413, compressed_body 415, expectation_failed 417, headers_too_large 431, shutting_down 503 (arrived during the drain).',
+      help: 'Requests the gateway answered itself before they counted as inference requests (no model known yet, so not in request_total or request_error_total), by reason and the HTTP status sent: invalid_request 400 (invalid JSON or fields), malformed_http 400 (not parseable HTTP), unknown_route 404, request_timeout 408, body_too_large 413, compressed_body 415, expectation_failed 417, headers_too_large 431, too_many_pipelined 429 (more than server.maxPipelinedRequests pipelined on one connection waiting for their answers), shutting_down 503 (arrived during the drain).',
       labelNames: ['reason', 'code'],
     });
     // Every series from the start, so a rate over them reads 0 rather than nothing.

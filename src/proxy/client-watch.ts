@@ -75,8 +75,9 @@ export function unwatchClient(res: ServerResponse, w: ClientWatcher): void {
  * For a pipelined request (its response has no socket yet: the ones before it on the connection are
  * still answering). When the client leaves, Node destroys such a request but never closes its
  * response, so nobody would hear it: the connection's close is relayed to the response instead.
+ * Returns how many pipelined answers on the connection are not yet closed, this one included.
  */
-export function watchPipelined(socket: Socket, res: ServerResponse): void {
+export function watchPipelined(socket: Socket, res: ServerResponse): number {
   // One listener per connection, however many requests a client pipelines on it (a listener each
   // would make Node warn of a leak from the 11th on).
   let waiting = pipelinedOn.get(socket);
@@ -96,6 +97,7 @@ export function watchPipelined(socket: Socket, res: ServerResponse): void {
   waiting.add(res);
   const pending = waiting;
   res.once('close', () => pending.delete(res));
+  return pending.size;
 }
 
 /** Per connection: its pipelined answers not yet closed (watchPipelined). */

@@ -138,21 +138,29 @@ export class ApiServer {
    * waiting behind an earlier one on its connection has no socket yet: if the client leaves first,
    * it would never close, so the connection is watched for it.
    */
-  private begin(req: IncomingMessage, res: ServerResponse): void {
+  private begin(req: IncomingMessage, res: ServerResponse): number {
     this.active++;
     trackResponse(res, this.requestEnded);
-    if (res.socket === null) watchPipelined(req.socket, res);
+    const pipelined = res.socket === null ? watchPipelined(req.socket, res) : 0;
     // Numbered per connection, so the drain knows its last answer (closeWith).
     const conn = req.socket as Numbered;
     (res as Numbered)[kAnswerNo] = conn[kAnswerNo] = (conn[kAnswerNo] ?? 0) + 1;
+    return pipelined;
   }
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
-    this.begin(req, res);
+    const pipelined = this.begin(req, res);
     // Node keeps connections alive while its server closes: a client would send its next request
     // on one the end of the drain then cuts. The last answer on each connection during the drain
     // says `Connection: close`.
     if (this.draining) this.closeWith(res);
+    // Node reads and hands over every request a client pipelines, however many answers are still
+    // owed: without a cap one connection could hold any number of requests in flight (and queue
+    // room), past any limit on connections in front of the port. No client library pipelines.
+    if (pipelined > 0) {
+      const max = this.deps.runtime().config.server.maxPipelinedRequests;
+      if (max > 0 && pipelined > max) return this.refusePipelined(req, res, max);
+    }
     let url = req.url ?? '/';
     // Absolute form (`POST http://host/v1/…`), which HTTP/1.1 servers must accept: routed and forwarded as origin form.
     if (url.charCodeAt(0) !== 0x2f) url = req.url = originForm(url);
@@ -182,6 +190,15 @@ export class ApiServer {
     }
     this.deps.metrics.requestRejected('unknown_route');
     sendError(res, 404, `no route for ${req.method} ${path}`, { requestId: requestIdOf(req) });
+  }
+
+  /** A request pipelined past `server.maxPipelinedRequests`: refused in its turn, the connection kept. */
+  private refusePipelined(req: IncomingMessage, res: ServerResponse, max: number): void {
+    const requestId = requestIdOf(req);
+    this.deps.metrics.requestRejected('too_many_pipelined');
+    sendError(res, 429, `more than server.maxPipelinedRequests (${max}) requests pipelined on one connection are waiting for their answers: wait for them, or send on more connections`, { requestId });
+    discardRest(req);
+    this.logDone(res, requestId, 429);
   }
 
   /** Never rejects: a bug must cost one request a 500, never the process. */

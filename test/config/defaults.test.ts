@@ -62,6 +62,7 @@ describe('§3.5 defaults with no plugins', () => {
       shutdownGracePeriod: 30_000,
       requestHeadersTimeout: 30_000,
       requestTimeout: 300_000,
+      maxPipelinedRequests: 16,
       profiling: true,
       upstream: {
         connectTimeout: 5000,

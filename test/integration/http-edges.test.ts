@@ -161,6 +161,7 @@ test("the gateway's own refusals before a request counts (no model known yet) ar
       'compressed_body 415': 0,
       'expectation_failed 417': 0,
       'headers_too_large 431': 0,
+      'too_many_pipelined 429': 0,
       'shutting_down 503': 0,
     };
     assert.deepEqual(await rejected(), zero, 'every series from the start');
@@ -417,6 +418,36 @@ for (const leaves of [true, false]) {
     assert.deepEqual(warnings, []);
   });
 }
+
+test('a connection with more than 16 requests pipelined behind an unanswered one: the rest refused 429 in order, counted, and the connection stays usable', async () => {
+  let answerFirst: (() => void) | undefined;
+  const backend = await startFakeBackend((r, res) => (JSON.parse(r.body).messages[0].content === 'first' ? (answerFirst = () => okJson(r, res)) : okJson(r, res)));
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const ask = (content: string) => {
+      const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] });
+      return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+    };
+    const client = await connectRaw(gw.apiPort);
+    client.socket.write(ask('first') + ask('later').repeat(20));
+    const answers = (): string[] => client.received().split(/(?=HTTP\/1\.1 )/).filter((a) => a !== '');
+    // 16 wait behind the first at the model server; the four after them never reach it.
+    await until(() => backend.received.length === 17, 3000, 'the first and 16 behind it at the model server');
+    await until(async () => /sluice_request_rejected_total\{reason="too_many_pipelined",code="429"\} 4$/m.test(await metricsText(gw)), 3000, 'four refused');
+    assert.equal(backend.received.length, 17);
+    assert.deepEqual(answers(), [], 'nothing goes out before the first answer');
+    answerFirst!();
+    await until(() => answers().length === 21, 3000, 'every answer');
+    assert.deepEqual(answers().map((a) => a.slice(9, 12)), [...Array(17).fill('200'), ...Array(4).fill('429')]);
+    const refused = answers()[20]!;
+    assert.match(refused, /more than server.maxPipelinedRequests \(16\) requests pipelined on one connection/);
+    assert.doesNotMatch(refused, /connection: close/i);
+    client.socket.write(ask('again'));
+    await until(() => answers().length === 22, 3000, 'the next request on the connection');
+    assert.equal(answers()[21]!.slice(9, 12), '200');
+    client.socket.destroy();
+    await nothingInFlight(gw);
+  });
+});
 
 test('a body pipelined behind an answer still going out, never finished: cut at server.requestTimeout (Node times only the current request), and the log says why', async () => {
   let answerFirst: (() => void) | undefined;

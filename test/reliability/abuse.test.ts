@@ -313,7 +313,7 @@ describe('clients that leave or stall', () => {
   });
 
   /**
-   * `requests` pipelined requests for 200 KB JSON answers (each relayed in one write once complete):
+   * `requests` pipelined requests (server.maxPipelinedRequests lifted) for 200 KB JSON answers (each relayed in one write once complete):
    * megabytes, more than loopback's socket buffers hold unread, so a client that stops reading
    * leaves a finished answer half written in the gateway, and the answers after it wait their turn
    * behind it. Node itself would keep that connection for ever. The client reads nothing (`budget`
@@ -328,7 +328,7 @@ describe('clients that leave or stall', () => {
     });
     const log = captureLogger('warn');
     const gw = await gatewayFor(
-      fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', `upstream: { connectTimeout: 1s, retries: 2, bodyTimeout: ${bodyTimeout} }`),
+      fleetConfig([{ name: 'b', port: backend.port }]).replace('upstream: { connectTimeout: 1s, retries: 2 }', `maxPipelinedRequests: 0\n  upstream: { connectTimeout: 1s, retries: 2, bodyTimeout: ${bodyTimeout} }`),
       { logger: log.logger },
     );
     let ticker: NodeJS.Timeout | undefined;

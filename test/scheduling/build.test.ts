@@ -20,6 +20,7 @@ function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfi
       bodyLimit: 16 << 20,
       shutdownGracePeriod: 30_000,
       requestHeadersTimeout: 30_000,
+      maxPipelinedRequests: 16,
       requestTimeout: 300_000,
       profiling: true,
       upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 0, outlierDetection: DEFAULT_OUTLIER_POLICY },
