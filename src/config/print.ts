@@ -39,6 +39,7 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
       shutdownGracePeriod: formatDuration(server.shutdownGracePeriod),
       requestHeadersTimeout: formatDuration(server.requestHeadersTimeout),
       requestTimeout: formatDuration(server.requestTimeout),
+      maxPipelinedRequests: server.maxPipelinedRequests,
       profiling: server.profiling,
       upstream: {
         connectTimeout: formatDuration(server.upstream.connectTimeout),
