@@ -9,7 +9,7 @@ import { effectiveConfigYaml } from './config/print.js';
 import { startGateway, type Gateway } from './app.js';
 import { builtinRegistry } from './plugins/builtin.js';
 import { createLogger, parseLogLevel, type LogSettings } from './util/logger.js';
-import { runSimCli } from './sim/cli.js';
+import { runSimCli, simUsage } from './sim/cli.js';
 import { runDemo } from './demo.js';
 import { handleSignals } from './util/signals.js';
 import { ConfigReloader } from './config/reload.js';
@@ -134,7 +134,8 @@ function exitOnCrash(logger: Logger): void {
 async function main(argv: string[]): Promise<number> {
   let [command, ...rest] = argv;
   if (command === 'help') {
-    console.log(COMMAND_HELP[rest[0] ?? ''] ?? USAGE);
+    const topic = rest[0] ?? '';
+    console.log(topic === 'sim' ? simUsage() : (COMMAND_HELP[topic] ?? USAGE));
     return 0;
   }
   if (command === undefined || (command.startsWith('-') && command !== '--version')) {

@@ -63,6 +63,7 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
         interval: formatDuration(pool.metrics.interval),
         timeout: formatDuration(pool.metrics.timeout),
         maxBytes: quantityYaml(pool.metrics.maxBytes),
+        defaultEngine: pool.metrics.defaultEngine,
       },
       endpoints: pool.endpoints.map((e) => ({
         name: e.name,

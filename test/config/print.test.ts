@@ -10,10 +10,10 @@ const configs: Record<string, string> = {
   empty: '',
   'spec example': yaml(
     'apiVersion: llm-d.ai/v1alpha1',
-    'server: { port: 8080, metricsPort: 9090, bodyLimit: 16Mi, shutdownGracePeriod: 30s, upstream: { connectTimeout: 5s, retries: 2 } }',
+    'server: { port: 8080, metricsPort: 9090, bodyLimit: 16Mi, shutdownGracePeriod: 30s, maxPipelinedRequests: 4, upstream: { connectTimeout: 5s, retries: 2 } }',
     'pool:',
     '  name: my-pool',
-    '  metrics: { path: /metrics, interval: 50ms, timeout: 1s }',
+    '  metrics: { path: /metrics, interval: 50ms, timeout: 1s, defaultEngine: sglang }',
     '  endpoints:',
     '  - { name: prefill-0, address: 10.0.0.11, port: 8000, labels: { llm-d.ai/role: prefill } }',
     '  - { name: decode-0, address: 10.0.0.21, labels: { llm-d.ai/role: decode } }',
