@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { readFileSync } from 'node:fs';
 import { loadConfigFile, loadConfigText } from '../../src/config/load.js';
-import { effectiveConfigDigest, effectiveConfigYaml } from '../../src/config/print.js';
+import { effectiveConfigDigest, effectiveConfigObject, effectiveConfigYaml } from '../../src/config/print.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import { load, registry, warningsBesidesNoEndpoints, yaml } from './helpers.js';
 
@@ -103,6 +103,13 @@ describe('effectiveConfigYaml', () => {
     const builtinDigest = (text: string) => effectiveConfigYaml(load(text, 'x.yaml', builtinRegistry())).split('\n')[1];
     assert.equal(builtinDigest(spelled), builtinDigest(plain));
     assert.equal(builtinDigest(effectiveConfigYaml(load(plain, 'x.yaml', builtinRegistry()))), builtinDigest(plain), 'the printed form loads back with the same digest');
+  });
+
+  test('every setting of the loaded config is printed, at its default too (the digest hashes the printed form)', () => {
+    const paths = (o: unknown, at = ''): string[] =>
+      o !== null && typeof o === 'object' && !Array.isArray(o) ? Object.entries(o).flatMap(([k, v]) => paths(v, `${at}.${k}`)) : [at];
+    const { config } = load('');
+    assert.deepEqual(paths(effectiveConfigObject(config)).sort(), paths(config).sort());
   });
 
   test('round trip of the shipped configs', () => {
