@@ -352,32 +352,48 @@ export const serverSchema = z
     profiling: z.boolean().default(true),
     upstream: upstreamSchema,
   })
-  .transform((server, ctx): ServerConfig => {
-    if (server.port !== 0 && server.port === server.metricsPort) {
-      ctx.addIssue({
-        code: 'custom',
-        message: `must differ from server.port (both are ${server.port})`,
-        path: ['metricsPort'],
-        input: server.metricsPort,
-      });
-    }
-    return server;
-  })
+  // Run even when another server field is invalid (on what parsed), so one run of `sluice validate` lists both.
+  .superRefine(
+    (server: { port?: unknown; metricsPort?: unknown }, ctx) => {
+      const { port, metricsPort } = server;
+      if (typeof port === 'number' && port !== 0 && port === metricsPort) {
+        ctx.addIssue({ code: 'custom', message: `must differ from server.port (both are ${port})`, path: ['metricsPort'], input: metricsPort });
+      }
+    },
+    { when: () => true },
+  )
+  .transform((server): ServerConfig => server)
   .prefault({});
 
 // ---------------------------------------------------------------------------------------------
 // pool
 
+const unknownEngineMessage = (engine: string): string =>
+  `unknown engine type ${JSON.stringify(engine)}${didYouMean(engine, KNOWN_ENGINE_TYPES)}; known: ${KNOWN_ENGINE_TYPES.join(', ')}`;
+
+/**
+ * Caught here, not at the first scrape: an engine type Sluice cannot read leaves the endpoint stale
+ * forever (every scrape fails), so it would never get a request. Checked on the labels alone, so
+ * it is reported beside any other endpoint's (or field's) error.
+ */
+function reportUnknownEngine(labels: Record<string, string>, ctx: z.RefinementCtx): void {
+  const label = engineLabelOf(labels);
+  const engine = label === undefined ? undefined : labels[label]!;
+  if (engine !== undefined && !KNOWN_ENGINE_TYPES.includes(engine)) {
+    ctx.addIssue({ code: 'custom', message: unknownEngineMessage(engine), path: [label!], input: engine });
+  }
+}
+
 export const endpointSchema = z.strictObject({
   name: z.string().min(1),
   address: addressField,
   port: targetPort.optional(),
-  labels: z.record(z.string(), z.string()).default({}),
+  labels: z.record(z.string(), z.string()).default({}).superRefine(reportUnknownEngine),
 });
 
 /** An engine type whose metric names Sluice knows. */
 export const engineTypeField = z.string().refine((e) => KNOWN_ENGINE_TYPES.includes(e), {
-  error: (issue) => `unknown engine type ${JSON.stringify(issue.input)}${didYouMean(String(issue.input), KNOWN_ENGINE_TYPES)}; known: ${KNOWN_ENGINE_TYPES.join(', ')}`,
+  error: (issue) => unknownEngineMessage(String(issue.input)),
 });
 
 export const poolMetricsSchema = z
@@ -450,23 +466,8 @@ export const poolSchema = z
   // Duplicates are looked for even when another entry is invalid (a check runs on what parsed), so
   // one run of `sluice validate` lists both.
   .superRefine(reportDuplicateEndpoints, { when: () => true })
-  .transform((pool, ctx): PoolConfig => {
-    const endpoints: EndpointConfig[] = pool.endpoints.map((e, i) => {
-      const port = e.port ?? pool.targetPort;
-      // Caught here, not at the first scrape: an engine type Sluice cannot read leaves the endpoint
-      // stale forever (every scrape fails), so it would never get a request.
-      const engineLabel = engineLabelOf(e.labels);
-      const engine = engineLabel === undefined ? undefined : e.labels[engineLabel]!;
-      if (engine !== undefined && !KNOWN_ENGINE_TYPES.includes(engine)) {
-        ctx.addIssue({
-          code: 'custom',
-          message: `unknown engine type ${JSON.stringify(engine)}${didYouMean(engine, KNOWN_ENGINE_TYPES)}; known: ${KNOWN_ENGINE_TYPES.join(', ')}`,
-          path: ['endpoints', i, 'labels', engineLabel!],
-          input: engine,
-        });
-      }
-      return { name: e.name, address: e.address, port, labels: e.labels };
-    });
+  .transform((pool): PoolConfig => {
+    const endpoints: EndpointConfig[] = pool.endpoints.map((e) => ({ name: e.name, address: e.address, port: e.port ?? pool.targetPort, labels: e.labels }));
     return { name: pool.name, targetPort: pool.targetPort, metrics: pool.metrics, endpoints };
   })
   .prefault({});

@@ -235,6 +235,11 @@ describe('pool and objectives', () => {
     assert.deepEqual(problems(yaml('server: { port: 9000, metricsPort: 9000 }')), [
       'c.yaml:1:36: server.metricsPort: must differ from server.port (both are 9000)',
     ]);
+    // Reported beside another server error, not only once it is fixed.
+    assert.deepEqual(problems(yaml('server: { port: 9000, metricsPort: 9000, requestTimeout: -1s }')), [
+      'c.yaml:1:36: server.metricsPort: must differ from server.port (both are 9000)',
+      'c.yaml:1:58: server.requestTimeout: invalid duration "-1s": must not be negative',
+    ]);
     assert.doesNotThrow(() => load(yaml('server: { port: 0, metricsPort: 0 }')));
   });
 
@@ -635,6 +640,11 @@ describe('what a file means, said where it is written', () => {
   test('an unknown engine type is an error at load, not an endpoint that is stale forever', () => {
     assert.deepEqual(problems(yaml('pool:', '  endpoints:', '  - { name: a, address: 10.0.0.1, labels: { llm-d.ai/engine-type: vLLM } }')), [
       'c.yaml:3:67: pool.endpoints[0].labels["llm-d.ai/engine-type"]: unknown engine type "vLLM" (did you mean "vllm"?); known: vllm, sglang, trtllm-serve',
+    ]);
+    // Reported beside another endpoint's error, not only once it is fixed.
+    assert.deepEqual(problems(yaml('pool:', '  endpoints:', '  - { name: a, address: 10.0.0.1, labels: { llm-d.ai/engine-type: vLLM } }', '  - { name: b, address: "nope:x" }')), [
+      'c.yaml:3:67: pool.endpoints[0].labels["llm-d.ai/engine-type"]: unknown engine type "vLLM" (did you mean "vllm"?); known: vllm, sglang, trtllm-serve',
+      'c.yaml:4:25: pool.endpoints[1].address: not a valid host name or IP address: "nope:x"',
     ]);
   });
 
