@@ -32,6 +32,23 @@ import { silentLogger } from './util/logger.js';
 
 /** How long the 503s written at the end of the grace period may take to leave before every connection is cut. */
 const FINAL_ANSWERS_LINGER_MS = 1000;
+/** Once the last answer of the drain ended, how long no new request must arrive before every connection is cut. */
+const DRAIN_QUIET_MS = 300;
+
+/**
+ * Resolves once no request has begun for `quietMs` and none is being handled, or at `deadline`.
+ * An answer whose headers left before the drain said keep-alive: its client may send its next
+ * request on that connection the moment the answer ends. Cut then, it would get a reset that cannot
+ * tell it whether the request ran; received, it gets 503 rejected-shutting-down and `Connection: close`.
+ */
+async function quietPeriod(api: ApiServer, quietMs: number, deadline: number): Promise<void> {
+  for (let left = deadline - Date.now(); left > 0; left = deadline - Date.now()) {
+    const seen = api.begun;
+    await new Promise((r) => setTimeout(r, Math.min(quietMs, left)));
+    if (api.begun === seen && api.active === 0) return;
+    await settledWithin(api.whenIdle(), Math.max(0, deadline - Date.now()));
+  }
+}
 
 /** Waits for `p`, but `ms` at most. */
 async function settledWithin(p: Promise<void>, ms: number): Promise<void> {
@@ -448,13 +465,15 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
         // rejected-shutting-down with `Connection: close`.
         net.Server.prototype.close.call(api.server);
         const grace = live.config.server.shutdownGracePeriod;
+        const deadline = Date.now() + grace;
+        const answering = api.active > 0;
         await settledWithin(api.whenIdle(), grace);
         const ended = api.endInFlight('the gateway is shutting down and its shutdown grace period is over');
         if (ended > 0) {
           logger.warn({ requests: ended, shutdownGracePeriodMs: grace }, 'shutdown grace period over: requests still in flight were ended with 503');
           // A moment for those reasons to reach clients that read, before every connection is cut.
           await settledWithin(api.whenIdle(), FINAL_ANSWERS_LINGER_MS);
-        }
+        } else if (answering) await quietPeriod(api, DRAIN_QUIET_MS, deadline);
         api.server.closeAllConnections();
         api.server.close(); // http.Server's own clean-up (its connection-checking timer)
         api.refusals.close();

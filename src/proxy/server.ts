@@ -48,6 +48,8 @@ export class ApiServer {
   readonly server: http.Server;
   /** Requests being handled right now (for graceful drain). */
   active = 0;
+  /** Requests begun so far (the drain's quiet period watches it). */
+  begun = 0;
   draining = false;
   /** Draining: each connection's answer made its last (`Connection: close`), see closeWith. */
   private closingAnswers: WeakMap<Duplex, ServerResponse> | undefined = undefined;
@@ -140,6 +142,7 @@ export class ApiServer {
    */
   private begin(req: IncomingMessage, res: ServerResponse): number {
     this.active++;
+    this.begun++;
     trackResponse(res, this.requestEnded);
     const pipelined = res.socket === null ? watchPipelined(req.socket, res) : 0;
     // Numbered per connection, so the drain knows its last answer (closeWith).

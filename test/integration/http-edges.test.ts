@@ -286,6 +286,36 @@ test('a request arriving during the drain on a connection kept alive by a stream
   });
 });
 
+test('the next request sent the moment a stream begun before the drain ends (its connection kept alive) gets 503 rejected-shutting-down, not a reset', async () => {
+  const backend = await startFakeBackend((_r, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write('data: {"choices":[]}\n\n');
+    setTimeout(() => res.end('data: [DONE]\n\n'), 300);
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const s = net.connect(gw.apiPort, '127.0.0.1');
+    let out = '';
+    const keepAlive = keepAlivePost();
+    let sentNext = false;
+    s.on('data', (c) => {
+      out += c;
+      // The stream's end: the next request goes out at once, as a pooled client with work waiting sends it.
+      if (!sentNext && out.endsWith('\r\n0\r\n\r\n')) {
+        sentNext = true;
+        s.write(keepAlive);
+      }
+    });
+    s.on('error', () => undefined);
+    s.write(keepAlive);
+    await until(() => out.includes('data: {"choices":[]}'), 3000, 'the stream has begun');
+    const { stopped } = await startDraining(gw);
+    await stopped;
+    assert.ok(sentNext, 'the stream ended');
+    assert.match(out, /^HTTP\/1\.1 200 [\s\S]*data: \[DONE\][\s\S]*HTTP\/1\.1 503 [\s\S]*x-llm-d-request-dropped-reason: rejected-shutting-down/i);
+    assert.match(out.slice(out.lastIndexOf('HTTP/1.1 503')), /connection: close/i);
+  });
+});
+
 test('a request arriving during the drain on an idle keep-alive connection gets 503 rejected-shutting-down, not a cut connection', async () => {
   // The backend holds one request (so the drain lasts) and answers the others at once.
   let releaseHeld: (() => void) | undefined;
