@@ -637,11 +637,12 @@ class Queued implements FlowRequest, ClientWatcher {
     this.settled = true;
     ctx.queuedMs = queuedMs;
     unwatchClient(res, this);
-    ctx.metrics.flowControlOutcome(outcome, this.priority, this.fairnessId, queuedMs / 1000);
     if (outcome === 'Dispatched') {
       const rt = (ctx.rt = this.runtime()); // a reload while it waited: schedule with the profiles now in force
-      // A reload turned flow control off and emptied the queue at once: the rule without it applies.
+      // A reload turned flow control off and emptied the queue at once: the rule without it applies,
+      // and a request it refuses left the queue without going on (EvictedOther), not Dispatched.
       const refusal = rt.flowControl === undefined ? rt.admitWithoutQueue(this.priority) : undefined;
+      ctx.metrics.flowControlOutcome(refusal === undefined ? outcome : 'EvictedOther', this.priority, this.fairnessId, queuedMs / 1000);
       if (refusal !== undefined) {
         sendGatewayError(res, refusal, requestId);
         return this.resolve(refusal.status);
@@ -649,6 +650,7 @@ class Queued implements FlowRequest, ClientWatcher {
       restoreParsedForm(ctx.sreq, ctx.raw);
       return this.resolve(forward(ctx));
     }
+    ctx.metrics.flowControlOutcome(outcome, this.priority, this.fairnessId, queuedMs / 1000);
     const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);
     if (outcome === 'EvictedContextCancelled' || http === undefined) return this.resolve(0);
     const why = outcome === 'EvictedTTL' ? this.whySaturated() : '';

@@ -416,6 +416,9 @@ ${extra}`;
       assert.equal(shed.status, 429, shed.text);
       assert.equal(shed.headers['x-llm-d-request-dropped-reason'], 'rejected-saturated');
       assert.equal((await normal).status, 200, 'sent on at once, though the slot is taken');
+      // The refused one left the queue without going on: not counted Dispatched.
+      const outcomes = (await gw.metrics.flowControlRequestsTotal.get()).values.filter((v) => v.value > 0).map((v) => [v.labels.outcome, v.labels.priority, v.value]);
+      assert.deepEqual(outcomes.sort(), [['Dispatched', '0', 2], ['EvictedOther', '-1', 1]]);
       release!();
       assert.equal((await first).status, 200);
       assert.deepEqual(
