@@ -165,6 +165,11 @@ export class Endpoint {
   slowStartAtScrape = 0;
   /** Set when the endpoint left the pool; in-flight requests still finish. */
   removed = false;
+  /**
+   * The endpoint that took over this one's server (same address and port under a new name, Pool.setEndpoints)
+   * and its in-flight count: the requests still in flight here are released against it.
+   */
+  successor: Endpoint | undefined = undefined;
   // Outlier detection (outlier.ts): failed requests and ejections since the last 2xx answer, and
   // the clock time (ms) until which the endpoint is set aside (0 = never was).
   failureStreak = 0;

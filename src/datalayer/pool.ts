@@ -58,6 +58,22 @@ function checkUnique(specs: readonly EndpointSpec[]): void {
   }
 }
 
+/**
+ * `to` serves `from`'s server under a new name: `from`'s requests in flight (and prompt tokens owed)
+ * count on `to`, and are released against it (Endpoint.successor). Its page, once scraped, shows
+ * them too: they were sent before any scrape of `to` (Pool.recordScrape).
+ */
+function handOverInFlight(from: Endpoint, to: Endpoint): void {
+  to.inFlight += from.inFlight;
+  to.inFlightTokens += from.inFlightTokens;
+  to.unseenPromptTokens += from.unseenPromptTokens;
+  from.inFlight = 0;
+  from.inFlightTokens = 0;
+  from.unseenPromptTokens = 0;
+  from.probes = 0;
+  from.successor = to;
+}
+
 /** LoRA adapters seen last whose model the pool remembers at least (Pool.noteAdapters; at most twice as many). */
 const MAX_ADAPTERS_NOTED = 10_000;
 /** An adapter shown by servers of two models: no model of its own (a page's model_name is never empty). */
@@ -375,6 +391,14 @@ export class Pool implements PoolView {
     for (const ep of this.list) {
       if (!kept.has(ep)) removed.push(ep);
     }
+    // A server kept under a new name: the new endpoint takes over what is in flight on it, or a
+    // limit counting Sluice's own requests (concurrency-detector) would let it take as many again.
+    for (const ep of added) {
+      const before = this.previousOnServer(ep, removed);
+      if (before === undefined) continue;
+      handOverInFlight(before, ep);
+      if (this.draining.get(before.name) === before) this.draining.delete(before.name);
+    }
 
     const orderChanged = next.length !== this.list.length || next.some((ep, k) => ep !== this.list[k]);
     // A new list also when only labels changed: what is cached per list (the stage partition) follows.
@@ -453,6 +477,7 @@ export class Pool implements PoolView {
   /** `ep` is done with that prompt (the answer began, or the request ended first): once per promptSent. */
   promptDone(ep: Endpoint, promptTokens: number, unseen = false): void {
     if (!isTokenCount(promptTokens)) return;
+    while (ep.successor !== undefined) ep = ep.successor;
     if (unseen) ep.unseenPromptTokens = Math.max(0, ep.unseenPromptTokens - promptTokens);
     if (ep.inFlightTokens < promptTokens) {
       this.releaseUnderflows++;
@@ -469,6 +494,7 @@ export class Pool implements PoolView {
    * below zero.
    */
   release(ep: Endpoint, answered = false, probe = false): void {
+    while (ep.successor !== undefined) ep = ep.successor;
     if (ep.inFlight <= 0) {
       this.releaseUnderflows++;
       this.onInvariantViolation?.(`release without a matching acquire on endpoint '${ep.name}'`, ep);
@@ -521,6 +547,12 @@ export class Pool implements PoolView {
   }
 
   /** A removed endpoint is kept for its return only while it has something in flight. */
+  /** A removed or draining endpoint of `ep`'s server under another name, with requests in flight. */
+  private previousOnServer(ep: Endpoint, removed: readonly Endpoint[]): Endpoint | undefined {
+    const onServer = (e: Endpoint): boolean => e !== ep && e.name !== ep.name && e.hostPort === ep.hostPort && (e.inFlight > 0 || e.inFlightTokens > 0);
+    return removed.find(onServer) ?? [...this.draining.values()].find(onServer);
+  }
+
   private forgetIfIdle(ep: Endpoint): void {
     if (ep.inFlight === 0 && ep.inFlightTokens === 0 && this.draining.get(ep.name) === ep) this.draining.delete(ep.name);
   }

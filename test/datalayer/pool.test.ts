@@ -211,6 +211,36 @@ describe('Pool: in-flight accounting', () => {
     assert.equal(pool.releaseUnderflows, 0);
   });
 
+  test('a server renamed (same address and port) keeps counting the requests in flight on it, released against the new endpoint', () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2)]);
+    const a = pool.byName('a')!;
+    pool.acquire(a);
+    pool.acquire(a);
+    pool.promptSent(a, 40);
+    pool.setEndpoints([spec('a2', 1), spec('b', 2)]);
+    const a2 = pool.byName('a2')!;
+    assert.notEqual(a2, a);
+    assert.deepEqual([a2.inFlight, a2.inFlightTokens], [2, 40], 'what runs on the server counts under its new name');
+    // Renamed again while they run: the newest name counts them.
+    pool.setEndpoints([spec('a3', 1), spec('b', 2)]);
+    const a3 = pool.byName('a3')!;
+    assert.deepEqual([a2.inFlight, a3.inFlight, a3.inFlightTokens], [0, 2, 40]);
+    pool.promptDone(a, 40);
+    pool.release(a);
+    pool.release(a);
+    assert.deepEqual([a.inFlight, a3.inFlight, a3.inFlightTokens, pool.releaseUnderflows], [0, 0, 0, 0]);
+    // Another server with a request in flight hands nothing over.
+    const b = pool.byName('b')!;
+    pool.acquire(b);
+    pool.setEndpoints([spec('a3', 1), spec('c', 3)]);
+    assert.deepEqual([b.inFlight, pool.byName('c')!.inFlight], [1, 0]);
+    // A server removed while busy, then added back under a new name, takes its requests back too.
+    pool.setEndpoints([spec('a3', 1), spec('c', 3), spec('b2', 2)]);
+    assert.deepEqual([b.inFlight, pool.byName('b2')!.inFlight], [0, 1]);
+    pool.release(b);
+    assert.deepEqual([pool.byName('b2')!.inFlight, pool.releaseUnderflows], [0, 0]);
+  });
+
   test('a removed endpoint with requests in flight is taken back, counts and all, when the same server returns', () => {
     const pool = new Pool([spec('a', 1), spec('b', 2)]);
     const a = pool.byName('a')!;
