@@ -546,13 +546,13 @@ export class Pool implements PoolView {
     }
   }
 
-  /** A removed endpoint is kept for its return only while it has something in flight. */
   /** A removed or draining endpoint of `ep`'s server under another name, with requests in flight. */
   private previousOnServer(ep: Endpoint, removed: readonly Endpoint[]): Endpoint | undefined {
     const onServer = (e: Endpoint): boolean => e !== ep && e.name !== ep.name && e.hostPort === ep.hostPort && (e.inFlight > 0 || e.inFlightTokens > 0);
     return removed.find(onServer) ?? [...this.draining.values()].find(onServer);
   }
 
+  /** A removed endpoint is kept for its return only while it has something in flight. */
   private forgetIfIdle(ep: Endpoint): void {
     if (ep.inFlight === 0 && ep.inFlightTokens === 0 && this.draining.get(ep.name) === ep) this.draining.delete(ep.name);
   }
