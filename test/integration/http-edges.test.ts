@@ -262,59 +262,42 @@ test("a 200 stream the model server ends with an error event (vLLM's mid-generat
   });
 });
 
-test('a request arriving during the drain on a connection kept alive by a stream gets 503, counted as rejected shutting_down', async () => {
-  // A stream whose headers left before the drain keeps its connection alive: the client may send its next request on it.
-  const backend = await startFakeBackend((_r, res) => {
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.write('data: {"choices":[]}\n\n');
-    setTimeout(() => res.end('data: [DONE]\n\n'), 400);
-  });
-  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-    const s = net.connect(gw.apiPort, '127.0.0.1');
-    let out = '';
-    s.on('data', (c) => (out += c));
-    s.on('error', () => undefined);
-    const keepAlive = keepAlivePost();
-    s.write(keepAlive);
-    await until(() => out.includes('data: {"choices":[]}'), 3000, 'the stream has begun');
-    const { stopped: closing } = await startDraining(gw);
-    s.write(keepAlive);
-    await closing;
-    assert.match(out, /^HTTP\/1\.1 200 [\s\S]*data: \[DONE\][\s\S]*HTTP\/1\.1 503 [\s\S]*x-llm-d-request-dropped-reason: rejected-shutting-down/i);
-    const counted = (await gw.metrics.requestRejectedTotal.get()).values.filter((v) => v.value > 0).map((v) => [v.labels.reason, v.labels.code, v.value]);
-    assert.deepEqual(counted, [['shutting_down', '503', 1]]);
-  });
-});
-
-test('the next request sent the moment a stream begun before the drain ends (its connection kept alive) gets 503 rejected-shutting-down, not a reset', async () => {
-  const backend = await startFakeBackend((_r, res) => {
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.write('data: {"choices":[]}\n\n');
-    setTimeout(() => res.end('data: [DONE]\n\n'), 300);
-  });
-  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-    const s = net.connect(gw.apiPort, '127.0.0.1');
-    let out = '';
-    const keepAlive = keepAlivePost();
-    let sentNext = false;
-    s.on('data', (c) => {
-      out += c;
-      // The stream's end: the next request goes out at once, as a pooled client with work waiting sends it.
-      if (!sentNext && out.endsWith('\r\n0\r\n\r\n')) {
+for (const sentAt of ['during the stream', 'the moment the stream ends'] as const) {
+  test(`a request sent on a connection a stream begun before the drain kept alive (${sentAt}) gets 503 rejected-shutting-down, not a reset, counted as rejected shutting_down`, async () => {
+    // A stream whose headers left before the drain keeps its connection alive: the client may send its
+    // next request on it, behind the stream or as soon as it ends (a pooled client with work waiting).
+    const backend = await startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: {"choices":[]}\n\n');
+      setTimeout(() => res.end('data: [DONE]\n\n'), 300);
+    });
+    await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+      const s = net.connect(gw.apiPort, '127.0.0.1');
+      let out = '';
+      const keepAlive = keepAlivePost();
+      let sentNext = false;
+      const sendNext = (): void => {
         sentNext = true;
         s.write(keepAlive);
-      }
+      };
+      s.on('data', (c) => {
+        out += c;
+        if (!sentNext && sentAt === 'the moment the stream ends' && out.endsWith('\r\n0\r\n\r\n')) sendNext();
+      });
+      s.on('error', () => undefined);
+      s.write(keepAlive);
+      await until(() => out.includes('data: {"choices":[]}'), 3000, 'the stream has begun');
+      const { stopped } = await startDraining(gw);
+      if (sentAt === 'during the stream') sendNext();
+      await stopped;
+      assert.ok(sentNext, 'the next request was sent');
+      assert.match(out, /^HTTP\/1\.1 200 [\s\S]*data: \[DONE\][\s\S]*HTTP\/1\.1 503 [\s\S]*x-llm-d-request-dropped-reason: rejected-shutting-down/i);
+      assert.match(out.slice(out.lastIndexOf('HTTP/1.1 503')), /connection: close/i);
+      const counted = (await gw.metrics.requestRejectedTotal.get()).values.filter((v) => v.value > 0).map((v) => [v.labels.reason, v.labels.code, v.value]);
+      assert.deepEqual(counted, [['shutting_down', '503', 1]]);
     });
-    s.on('error', () => undefined);
-    s.write(keepAlive);
-    await until(() => out.includes('data: {"choices":[]}'), 3000, 'the stream has begun');
-    const { stopped } = await startDraining(gw);
-    await stopped;
-    assert.ok(sentNext, 'the stream ended');
-    assert.match(out, /^HTTP\/1\.1 200 [\s\S]*data: \[DONE\][\s\S]*HTTP\/1\.1 503 [\s\S]*x-llm-d-request-dropped-reason: rejected-shutting-down/i);
-    assert.match(out.slice(out.lastIndexOf('HTTP/1.1 503')), /connection: close/i);
   });
-});
+}
 
 test('a request arriving during the drain on an idle keep-alive connection gets 503 rejected-shutting-down, not a cut connection', async () => {
   // The backend holds one request (so the drain lasts) and answers the others at once.
