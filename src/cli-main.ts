@@ -62,6 +62,9 @@ try. Ctrl-C stops it.
   -p, --port N         the API port (8080)
   --metrics-port N     the metrics port (9090)
   --log-level L        as for serve (default warn; debug logs each scheduling decision)`,
+  version: `usage: sluice version   (or sluice --version)
+
+Prints the version of Sluice (package.json's).`,
 };
 
 function intFlag(v: string | undefined, name: string): number | undefined {

@@ -104,6 +104,7 @@ describe('sluice CLI', () => {
     assert.match((await run(['serve', '--help'])).stdout, /^usage: sluice serve [^]*--metrics-port N +the metrics port, over server\.metricsPort/);
     assert.match((await run(['help', 'validate'])).stdout, /^usage: sluice validate --config FILE\n\nPrints the effective configuration/);
     assert.match((await run(['help', 'sim'])).stdout, /^usage: sluice sim [^]*--max-num-seqs N +requests running at once/);
+    assert.match((await run(['help', 'version'])).stdout, /^usage: sluice version/);
     assert.match((await run(['demo', '-h'])).stdout, /^usage: sluice demo [^]*Ctrl-C stops it/);
     // Bare: without SLUICE_CONFIG (what the image sets, to serve), the usage and exit 1.
     const bare = await run([], { SLUICE_CONFIG: undefined });
