@@ -212,7 +212,7 @@ describe('llm-d compatibility', () => {
     assert.match(lines.join('\n'), /no scheduling profile named "prefill"/);
   });
 
-  test('apiVersion llm-d.ai/v1, GIE feature gates, models-responder and inflight-load-producer load with what they mean here', () => {
+  test('apiVersion llm-d.ai/v1, GIE feature gates, models-responder, openai-parser and inflight-load-producer load with what they mean here', () => {
     const r = load(
       yaml(
         'apiVersion: llm-d.ai/v1',
@@ -220,6 +220,7 @@ describe('llm-d compatibility', () => {
         'featureGates: [dataLayer, flowControl]',
         'plugins:',
         '- type: models-responder',
+        '- type: openai-parser',
         '- type: inflight-load-producer',
         '- { type: prefix-based-pd-decider, parameters: { nonCachedTokens: 8, promptTokens: 100, prefixMatchInfoProducerName: approx-prefix-cache-producer } }',
       ),
@@ -228,8 +229,9 @@ describe('llm-d compatibility', () => {
     const ws = warnings(r).join('\n');
     assert.match(ws, /^3: featureGates\[0\]: feature gate "dataLayer" \(GIE\) changes nothing in Sluice$/m);
     assert.match(ws, /models-responder does nothing here: Sluice answers \/v1\/models itself/);
+    assert.match(ws, /openai-parser does nothing here: Sluice parses OpenAI requests itself/);
     assert.match(ws, /inflight-load-producer does nothing here/);
-    assert.equal(warnings(r).length, 3, ws);
+    assert.equal(warnings(r).length, 4, ws);
     assert.equal(pluginParams(r, 'prefix-based-pd-decider')?.promptTokens, 100);
     // Its llm-d parameters load; the ones that would change what is counted say they are ignored.
     const keys = load(

@@ -78,12 +78,18 @@ describe('session-affinity-scorer', () => {
     const sessionId = def.params.safeParse({ algorithm: 'session_id_header' });
     assert.equal(sessionId.success, false);
     assert.match(sessionId.error!.issues[0]!.message, /only "encoded_endpoint_header" is supported.*"session_id_header".*not implemented/);
+    // `strategy`, llm-d's newer name of the key, loads the same; its session table, `session_id`, is refused alike.
+    assert.deepEqual(def.params.parse({ strategy: 'encoded_endpoint_header' }), defaults);
+    const strategySessionId = def.params.safeParse({ strategy: 'session_id', sessionIdConfig: { sources: [{ header: 'x-session-id' }] } });
+    assert.equal(strategySessionId.success, false);
+    assert.match(strategySessionId.error!.issues[0]!.message, /only "encoded_endpoint_header" is supported \(llm-d's "session_id", a session table kept in the gateway, is not implemented/);
+    assert.deepEqual(def.configWarnings!(def.params.parse({ strategy: 'encoded_endpoint_header', sessionIdConfig: {} }), { metricsIntervalMs: 50 }).map((w) => w.parameter), ['sessionIdConfig']);
     for (const bad of [{ maxAge: 10 }, { headerName: 'x session' }, { headerName: '' }, { profileName: '' }, { missThreshold: 1.5 }]) {
       assert.equal(def.params.safeParse(bad).success, false, JSON.stringify(bad));
     }
     const warned = def.configWarnings!(def.params.parse({ evictionTtlSeconds: 600, missThreshold: 3 }), { metricsIntervalMs: 50 });
     assert.deepEqual(warned.map((w) => w.parameter), ['evictionTtlSeconds', 'missThreshold']);
-    assert.match(warned[0]!.message, /ignored: it belongs to llm-d's session_id_header/);
+    assert.match(warned[0]!.message, /ignored: it belongs to llm-d's session table \(algorithm session_id_header, strategy session_id\)/);
     assert.deepEqual(def.configWarnings!(def.params.parse({}), { metricsIntervalMs: 50 }), []);
   });
 

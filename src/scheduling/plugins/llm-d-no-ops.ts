@@ -5,6 +5,7 @@
  * - `disagg-headers-handler`, `prefill-header-handler` — set `x-prefiller-host-port` for the routing
  *   sidecar; deprecated in llm-d since `disagg-profile-handler` sets it (here: the `sidecar` connector)
  * - `models-responder` — answers `/v1/models`; Sluice answers it itself (from the endpoints)
+ * - `openai-parser` — parses OpenAI request bodies (llm-d's default parser); Sluice parses them itself
  * - `inflight-load-producer` — counts requests and uncached prompt tokens in flight per endpoint;
  *   Sluice always counts both (`endpoint.inFlight`, `endpoint.inFlightTokens`)
  *
@@ -60,5 +61,6 @@ export const llmdNoOpDefinitions: readonly PluginDefinition<unknown>[] = [
   noOp('disagg-headers-handler', 'deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself', noParams),
   noOp('prefill-header-handler', 'deprecated in llm-d; the sidecar connector sets x-prefiller-host-port itself', noParams),
   noOp('models-responder', 'Sluice answers /v1/models itself', noParams),
+  noOp('openai-parser', 'Sluice parses OpenAI requests itself', noParams),
   noOp('inflight-load-producer', 'Sluice counts the requests and prompt tokens in flight on each endpoint itself', inflightParams, inflightIgnored),
 ];

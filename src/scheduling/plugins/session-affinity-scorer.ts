@@ -16,8 +16,10 @@
  *   and no header when that profile did not run for the request (llm-d's P/D pattern: one instance
  *   per profile)
  * - `algorithm` "encoded_endpoint_header" — the only one; llm-d's `session_id_header` (a table of
- *   sessions kept in the gateway) is refused, saying so
- * - `evictionTtlSeconds`, `evictionSweepSeconds`, `missThreshold` — `session_id_header`'s; accepted and ignored, with a warning
+ *   sessions kept in the gateway) is refused, saying so. `strategy` is the same key under its newer
+ *   llm-d name (whose table is `session_id`, refused too)
+ * - `evictionTtlSeconds`, `evictionSweepSeconds`, `missThreshold`, `sessionIdConfig` — the session
+ *   table's; accepted and ignored, with a warning
  */
 import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
@@ -29,24 +31,31 @@ export const SESSION_TOKEN_HEADER = 'x-session-token';
 
 /** An HTTP header name (RFC 9110 token). */
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-const SESSION_ID_ONLY = ['evictionTtlSeconds', 'evictionSweepSeconds', 'missThreshold'] as const;
+const SESSION_ID_ONLY = ['evictionTtlSeconds', 'evictionSweepSeconds', 'missThreshold', 'sessionIdConfig'] as const;
 
-export const sessionAffinityScorerParams = z.strictObject({
+const ENCODED_ENDPOINT_HEADER = 'encoded_endpoint_header';
+const onlyEncodedEndpointHeader = z.literal(ENCODED_ENDPOINT_HEADER, {
+  error: (issue) =>
+    `only "${ENCODED_ENDPOINT_HEADER}" is supported (llm-d's ${JSON.stringify(issue.input)}${String(issue.input).startsWith('session_id') ? ', a session table kept in the gateway,' : ''} is not implemented in Sluice)`,
+});
+
+export const sessionAffinityScorerParams = z
+  .strictObject({
   headerName: z
     .string()
     .regex(HEADER_NAME, { error: 'must be an HTTP header name' })
     .transform((h) => h.toLowerCase())
     .default(SESSION_TOKEN_HEADER),
   profileName: z.string().min(1).optional(),
-  algorithm: z
-    .literal('encoded_endpoint_header', {
-      error: 'only "encoded_endpoint_header" is supported (llm-d\'s "session_id_header", a session table kept in the gateway, is not implemented in Sluice)',
-    })
-    .default('encoded_endpoint_header'),
+  algorithm: onlyEncodedEndpointHeader.optional(),
+  /** llm-d's newer name of `algorithm`. */
+  strategy: onlyEncodedEndpointHeader.optional(),
   evictionTtlSeconds: z.number().nonnegative().optional(),
   evictionSweepSeconds: z.number().nonnegative().optional(),
   missThreshold: z.number().int().nonnegative().optional(),
-});
+  sessionIdConfig: z.unknown().optional(),
+  })
+  .transform(({ strategy: _, ...p }) => ({ ...p, algorithm: ENCODED_ENDPOINT_HEADER }) as const);
 
 export type SessionAffinityScorerParams = z.infer<typeof sessionAffinityScorerParams>;
 
@@ -91,7 +100,7 @@ export class SessionAffinityScorer implements Scorer, ResponseHeadersHook {
 const ignoredKeys = (p: SessionAffinityScorerParams): PluginConfigWarning[] =>
   SESSION_ID_ONLY.filter((k) => p[k] !== undefined).map((k) => ({
     parameter: k,
-    message: `${k} is ignored: it belongs to llm-d's session_id_header algorithm, and Sluice runs encoded_endpoint_header`,
+    message: `${k} is ignored: it belongs to llm-d's session table (algorithm session_id_header, strategy session_id), and Sluice runs encoded_endpoint_header`,
   }));
 
 export const sessionAffinityScorerDefinition: PluginDefinition<SessionAffinityScorerParams> = {
