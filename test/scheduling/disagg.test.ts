@@ -219,6 +219,10 @@ describe('disagg-profile-handler', () => {
     const prefillFirst = disaggProfileHandlerParams.safeParse({ stageOrder: 'prefill-first' });
     assert.equal(prefillFirst.success, false);
     assert.match(prefillFirst.error!.issues[0]!.message, /only "decode-first" is supported.*"prefill-first" is not implemented/);
+    // Spelt as llm-d reads it (case, "-" and "_" aside; "decode" alone).
+    for (const spelt of ['DecodeFirst', 'decode_first', 'decode', 'Decode-First']) assert.equal(disaggProfileHandlerParams.parse({ stageOrder: spelt }).stageOrder, 'decode-first', spelt);
+    assert.match(disaggProfileHandlerParams.safeParse({ stageOrder: 'PrefillFirst' }).error!.issues[0]!.message, /"prefill-first" is not implemented/);
+    assert.match(disaggProfileHandlerParams.safeParse({ stageOrder: 'sideways' }).error!.issues[0]!.message, /unknown stage order "sideways"/);
     assert.equal(disaggProfileHandlerParams.safeParse({ profiles: { decode: 'x', prefill: 'x' } }).success, false);
   });
 

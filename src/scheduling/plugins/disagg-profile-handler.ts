@@ -111,10 +111,21 @@ export const disaggProfileHandlerParams = z.preprocess(nestFlatKeys, z
       .prefault({}),
     deciders: z.strictObject({ prefill: z.string().min(1).optional() }).prefault({}),
     connector: z.enum(CONNECTORS).default('sidecar'),
-    // llm-d's; its default is the only order Sluice runs (the decider needs the decode pick).
+    // llm-d's; its default is the only order Sluice runs (the decider needs the decode pick). Spelt
+    // as llm-d reads it: case, "-" and "_" aside (`DecodeFirst`, `decode_first`), and `decode` alone.
     stageOrder: z
-      .literal('decode-first', {
-        error: 'only "decode-first" is supported: the prefill decider needs the decode endpoint to estimate what is cached (llm-d\'s "prefill-first" is not implemented in Sluice)',
+      .string()
+      .transform((order, ctx) => {
+        const plain = order.toLowerCase().replace(/[-_]/g, '');
+        if (plain === 'decodefirst' || plain === 'decode' || plain === '') return 'decode-first' as const;
+        ctx.addIssue({
+          code: 'custom',
+          message:
+            plain === 'prefillfirst' || plain === 'prefill'
+              ? 'only "decode-first" is supported: the prefill decider needs the decode endpoint to estimate what is cached (llm-d\'s "prefill-first" is not implemented in Sluice)'
+              : `unknown stage order ${JSON.stringify(order)}: llm-d's are "decode-first" (the one Sluice runs) and "prefill-first"`,
+        });
+        return z.NEVER;
       })
       .optional(),
   })
