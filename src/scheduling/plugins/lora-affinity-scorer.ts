@@ -8,8 +8,9 @@
  *   0.8  a free adapter slot: |running ∪ waiting| < max_lora;
  *   0.6  the model is among the waiting adapters;
  *   0.0  otherwise, and for an endpoint with no metrics or no LoRA information.
- * Adapters listed as both running and waiting count once (as in current llm-d, which takes the
- * union; the older formula summed the two lists).
+ * Adapters listed as both running and waiting count once. llm-d sums the two lists, so an adapter
+ * with requests running and waiting takes two of its slots there, and a server with a slot free
+ * can score 0: Sluice counts what occupies slots.
  */
 import { z } from 'zod';
 import type { Endpoint } from '../../datalayer/endpoint.js';
