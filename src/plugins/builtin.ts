@@ -12,7 +12,7 @@ import { approxPrefixCacheProducerDefinition } from '../scheduling/plugins/appro
 import { decodeFilterDefinition } from '../scheduling/plugins/decode-filter.js';
 import { encodeFilterDefinition } from '../scheduling/plugins/encode-filter.js';
 import { disaggProfileHandlerDefinition } from '../scheduling/plugins/disagg-profile-handler.js';
-import { kvCacheUtilizationScorerDefinition } from '../scheduling/plugins/kv-cache-utilization-scorer.js';
+import { kvCacheScorerDefinition, kvCacheUtilizationScorerDefinition } from '../scheduling/plugins/kv-cache-utilization-scorer.js';
 import { loadAwareScorerDefinition } from '../scheduling/plugins/load-aware-scorer.js';
 import { labelSelectorFilterDefinition } from '../scheduling/plugins/label-selector-filter.js';
 import { llmdNoOpDefinitions } from '../scheduling/plugins/llm-d-no-ops.js';
@@ -51,6 +51,7 @@ export function builtinRegistry(): PluginRegistry {
     // scorers
     .register(queueScorerDefinition)
     .register(kvCacheUtilizationScorerDefinition)
+    .register(kvCacheScorerDefinition)
     .register(loadAwareScorerDefinition)
     .register(activeRequestScorerDefinition)
     .register(prefixCacheScorerDefinition)

@@ -212,6 +212,12 @@ describe('llm-d compatibility', () => {
     assert.match(lines.join('\n'), /no scheduling profile named "prefill"/);
   });
 
+  test("kv-cache-scorer, the GIE's older name of kv-cache-utilization-scorer, runs as it, with a warning", () => {
+    const r = load(yaml('plugins:', '- type: kv-cache-scorer', 'schedulingProfiles:', '- { name: default, plugins: [ { pluginRef: kv-cache-scorer, weight: 2 } ] }'));
+    assert.match(warnings(r).join('\n'), /kv-cache-scorer is the GIE's older name of kv-cache-utilization-scorer, and runs as it/);
+    assert.equal(builtinRegistry().get('kv-cache-scorer')!.create('k', {}, {} as never).type, 'kv-cache-utilization-scorer');
+  });
+
   test('apiVersion llm-d.ai/v1, GIE feature gates, models-responder, openai-parser and inflight-load-producer load with what they mean here', () => {
     const r = load(
       yaml(

@@ -29,3 +29,10 @@ export const kvCacheUtilizationScorerDefinition: PluginDefinition<Record<string,
   params: z.strictObject({}),
   create: (name) => new KvCacheUtilizationScorer(name),
 };
+
+/** `kv-cache-scorer`: the GIE's older name of this scorer (its example configurations still use it); runs as it, with a warning. */
+export const kvCacheScorerDefinition: PluginDefinition<Record<string, never>> = {
+  ...kvCacheUtilizationScorerDefinition,
+  type: 'kv-cache-scorer',
+  configWarnings: () => [{ message: `kv-cache-scorer is the GIE's older name of ${KV_CACHE_UTILIZATION_SCORER_TYPE}, and runs as it; rename the type` }],
+};
