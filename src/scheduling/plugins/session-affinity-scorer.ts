@@ -41,19 +41,19 @@ const onlyEncodedEndpointHeader = z.literal(ENCODED_ENDPOINT_HEADER, {
 
 export const sessionAffinityScorerParams = z
   .strictObject({
-  headerName: z
-    .string()
-    .regex(HEADER_NAME, { error: 'must be an HTTP header name' })
-    .transform((h) => h.toLowerCase())
-    .default(SESSION_TOKEN_HEADER),
-  profileName: z.string().min(1).optional(),
-  algorithm: onlyEncodedEndpointHeader.optional(),
-  /** llm-d's newer name of `algorithm`. */
-  strategy: onlyEncodedEndpointHeader.optional(),
-  evictionTtlSeconds: z.number().nonnegative().optional(),
-  evictionSweepSeconds: z.number().nonnegative().optional(),
-  missThreshold: z.number().int().nonnegative().optional(),
-  sessionIdConfig: z.unknown().optional(),
+    headerName: z
+      .string()
+      .regex(HEADER_NAME, { error: 'must be an HTTP header name' })
+      .transform((h) => h.toLowerCase())
+      .default(SESSION_TOKEN_HEADER),
+    profileName: z.string().min(1).optional(),
+    algorithm: onlyEncodedEndpointHeader.optional(),
+    /** llm-d's newer name of `algorithm`. */
+    strategy: onlyEncodedEndpointHeader.optional(),
+    evictionTtlSeconds: z.number().nonnegative().optional(),
+    evictionSweepSeconds: z.number().nonnegative().optional(),
+    missThreshold: z.number().int().nonnegative().optional(),
+    sessionIdConfig: z.unknown().optional(),
   })
   .transform(({ strategy: _, ...p }) => ({ ...p, algorithm: ENCODED_ENDPOINT_HEADER }) as const);
 
