@@ -74,6 +74,16 @@ function handOverInFlight(from: Endpoint, to: Endpoint): void {
   from.successor = to;
 }
 
+/**
+ * A stage every endpoint of which is set aside keeps them all (`open`: the stages with one left):
+ * its requests are better served by them than by none. Not the prefill stage: without it a P/D
+ * request is served decode-only (SPEC §7.3), where an ejected or stalled prefill tier would hold
+ * every prefill leg until it failed or timed out.
+ */
+function keepsWholeStage(ep: Endpoint, open: ReadonlySet<Endpoint['stage']> | undefined): boolean {
+  return ep.stage !== 'prefill' && open?.has(ep.stage) !== true;
+}
+
 /** LoRA adapters seen last whose model the pool remembers at least (Pool.noteAdapters; at most twice as many). */
 const MAX_ADAPTERS_NOTED = 10_000;
 /** An adapter shown by servers of two models: no model of its own (a page's model_name is never empty). */
@@ -130,8 +140,8 @@ export class Pool implements PoolView {
   /**
    * The endpoints requests may be sent to at `now`, in configuration order: all but those outlier
    * detection sets aside (outlier.ts: ejected for failing, stalled, or on probation with its one
-   * probe request in flight). A stage (prefill, decode, interleaved) whose every endpoint is set
-   * aside keeps them all: its requests are better served by them than by none. The same frozen array
+   * probe request in flight). A stage (decode, interleaved) whose every endpoint is set aside keeps
+   * them all: its requests are better served by them than by none (not prefill: keepsWholeStage). The same frozen array
    * as `endpoints` while nothing is left out. The saturation reading is taken over these too, so
    * what is set aside neither holds the gate closed nor counts as room.
    */
@@ -166,7 +176,7 @@ export class Pool implements PoolView {
     for (const ep of kept) if (ep.servedModel === base) open.add(ep.stage);
     if (this.list.some((ep) => ep.servedModel === base && !open.has(ep.stage))) {
       const isEligible = new Set(eligible);
-      kept = this.list.filter((ep) => serves(ep) && (isEligible.has(ep) || (ep.servedModel === base && !open.has(ep.stage))));
+      kept = this.list.filter((ep) => serves(ep) && (isEligible.has(ep) || (ep.servedModel === base && keepsWholeStage(ep, open))));
     }
     // Named by no server that can answer it (its decode servers gone, its prefill ones not yet): as a
     // model no page names, rather than a decode profile left empty (429 "saturated" on an idle pool).
@@ -286,7 +296,7 @@ export class Pool implements PoolView {
       this.eligibleList = this.list;
       return;
     }
-    const kept = this.list.filter((ep) => !served?.has(ep.stage) || !this.leavesOut(ep, now));
+    const kept = this.list.filter((ep) => !this.leavesOut(ep, now) || keepsWholeStage(ep, served));
     this.leftOut = this.list.length - kept.length;
     this.eligibleList = this.leftOut === 0 ? this.list : Object.freeze(kept);
   }

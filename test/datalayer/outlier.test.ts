@@ -160,7 +160,7 @@ describe('Pool: outlier detection', () => {
     assert.equal(events.length, 0);
   });
 
-  test('every endpoint of a stage set aside: that stage keeps them all rather than none; the others stay out', () => {
+  test('every endpoint of a stage set aside: that stage keeps them all rather than none, but for the prefill stage (P/D then serves decode-only); the others stay out', () => {
     const { pool, ep } = poolOf(2, { ...POLICY, maxEjectionPercent: 100 });
     for (const i of [0, 1]) for (let k = 0; k < 3; k++) request(pool, ep(i), false, 0);
     assert.equal(pool.eligible(1), pool.endpoints);
@@ -168,16 +168,18 @@ describe('Pool: outlier detection', () => {
     const [p1, d1] = pd.endpoints;
     for (let k = 0; k < 3; k++) request(pd, p1!, false, 0);
     for (let k = 0; k < 3; k++) request(pd, d1!, false, 0);
-    assert.deepEqual(names(pd.eligible(1)), ['p1', 'd2']);
+    assert.deepEqual(names(pd.eligible(1)), ['d2'], 'the prefill tier set aside whole is left out: no prefill leg waits on it');
+    for (let k = 0; k < 3; k++) request(pd, pd.endpoints[2]!, false, 0);
+    assert.deepEqual(names(pd.eligible(2)), ['d1', 'd2'], 'the decode tier set aside whole keeps both');
   });
 
   test('when the first of a stage set aside whole returns, the ones still ejected leave the list', () => {
-    const pool = new Pool([spec('p1', 1, 'prefill'), spec('p2', 2, 'prefill'), spec('d1', 3, 'decode')], { outlierPolicy: { ...POLICY, maxEjectionPercent: 100 } });
-    const [p1, p2] = pool.endpoints as Endpoint[];
-    for (let k = 0; k < 3; k++) request(pool, p1!, false, 0); // out until 1000
-    for (let k = 0; k < 3; k++) request(pool, p2!, false, 500); // out until 1500
-    assert.deepEqual(names(pool.eligible(600)), ['p1', 'p2', 'd1'], 'all of the stage set aside: it keeps both');
-    assert.deepEqual(names(pool.eligible(1200)), ['p1', 'd1'], 'p1 is back, p2 ejected until 1500');
+    const pool = new Pool([spec('d1', 1, 'decode'), spec('d2', 2, 'decode'), spec('p1', 3, 'prefill')], { outlierPolicy: { ...POLICY, maxEjectionPercent: 100 } });
+    const [d1, d2] = pool.endpoints as Endpoint[];
+    for (let k = 0; k < 3; k++) request(pool, d1!, false, 0); // out until 1000
+    for (let k = 0; k < 3; k++) request(pool, d2!, false, 500); // out until 1500
+    assert.deepEqual(names(pool.eligible(600)), ['d1', 'd2', 'p1'], 'all of the stage set aside: it keeps both');
+    assert.deepEqual(names(pool.eligible(1200)), ['d1', 'p1'], 'd1 is back, d2 ejected until 1500');
   });
 
   test('an endpoint whose probe is in flight counts toward maxEjectionPercent', () => {

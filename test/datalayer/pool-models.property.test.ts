@@ -53,9 +53,9 @@ function reference(pool: Pool, base: string | undefined, served: Set<string>, no
   for (const ep of pool.endpoints) {
     if (!serves(ep)) continue;
     if (eligible.includes(ep)) { out.push(ep.name); continue; }
-    // Set aside: kept only when no server of the model in its stage is eligible.
+    // Set aside: kept only when no server of the model in its stage is eligible, and never in the prefill stage.
     const stageOpen = pool.endpoints.some((o) => o.servedModel === base && o.stage === ep.stage && eligible.includes(o));
-    if (ep.servedModel === base && !stageOpen) out.push(ep.name);
+    if (ep.servedModel === base && !stageOpen && ep.stage !== 'prefill') out.push(ep.name);
   }
   // No server of the model that can answer (decode or interleaved): as a model no page names.
   const answers = pool.endpoints.some((ep) => out.includes(ep.name) && ep.servedModel === base && (ep.stage === 'decode' || ep.stage === 'interleaved'));
