@@ -464,6 +464,7 @@ export class Pool implements PoolView {
    * probation: eligible, onProbation), which its release must say.
    */
   acquire(ep: Endpoint): boolean {
+    while (ep.successor !== undefined) ep = ep.successor;
     const probe = ep.ejections > 0 && this.onProbation(ep);
     if (probe) {
       ep.probes++;
@@ -479,6 +480,7 @@ export class Pool implements PoolView {
   promptSent(ep: Endpoint, promptTokens: number, unseen = false): void {
     // Not a count (NaN, Infinity) would stay in the sum for good: ignored, as promptDone ignores it.
     if (!isTokenCount(promptTokens)) return;
+    while (ep.successor !== undefined) ep = ep.successor;
     ep.inFlightTokens += promptTokens;
     if (unseen) ep.unseenPromptTokens += promptTokens;
     this.notify('inflight', ep);

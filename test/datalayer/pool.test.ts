@@ -225,7 +225,12 @@ describe('Pool: in-flight accounting', () => {
     pool.setEndpoints([spec('a3', 1), spec('b', 2)]);
     const a3 = pool.byName('a3')!;
     assert.deepEqual([a2.inFlight, a3.inFlight, a3.inFlightTokens], [0, 2, 40]);
-    pool.promptDone(a, 40);
+    // A request scheduled on `a` before the renames, sent only now (a P/D leg, a retry): counted on a3 too.
+    pool.acquire(a);
+    pool.promptSent(a, 8);
+    assert.deepEqual([a.inFlight, a3.inFlight, a3.inFlightTokens], [0, 3, 48]);
+    pool.promptDone(a, 48);
+    pool.release(a);
     pool.release(a);
     pool.release(a);
     assert.deepEqual([a.inFlight, a3.inFlight, a3.inFlightTokens, pool.releaseUnderflows], [0, 0, 0, 0]);
