@@ -845,7 +845,7 @@ export class GatewayMetrics {
     });
     this.endpointUpstreamErrorsTotal = counter({
       name: 'sluice_endpoint_upstream_errors_total',
-      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), reset (the connection was lost before any answer byte: retried elsewhere too, though the server may have begun the work), headers_timeout (504), body_timeout (the answer stalled past upstream.bodyTimeout: 504), failed (another error before an answer: 502), cut (the answer broke off mid-way: 502), http_5xx (the endpoint answered 5xx, relayed).',
+      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), reset (the connection was lost before any answer byte: retried elsewhere too, though the server may have begun the work), headers_timeout (504), body_timeout (the answer stalled past upstream.bodyTimeout: 504), failed (another error before an answer: 502; a prefill leg answered 2xx with no JSON object), cut (the answer broke off mid-way: 502), http_5xx (the endpoint answered 5xx, relayed).',
       labelNames: ['endpoint_name', 'error'],
     });
     this.upstreamRetriesTotal = counter({

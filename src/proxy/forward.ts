@@ -866,8 +866,17 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
           size += chunk.length;
         }
       }
-      if (is2xx(status)) pool.upstreamSucceeded(prefill);
-      return { kind: 'answer', status: up.statusCode, headers: up.headers, body: Buffer.concat(chunks, size) };
+      const answer = Buffer.concat(chunks, size);
+      if (is2xx(status)) {
+        // A 2xx the connector cannot read degrades the request as a 5xx does: it counts as the
+        // server's failure (a broken prefill tier would otherwise look healthy, never ejected).
+        if (isJsonObject(answer)) pool.upstreamSucceeded(prefill);
+        else {
+          upstreamError(ctx, prefill, 'failed');
+          failed = true;
+        }
+      }
+      return { kind: 'answer', status: up.statusCode, headers: up.headers, body: answer };
     } catch (err) {
       if (signal.aborted) return { kind: 'aborted' };
       const e = err as Error & { code?: string };
@@ -883,6 +892,16 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       pool.release(prefill, is2xx(status) && !failed, probe);
     }
   };
+}
+
+/** Whether `bytes` are a JSON object (a prefill leg's answer, one token: small). */
+function isJsonObject(bytes: Buffer): boolean {
+  try {
+    const v: unknown = JSON.parse(bytes.toString('utf8'));
+    return typeof v === 'object' && v !== null && !Array.isArray(v);
+  } catch {
+    return false;
+  }
 }
 
 /**

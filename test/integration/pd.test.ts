@@ -374,6 +374,22 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
     }
   });
 
+  test('prefill answering 200 with a body that is no JSON → served decode-only, counted as the prefill server\'s failure (it can be ejected)', async () => {
+    const f = await pdFleet({ prefill: (_r, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('<html>proxy error</html>') });
+    try {
+      const raw = JSON.stringify(chatBody(longPrompt('notjson')));
+      const r = await post(f.gw, raw);
+      assert.equal(r.status, 200);
+      assert.equal(f.decode[0]!.received[0]!.body, raw);
+      const m = await metricsText(f.gw);
+      assert.equal(sample(m, 'sluice_endpoint_upstream_errors_total', 'endpoint_name="prefill-0",error="failed"'), 1);
+      assert.equal(sample(m, 'sluice_pd_degraded_total', 'connector="nixlv2"'), 1);
+      assert.equal(f.gw.pool.byName('prefill-0')!.failureStreak, 1);
+    } finally {
+      await f.close();
+    }
+  });
+
   test('prefill refusing connections → served decode-only', async () => {
     const f = await pdFleet();
     try {
