@@ -280,8 +280,9 @@ export function upstreamFailureLog(logger: Logger): SpellLog {
 }
 
 /** A request's failure at `endpoint`, at warn: in full when it is news, else counted (upstreamFailureLog). */
-function warnUpstream(ctx: ForwardContext, endpoint: string, message: string, fields: Record<string, unknown>): void {
-  if (ctx.upstreamFailures.note(`${endpoint}: ${message}`)) {
+/** Logs `message` about `endpoint` at most once per window for each `kind` of it (the others are counted in the window's summary). */
+function warnUpstream(ctx: ForwardContext, endpoint: string, message: string, fields: Record<string, unknown>, kind?: string): void {
+  if (ctx.upstreamFailures.note(kind === undefined ? `${endpoint}: ${message}` : `${endpoint}: ${message} (${kind})`)) {
     ctx.logger.warn({ requestId: ctx.requestId, endpoint, ...fields, summaryEveryMs: UPSTREAM_FAILURE_WINDOW_MS }, message);
   }
 }
@@ -353,7 +354,9 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       if (step.kind === 'reply') return { kind: 'done', status: relayPrefillReply(ctx, step) };
       if (step.warning !== undefined) {
         ctx.metrics.pdDegraded(connector.name);
-        warnUpstream(ctx, plan.prefill.name, 'P/D degraded', { decodeEndpoint: ep.name, connector: connector.name, reason: step.warning });
+        // Each kind of reason said once a window (a time-out after a 500 is news), not each error's text.
+        const kind = step.warning.split(':', 1)[0];
+        warnUpstream(ctx, plan.prefill.name, 'P/D degraded', { decodeEndpoint: ep.name, connector: connector.name, reason: step.warning }, kind);
       }
       leg = pairId === ctx.requestId ? step.leg : { ...step.leg, headers: { ...step.leg.headers, 'x-request-id': pairId } };
       if (connector.runsPrefill) prepared = leg;

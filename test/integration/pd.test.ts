@@ -390,6 +390,22 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
     }
   });
 
+  test('a prefill tier failing one way, then another: the "P/D degraded" warning says each kind of reason once, not only the first', async () => {
+    let n = 0;
+    const log = captureLogger('warn');
+    const f = await pdFleet({
+      prefill: (_r, res) => (n++ % 2 === 0 ? res.writeHead(500).end('{"error":"boom"}') : res.writeHead(200, { 'content-type': 'application/json' }).end('not json')),
+      logger: log.logger,
+    });
+    try {
+      for (const i of [1, 2, 3, 4]) assert.equal((await post(f.gw, chatBody(longPrompt(`kinds-${i}`)))).status, 200);
+      const reasons = log.lines().filter((l) => l.msg === 'P/D degraded').map((l) => String(l.reason));
+      assert.deepEqual(reasons, ['prefill prefill-0 answered HTTP 500', 'prefill prefill-0 answered a body that is not a JSON object']);
+    } finally {
+      await f.close();
+    }
+  });
+
   test('prefill refusing connections → served decode-only', async () => {
     const f = await pdFleet();
     try {
