@@ -199,6 +199,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let failedOrigins: string[] | undefined;
   /** Servers that lost a connection once and stay eligible (below). */
   let lostOnce: string[] | undefined;
+  /** The retry's candidates with those servers, when scheduling over the untried alone may find none. */
+  let withLostOnce: readonly Endpoint[] | undefined;
   /** A connection was lost after the request went out: a server may have run it. */
   let mayHaveRun = false;
   let lastError = '';
@@ -212,7 +214,14 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       // At debug level every decision is logged with what each filter dropped and each scorer gave.
       const trace: DecisionTrace | undefined = ctx.logger.isLevelEnabled('debug') ? [] : undefined;
       const t0 = performance.now();
-      const outcome = rt.scheduler.schedule(ctx.sreq, candidates, trace);
+      let outcome = rt.scheduler.schedule(ctx.sreq, candidates, trace);
+      // None of the servers not yet tried can take it (a P/D pool's prefill servers are never a
+      // decode target): one that lost a connection at once gets its one more try.
+      if (!outcome.ok && withLostOnce !== undefined) {
+        candidates = withLostOnce;
+        outcome = rt.scheduler.schedule(ctx.sreq, candidates, trace);
+      }
+      withLostOnce = undefined;
       metrics.schedulerDuration((performance.now() - t0) / 1000);
       if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
       if (!outcome.ok) {
@@ -258,7 +267,9 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       const lost = lostOnce ?? [];
       const eligible = pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
       const untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
-      candidates = untried.length > 0 ? untried : eligible.filter((c) => !failed.includes(c.origin));
+      const notFailed = eligible.filter((c) => !failed.includes(c.origin));
+      candidates = untried.length > 0 ? untried : notFailed;
+      if (untried.length > 0 && lost.length > 0) withLostOnce = notFailed;
     }
   } finally {
     if (decision !== undefined) metrics.disaggDecision(ctx.sreq.model, decision);

@@ -542,6 +542,28 @@ describe('P/D with the nixlv2 connector (the gateway runs both legs)', () => {
     }
   });
 
+  test('the only decode endpoint losing a connection at once gets its one more try in a P/D pool too (the prefill servers are no decode target)', async () => {
+    let lose = true;
+    const f = await pdFleet({
+      decode: (r, res) => {
+        if (!lose) return decodeOk(r, res);
+        lose = false;
+        res.socket!.destroy(); // as a keep-alive connection closed idle just as the request went out
+      },
+    });
+    try {
+      for (const content of ['short', longPrompt('lost-at-once')]) {
+        lose = true;
+        const r = await post(f.gw, chatBody(content));
+        assert.equal(r.status, 200, r.text);
+      }
+      assert.equal(sample(await metricsText(f.gw), 'llm_d_epp_upstream_retries_total', 'endpoint_name="decode-0"'), 2);
+      await nothingInFlight(f.gw);
+    } finally {
+      await f.close();
+    }
+  });
+
   test('a refused decode endpoint is retried on another with the same decode leg; the prefill runs once', async () => {
     const debug = captureLogger('debug');
     const f = await pdFleet({ decodeCount: 2, logger: debug.logger });
