@@ -36,7 +36,7 @@ import { SpellLog } from './spell-log.js';
 import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
-import { BodyNotRewritableError, decodeOnly, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
+import { BodyNotRewritableError, decodeOnly, jsonObjectOf, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
 import { cutIfNeverRead, unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
 import { dropParsedForm } from './scheduling-request.js';
 
@@ -290,8 +290,10 @@ export function upstreamFailureLog(logger: Logger): SpellLog {
   );
 }
 
-/** A request's failure at `endpoint`, at warn: in full when it is news, else counted (upstreamFailureLog). */
-/** Logs `message` about `endpoint` at most once per window for each `kind` of it (the others are counted in the window's summary). */
+/**
+ * A request's failure at `endpoint`, at warn: in full when it is news, else counted (upstreamFailureLog).
+ * News per `kind` of the message when given (another kind of failure is news too).
+ */
 function warnUpstream(ctx: ForwardContext, endpoint: string, message: string, fields: Record<string, unknown>, kind?: string): void {
   if (ctx.upstreamFailures.note(kind === undefined ? `${endpoint}: ${message}` : `${endpoint}: ${message} (${kind})`)) {
     ctx.logger.warn({ requestId: ctx.requestId, endpoint, ...fields, summaryEveryMs: UPSTREAM_FAILURE_WINDOW_MS }, message);
@@ -881,16 +883,16 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
         }
       }
       const answer = Buffer.concat(chunks, size);
-      if (is2xx(status)) {
-        // A 2xx the connector cannot read degrades the request as a 5xx does: it counts as the
-        // server's failure (a broken prefill tier would otherwise look healthy, never ejected).
-        if (isJsonObject(answer)) pool.upstreamSucceeded(prefill);
-        else {
-          upstreamError(ctx, prefill, 'failed');
-          failed = true;
-        }
+      if (!is2xx(status)) return { kind: 'answer', status, headers: up.headers, body: answer };
+      // A 2xx the connector cannot read degrades the request as a 5xx does: it counts as the
+      // server's failure (a broken prefill tier would otherwise look healthy, never ejected).
+      const json = jsonObjectOf(answer);
+      if (json !== undefined) pool.upstreamSucceeded(prefill);
+      else {
+        upstreamError(ctx, prefill, 'failed');
+        failed = true;
       }
-      return { kind: 'answer', status: up.statusCode, headers: up.headers, body: answer };
+      return { kind: 'answer', status, headers: up.headers, body: answer, json };
     } catch (err) {
       if (signal.aborted) return { kind: 'aborted' };
       const e = err as Error & { code?: string };
@@ -906,16 +908,6 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       pool.release(prefill, is2xx(status) && !failed, probe);
     }
   };
-}
-
-/** Whether `bytes` are a JSON object (a prefill leg's answer, one token: small). */
-function isJsonObject(bytes: Buffer): boolean {
-  try {
-    const v: unknown = JSON.parse(bytes.toString('utf8'));
-    return typeof v === 'object' && v !== null && !Array.isArray(v);
-  } catch {
-    return false;
-  }
 }
 
 /**

@@ -24,7 +24,7 @@
  */
 import { singleSequence } from '../../scheduling/framework.js';
 import { topLevelMemberText } from '../json-member.js';
-import { decodeOnly, isClientError, jsonBuffer, oneTokenBody, type Connector, type PdInput, type PdStep, type SendPrefill } from './types.js';
+import { decodeOnly, isClientError, jsonBuffer, jsonObjectOf, oneTokenBody, type Connector, type PdInput, type PdStep, type SendPrefill } from './types.js';
 
 /** The kv_transfer_params of a prefill leg (vLLM NixlConnector). */
 export const PREFILL_KV_TRANSFER_PARAMS = Object.freeze({
@@ -55,16 +55,10 @@ export interface PrefillOutput {
   missingParams: boolean;
 }
 
-export function readPrefillAnswer(body: Buffer): PrefillOutput | undefined {
-  let parsed: unknown;
+/** `obj`: the body parsed, when the proxy did already (PrefillLegResult.json). */
+export function readPrefillAnswer(body: Buffer, obj = jsonObjectOf(body)): PrefillOutput | undefined {
+  if (obj === undefined) return undefined;
   const text = body.toString('utf8');
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return undefined;
-  const obj = parsed as Record<string, unknown>;
   // `null` too: vLLM answers that when the prefill server has no KV connector (a misconfiguration).
   const has = obj.kv_transfer_params !== undefined && obj.kv_transfer_params !== null;
   const usage = obj.usage as { prompt_tokens_details?: { cached_tokens?: unknown } | null } | null | undefined;
@@ -120,7 +114,7 @@ export const nixlv2Connector: Connector = {
     if (leg.status < 200 || leg.status > 299) {
       return decodeOnly(input.raw, `prefill ${input.prefill.name} answered HTTP ${leg.status}`);
     }
-    const out = readPrefillAnswer(leg.body);
+    const out = readPrefillAnswer(leg.body, leg.json);
     if (out === undefined) return decodeOnly(input.raw, `prefill ${input.prefill.name} answered a body that is not a JSON object`);
     return {
       kind: 'decode',

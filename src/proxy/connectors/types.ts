@@ -11,11 +11,23 @@ export type ResponseHeaders = Record<string, string | string[] | undefined>;
 
 /** A prefill leg as the proxy ran it (the answer is read completely: prefill answers are small). */
 export type PrefillLegResult =
-  | { kind: 'answer'; status: number; headers: ResponseHeaders; body: Buffer }
+  /** `json`: the body parsed, when it is a JSON object (the proxy reads a 2xx to judge the server; absent: not read or not one). */
+  | { kind: 'answer'; status: number; headers: ResponseHeaders; body: Buffer; json?: Record<string, unknown> }
   /** Connection error, time-out or broken answer: nothing usable came back. */
   | { kind: 'failed'; error: string }
   /** The client went away; the leg was aborted. */
   | { kind: 'aborted' };
+
+/** `bytes` parsed, when they are a JSON object; undefined otherwise. */
+export function jsonObjectOf(bytes: Buffer): Record<string, unknown> | undefined {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(bytes.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+  return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined;
+}
 
 /** Sends `body` to the chosen prefill endpoint, same path and headers as the client request. */
 export type SendPrefill = (body: Buffer) => Promise<PrefillLegResult>;
