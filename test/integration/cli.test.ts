@@ -11,8 +11,8 @@ import OpenAI from 'openai';
 import { DEMO_LONG_PROMPT, startDemo } from '../../src/demo.js';
 import { startFakeBackend } from '../helpers/fake-backend.js';
 import { exitCodeAfter, until } from '../helpers/wait.js';
+import { CLI, spawnCli } from '../helpers/cli-process.js';
 
-const CLI = join(import.meta.dirname, '../../src/cli.ts');
 
 /** Runs the CLI to its end; `env` is laid over ours, an undefined value taking the variable away. */
 function run(args: string[], env: Record<string, string | undefined> = {}) {
@@ -113,12 +113,10 @@ describe('sluice CLI', () => {
   });
 
   test("sim says where it listens in the gateway's log format (pino JSON), and stops on SIGTERM", async () => {
-    const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'sim', '--port', '0', '--model', 'm-1']);
+    const sim = spawnCli(['sim', '--port', '0', '--model', 'm-1']);
+    const { p } = sim;
     try {
-      let out = '';
-      p.stdout.on('data', (c) => (out += c));
-      await until(() => out.includes('\n'), 15_000, 'the listening line');
-      const line = JSON.parse(out.split('\n')[0]!) as { level: number; msg: string; url: string; model: string };
+      const line = await sim.listening<{ level: number; msg: string; url: string; model: string }>();
       assert.equal(line.level, 30);
       assert.equal(line.msg, 'simulator listening');
       assert.equal(line.model, 'm-1');
@@ -174,20 +172,10 @@ describe('sluice CLI', () => {
       file,
       `server: { port: 0, metricsPort: 0 }\npool:\n  metrics: { interval: 20ms }\n  endpoints:\n  - { name: b, address: 127.0.0.1, port: ${backend.port} }\n`,
     );
-    const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', file, '--log-level', 'info']);
+    const gateway = spawnCli(['serve', '--config', file, '--log-level', 'info']);
+    const { p } = gateway;
     try {
-      let out = '';
-      const listening = await new Promise<{ apiPort: number; metricsPort: number; flowControl: string }>((resolve, reject) => {
-        const t = setTimeout(() => reject(new Error(`no listening line: ${out}`)), 15000);
-        p.stdout.on('data', (c) => {
-          out += c;
-          const line = out.split('\n').find((l) => l.includes('listening'));
-          if (line) {
-            clearTimeout(t);
-            resolve(JSON.parse(line) as { apiPort: number; metricsPort: number; flowControl: string });
-          }
-        });
-      });
+      const listening = await gateway.listening<{ apiPort: number; metricsPort: number; flowControl: string }>();
       assert.equal(listening.flowControl, 'on', "said at start: llm-d's default is off");
       const r = await request(`http://127.0.0.1:${listening.apiPort}/health`);
       assert.equal(r.statusCode, 200);

@@ -1,7 +1,6 @@
 /** Live reload (SPEC §3.7) and graceful drain (SPEC §1), against real servers on loopback. */
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import http from 'node:http';
 import net from 'node:net';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -17,8 +16,8 @@ import { captureLogger, waitForMetrics } from '../helpers/fleet.js';
 import { okJson, slowJson, startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { startSimulator } from '../../src/sim/server.js';
 import { exitCodeAfter, until } from '../helpers/wait.js';
+import { spawnCli } from '../helpers/cli-process.js';
 
-const CLI = join(import.meta.dirname, '../../src/cli.ts');
 const dir = mkdtempSync(join(tmpdir(), 'sluice-lifecycle-'));
 
 /** One slot (concurrency detector, max 1) so a second request is held in the queue. */
@@ -562,11 +561,10 @@ ${extra}`;
     const bug = join(dir, 'bug.mjs');
     // Thrown from a timer once serve has installed its handler (start-up takes long on a busy machine).
     writeFileSync(bug, "const t = setInterval(() => { if (process.listenerCount('uncaughtException') > 0) { clearInterval(t); throw new Error('a bug in a timer'); } }, 20);\n");
-    const p = spawn(process.execPath, ['--import', 'tsx', '--import', bug, CLI, 'serve', '--config', file, '--log-level', 'info']);
+    const { p, stdout } = spawnCli(['serve', '--config', file, '--log-level', 'info'], [bug]);
     try {
-      let out = '';
-      p.stdout.on('data', (c) => (out += c));
-      const code = await new Promise<number | null>((resolve) => p.once('exit', (c) => resolve(c)));
+      const code = await new Promise<number | null>((resolve) => p.once('close', (c) => resolve(c)));
+      const out = stdout();
       assert.equal(code, 2, out);
       const fatal = out.split('\n').filter((l) => l.includes('"level":60')).map((l) => JSON.parse(l) as { msg: string; err: { message: string } });
       assert.deepEqual(fatal.map((l) => [l.msg, l.err.message]), [['uncaught exception: exiting', 'a bug in a timer']]);
@@ -581,12 +579,10 @@ ${extra}`;
     const b = await startFakeBackend();
     const file = join(dir, 'sighup.yaml');
     writeFileSync(file, config([{ name: 'a', port: a.port }]));
-    const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', file, '--log-level', 'info']);
+    const gateway = spawnCli(['serve', '--config', file, '--log-level', 'info']);
+    const { p } = gateway;
     try {
-      let out = '';
-      p.stdout.on('data', (c) => (out += c));
-      await until(() => out.includes('listening'), 15000, 'gateway started');
-      const { metricsPort } = JSON.parse(out.split('\n').find((l) => l.includes('listening'))!) as { metricsPort: number };
+      const { metricsPort } = await gateway.listening<{ metricsPort: number }>();
       writeFileSync(file, config([{ name: 'b', port: b.port }]));
       p.kill('SIGHUP');
       await until(
@@ -615,12 +611,10 @@ describe('graceful drain of the real process', () => {
       file,
       `server: { port: 0, metricsPort: 0, shutdownGracePeriod: 10s }\npool:\n  metrics: { interval: 20ms }\n  endpoints:\n  - { name: slow, address: 127.0.0.1, port: ${sim.port} }\n`,
     );
-    const p = spawn(process.execPath, ['--import', 'tsx', CLI, 'serve', '--config', file, '--log-level', 'info']);
+    const gateway = spawnCli(['serve', '--config', file, '--log-level', 'info']);
+    const { p } = gateway;
     try {
-      let out = '';
-      p.stdout.on('data', (c) => (out += c));
-      await until(() => out.includes('listening'), 15000, 'gateway started');
-      const { apiPort, metricsPort } = JSON.parse(out.split('\n').find((l) => l.includes('listening'))!) as { apiPort: number; metricsPort: number };
+      const { apiPort, metricsPort } = await gateway.listening<{ apiPort: number; metricsPort: number }>();
       await until(async () => (await request(`http://127.0.0.1:${metricsPort}/ready`)).statusCode === 200, 5000, 'ready');
       const r = await request(`http://127.0.0.1:${apiPort}/v1/chat/completions`, {
         method: 'POST',
