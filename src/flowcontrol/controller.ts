@@ -35,6 +35,7 @@ import type {
   UsageLimitPolicy,
 } from './policies/types.js';
 import type { FlowOutcome, FlowRequest, FlowTicket, OutcomeCause } from './types.js';
+import { effectiveRequestTtl } from './request-ttl.js';
 
 export interface Timers {
   setTimeout(fn: () => void, ms: number): unknown;
@@ -535,7 +536,7 @@ export class FlowController {
     solo.priority = band.priority;
     solo.enqueuedAt = now;
     solo.receivedAt = req.receivedAt;
-    solo.ttlDeadline = this.ttlDeadline(now);
+    solo.ttlDeadline = this.ttlDeadline(req, now);
     solo.sloDeadline = sloDeadline(req);
     solo.byteSize = req.byteSize;
     try {
@@ -546,9 +547,9 @@ export class FlowController {
     }
   }
 
-  /** The ordering policies' TTL key: enqueue time + defaultRequestTTL (Infinity when ≤ 0). */
-  private ttlDeadline(enqueuedAt: number): number {
-    const ttl = this.saturatedBudgetMs;
+  /** The ordering policies' TTL key: enqueue time + the request's TTL with endpoints (Infinity when ≤ 0). */
+  private ttlDeadline(req: FlowRequest, enqueuedAt: number): number {
+    const ttl = effectiveRequestTtl(this.saturatedBudgetMs, req.requestTtlMs);
     return ttl > 0 ? enqueuedAt + ttl : Infinity;
   }
 
@@ -563,7 +564,7 @@ export class FlowController {
       this.nextSeq++,
       enqueuedAt,
       req.receivedAt,
-      this.ttlDeadline(enqueuedAt),
+      this.ttlDeadline(req, enqueuedAt),
       sloDeadline(req),
       size,
     );
@@ -574,23 +575,28 @@ export class FlowController {
     band.bytes += size;
     this.totalRequests++;
     this.totalBytes += size;
-    const budget = this.currentBudget();
-    if (budget > 0) {
-      item.expiryAt = this.expiryFor(enqueuedAt, budget);
+    const expiryAt = this.expiryFor(req, enqueuedAt);
+    if (expiryAt !== Infinity) {
+      item.expiryAt = expiryAt;
       this.expiry.push(item);
     }
     return item;
   }
 
   /**
-   * When a request queued at `enqueuedAt` expires in the current regime: its budget counts from the
+   * When a request queued at `enqueuedAt` expires in the current regime (Infinity: it cannot, a
+   * budget of 0 means wait). Its budget — `noEndpointRequestTTL` for an empty pool, else
+   * `defaultRequestTTL` as its client's `x-llm-d-inference-ttl` shortens it — counts from the
    * regime's start (a flip between an empty and a non-empty pool starts it afresh), but never past
    * llm-d's backstop, enqueue + max(both budgets) + 2 s, so a pool that keeps flipping holds no
-   * request for ever. Without both budgets there is no backstop (a budget of 0 means wait).
+   * request for ever. Without both budgets there is no backstop.
    */
-  private expiryFor(enqueuedAt: number, budget: number): number {
+  private expiryFor(req: FlowRequest, enqueuedAt: number): number {
+    const s = effectiveRequestTtl(this.saturatedBudgetMs, req.requestTtlMs);
+    const n = this.noEndpointBudgetMs;
+    const budget = this.regimeEmpty ? n : s;
+    if (budget <= 0) return Infinity;
     const regime = Math.max(enqueuedAt, this.regimeSince) + budget;
-    const [s, n] = [this.saturatedBudgetMs, this.noEndpointBudgetMs];
     return s > 0 && n > 0 ? Math.min(regime, enqueuedAt + Math.max(s, n) + BACKSTOP_SLACK_MS) : regime;
   }
 
@@ -943,10 +949,6 @@ export class FlowController {
 
   // ------------------------------------------------------------------------------ TTL and regime
 
-  private currentBudget(): number {
-    return this.regimeEmpty ? this.noEndpointBudgetMs : this.saturatedBudgetMs;
-  }
-
   /** Samples the pool-empty regime; a flip starts a fresh budget for everything queued. */
   private observeRegime(now: number): void {
     let empty: boolean;
@@ -964,17 +966,12 @@ export class FlowController {
 
   /** Re-keys every queued request for the current regime (expiryFor). */
   private rebuildExpiry(): void {
-    const budget = this.currentBudget();
     const expiring: QueuedRequest[] = [];
     for (const band of this.bands) {
       for (const flow of band.flows.values()) {
         for (const item of flow.heap.values()) {
-          if (budget > 0) {
-            item.expiryAt = this.expiryFor(item.enqueuedAt, budget);
-            expiring.push(item);
-          } else {
-            item.expiryAt = Infinity;
-          }
+          item.expiryAt = this.expiryFor(item.request, item.enqueuedAt);
+          if (item.expiryAt !== Infinity) expiring.push(item);
         }
       }
     }

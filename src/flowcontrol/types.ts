@@ -35,6 +35,8 @@ export interface FlowRequest {
   readonly receivedAt: number;
   /** `x-llm-d-slo-ttft-ms` in ms, when given and valid. */
   readonly sloTtftMs?: number;
+  /** `x-llm-d-inference-ttl` in ms, when given, valid and positive (request-ttl.ts). */
+  readonly requestTtlMs?: number;
   /**
    * Called exactly once. For `Dispatched` it runs synchronously inside the dispatch cycle;
    * `queuedMs` is the time spent in flow control.

@@ -5,6 +5,7 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { SLO_TTFT_HEADER, SLO_TTFT_HEADER_DEPRECATED } from '../flowcontrol/policies/slo-deadline-ordering-policy.js';
+import { REQUEST_TTL_HEADER } from '../flowcontrol/request-ttl.js';
 
 const HOP_BY_HOP = new Set([
   'connection',
@@ -22,6 +23,8 @@ export const OBJECTIVE_HEADERS = ['x-llm-d-inference-objective', 'x-gateway-infe
 export const FAIRNESS_HEADERS = ['x-llm-d-inference-fairness-id', 'x-gateway-inference-fairness-id'] as const;
 /** The TTFT SLO in milliseconds, for `slo-deadline-ordering-policy`; then the GIE's older name. */
 export const SLO_TTFT_HEADERS = [SLO_TTFT_HEADER, SLO_TTFT_HEADER_DEPRECATED] as const;
+/** A client's own, shorter queue TTL (llm-d has no older name for it). */
+export const REQUEST_TTL_HEADERS = [REQUEST_TTL_HEADER] as const;
 export const PREFILLER_HEADER = 'x-prefiller-host-port';
 
 /**
@@ -57,7 +60,7 @@ const LLMD_CONTROL = [
 const NOT_RELAYED = new Set<string>([...HOP_BY_HOP, 'x-llm-d-request-dropped-reason', PREFILLER_HEADER]);
 
 /** Headers consumed by Sluice, or llm-d's control headers, that must not reach the model server. */
-const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...SLO_TTFT_HEADERS, PREFILLER_HEADER, ...LLMD_CONTROL]);
+const ROUTING = new Set<string>([...OBJECTIVE_HEADERS, ...FAIRNESS_HEADERS, ...SLO_TTFT_HEADERS, ...REQUEST_TTL_HEADERS, PREFILLER_HEADER, ...LLMD_CONTROL]);
 
 /**
  * Request headers sent upstream: minus hop-by-hop (incl. those named in `Connection`), host, length,

@@ -14,7 +14,7 @@ import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody, type BodyTally } from './body.js';
 import { GatewayError, answerClientError, noteSentError, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError, sseErrorEnd } from './errors.js';
-import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
+import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, REQUEST_TTL_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
 import { forward, upstreamFailureLog, type ForwardContext } from './forward.js';
@@ -28,6 +28,7 @@ import { RefusalLog } from './refusal-log.js';
 import type { SpellLog } from './spell-log.js';
 import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
+import { parseRequestTtlHeader } from '../flowcontrol/request-ttl.js';
 import { AgeList } from '../util/age-list.js';
 
 export interface ApiServerDeps {
@@ -266,7 +267,8 @@ export class ApiServer {
       try {
         if (rt.flowControl) {
           const sloTtftMs = parseSloTtftHeader(firstHeader(req.headers, SLO_TTFT_HEADERS));
-          status = await throughFlowControl(rt.flowControl, ctx, deps.runtime, priority, fairnessId, sloTtftMs, this.whySaturated);
+          const requestTtlMs = parseRequestTtlHeader(firstHeader(req.headers, REQUEST_TTL_HEADERS));
+          status = await throughFlowControl(rt.flowControl, ctx, deps.runtime, priority, fairnessId, sloTtftMs, requestTtlMs, this.whySaturated);
         } else {
           const refusal = rt.admitWithoutQueue(priority);
           if (refusal) {
@@ -573,10 +575,11 @@ function throughFlowControl(
   priority: number,
   fairnessId: string,
   sloTtftMs: number | undefined,
+  requestTtlMs: number | undefined,
   whySaturated: () => string,
 ): Promise<number> {
   return new Promise<number>((resolve) => {
-    const q = new Queued(ctx, runtime, priority, fairnessId, sloTtftMs, resolve, whySaturated);
+    const q = new Queued(ctx, runtime, priority, fairnessId, sloTtftMs, requestTtlMs, resolve, whySaturated);
     watchClient(ctx.res, q);
     q.ticket = fc.enqueue(q);
     q.compact();
@@ -597,6 +600,7 @@ class Queued implements FlowRequest, ClientWatcher {
     readonly priority: number,
     readonly fairnessId: string,
     readonly sloTtftMs: number | undefined,
+    readonly requestTtlMs: number | undefined,
     private readonly resolve: (status: number | Promise<number>) => void,
     private readonly whySaturated: () => string,
   ) {

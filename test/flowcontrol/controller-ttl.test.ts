@@ -1,6 +1,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Harness } from './harness.js';
+import { parseRequestTtlHeader } from '../../src/flowcontrol/request-ttl.js';
+import { compareEdf } from '../../src/flowcontrol/policies/index.js';
 
 const S = 100;
 const N = 2000;
@@ -319,4 +321,93 @@ test('defaultRequestTTL 0 (wait for ever): a pool that comes back does not evict
   h.timers.advance(5000);
   assert.equal(h.outcomeOf('a'), undefined);
   assert.equal(h.fc.queued, 1);
+});
+
+describe("a client's own TTL (x-llm-d-inference-ttl, llm-d's admission)", () => {
+  test('the header parses as a Go duration; missing, malformed, zero or negative leaves the configured TTL', () => {
+    const cases: [string | undefined, number | undefined][] = [
+      ['1500ms', 1500],
+      ['2s', 2000],
+      ['1m30s', 90_000],
+      [' 250ms ', 250],
+      ['.5s', 500],
+      ['1.5h', 5_400_000],
+      ['100', undefined], // a bare number: Go refuses it too (no unit)
+      ['0s', undefined],
+      ['0', undefined],
+      ['-1s', undefined],
+      ['soon', undefined],
+      ['', undefined],
+      [undefined, undefined],
+    ];
+    assert.deepEqual(
+      cases.map(([v]) => parseRequestTtlHeader(v)),
+      cases.map(([, ms]) => ms),
+    );
+  });
+
+  test('it shortens a finite defaultRequestTTL and never extends it', () => {
+    const h = blocked(); // S = 100 ms
+    h.submit('short', { requestTtlMs: 30 });
+    h.submit('long', { requestTtlMs: 5000 });
+    h.submit('plain');
+    h.timers.advance(29);
+    assert.equal(h.outcomeOf('short'), undefined);
+    h.timers.advance(1);
+    assert.deepEqual(h.outcomeOf('short'), { label: 'short', outcome: 'EvictedTTL', queuedMs: 30, cause: undefined, at: 30 });
+    h.timers.advance(70);
+    assert.deepEqual(
+      ['long', 'plain'].map((l) => [h.outcomeOf(l)?.outcome, h.outcomeOf(l)?.at]),
+      [
+        ['EvictedTTL', 100],
+        ['EvictedTTL', 100],
+      ],
+    );
+  });
+
+  test('with defaultRequestTTL 0 (wait for ever) it sets one; without it the request waits', () => {
+    const h = blocked({ S: 0 });
+    h.submit('own', { requestTtlMs: 250 });
+    h.submit('plain');
+    h.timers.advance(250);
+    assert.equal(h.outcomeOf('own')?.outcome, 'EvictedTTL');
+    h.timers.advance(3_600_000);
+    assert.equal(h.outcomeOf('plain'), undefined);
+    assert.equal(h.fc.queued, 1);
+  });
+
+  test('an empty pool waits noEndpointRequestTTL, not the header; endpoints back: the header counts from then', () => {
+    const h = blocked({ poolEmpty: true }); // N = 2 s
+    h.submit('a', { requestTtlMs: 30 });
+    h.timers.advance(1000);
+    assert.equal(h.outcomeOf('a'), undefined, 'the scale-from-zero wait is the operator’s');
+    h.poolEmpty = false;
+    h.fc.kick();
+    h.timers.runImmediates();
+    h.timers.advance(29);
+    assert.equal(h.outcomeOf('a'), undefined);
+    h.timers.advance(1);
+    assert.deepEqual([h.outcomeOf('a')?.outcome, h.outcomeOf('a')?.at], ['EvictedTTL', 1030]);
+  });
+
+  test('a reload keeps it: the new controller expires the request at its own deadline', () => {
+    const old = new Harness({ saturation: 1, config: { defaultRequestTTL: 1000 } });
+    old.submit('a', { requestTtlMs: 300 });
+    old.clock.advance(100);
+    const next = new Harness({ saturation: 1, config: { defaultRequestTTL: 5000 }, start: old.clock.now() });
+    old.fc.handOver(next.fc);
+    next.timers.advance(199);
+    assert.equal(old.outcomeOf('a'), undefined);
+    next.timers.advance(1);
+    assert.equal(old.outcomeOf('a')?.outcome, 'EvictedTTL');
+  });
+
+  test("it is the ordering policies' TTL deadline (edf-ordering-policy serves the nearest first)", () => {
+    const h = new Harness({ saturation: 1, config: { defaultRequestTTL: 10_000 }, ordering: { type: 'edf-ordering-policy', name: 'edf', compare: compareEdf } });
+    h.submit('plain');
+    h.submit('hurried', { requestTtlMs: 2000 });
+    h.saturation = 0;
+    h.fc.runDispatch();
+    assert.deepEqual(h.labels('Dispatched').slice(0, 2), ['hurried', 'plain']);
+  });
 });

@@ -221,6 +221,8 @@ export interface SubmitOptions {
   byteSize?: number;
   receivedAt?: number;
   sloTtftMs?: number;
+  /** The client's `x-llm-d-inference-ttl`, in ms. */
+  requestTtlMs?: number;
   /** Runs inside onOutcome, after the outcome is recorded. */
   then?: (outcome: FlowOutcome) => void;
   /** The request's `prefersToWait` (absent: the request has none). */
@@ -299,6 +301,7 @@ export class Harness {
       byteSize: opts.byteSize ?? 100,
       receivedAt: opts.receivedAt ?? this.clock.now(),
       ...(opts.sloTtftMs !== undefined ? { sloTtftMs: opts.sloTtftMs } : {}),
+      ...(opts.requestTtlMs !== undefined ? { requestTtlMs: opts.requestTtlMs } : {}),
       ...(opts.prefersToWait !== undefined ? { prefersToWait: opts.prefersToWait } : {}),
       onOutcome: (outcome, queuedMs, cause) => {
         this.outcomes.push({ label, outcome, queuedMs, cause, at: this.clock.now() });

@@ -311,6 +311,30 @@ flowControl:
     }
   });
 
+  test("x-llm-d-inference-ttl: a client's shorter queue TTL ends its wait 429 rejected-ttl-expired; the others wait on; never forwarded", async () => {
+    const { backend, gw, release, first } = await oneSlotTaken({ flowControl: '  defaultRequestTTL: 60s\n' });
+    try {
+      const hurried = post(gw, { 'x-llm-d-inference-ttl': '300ms' }, 'hurried');
+      const patient = post(gw, { 'x-llm-d-inference-ttl': '2h' }, 'patient'); // cannot extend the 60 s
+      const r = await hurried;
+      assert.equal(r.status, 429);
+      assert.equal(r.headers['x-llm-d-request-dropped-reason'], 'rejected-ttl-expired');
+      const fc = (await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { totals: { requests: number } };
+      assert.equal(fc.totals.requests, 1, 'the other one still waits');
+      release();
+      for (const done of await Promise.all([first, patient])) assert.equal(done.status, 200);
+      assert.deepEqual(
+        backend.received.map((q) => [JSON.parse(q.body).messages[0].content, q.headers['x-llm-d-inference-ttl']]),
+        [
+          ['first', undefined],
+          ['patient', undefined],
+        ],
+      );
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
   test('round-robin fairness alternates between flows of one band', async () => {
     const { backend, gw, release, first } = await oneSlotTaken({
       plugins: '- type: round-robin-fairness-policy\n',
