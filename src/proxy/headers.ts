@@ -127,6 +127,18 @@ export function rawClientResponseHeaders(raw: readonly Buffer[]): Record<string,
   return out;
 }
 
+/**
+ * A header value as text: Node hands header bytes over one character per byte (latin1), so a UTF-8
+ * fairness id `équipe-α` would read `Ã©quipe-Î±`, unlike llm-d (Go keeps the bytes), and match no
+ * objective named in UTF-8. Only for values Sluice reads, never for one it sends back in a header.
+ */
+export function textHeader(headers: IncomingHttpHeaders, names: readonly string[]): string | undefined {
+  const v = firstHeader(headers, names);
+  if (v === undefined) return undefined;
+  for (let i = 0; i < v.length; i++) if (v.charCodeAt(i) > 0x7f) return Buffer.from(v, 'latin1').toString('utf8');
+  return v;
+}
+
 /** First value of a header (aliases in order of preference). */
 export function firstHeader(headers: IncomingHttpHeaders, names: readonly string[]): string | undefined {
   for (const n of names) {

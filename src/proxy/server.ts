@@ -14,7 +14,7 @@ import type { Clock } from '../util/clock.js';
 import type { RequestStage, SaturationSnapshot } from '../metrics/metrics.js';
 import { BodyTooLargeError, declaresMoreThan, discardRest, readBody, type BodyTally } from './body.js';
 import { GatewayError, answerClientError, noteSentError, rawErrorResponse, requestIdOf, sendError, sendGatewayError, sentError, sseErrorEnd } from './errors.js';
-import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, REQUEST_TTL_HEADERS, SLO_TTFT_HEADERS, firstHeader } from './headers.js';
+import { FAIRNESS_HEADERS, OBJECTIVE_HEADERS, REQUEST_TTL_HEADERS, SLO_TTFT_HEADERS, firstHeader, textHeader } from './headers.js';
 import { API_ROUTES, isInvalid, parseOpenAIRequest, type InvalidRequest } from './openai.js';
 import { dropParsedForm, restoreParsedForm, schedulingRequest } from './scheduling-request.js';
 import { forward, upstreamFailureLog, type ForwardContext } from './forward.js';
@@ -256,9 +256,9 @@ export class ApiServer {
         return this.logDone(res, requestId, 400);
       }
 
-      const objective = (ctx.objective = firstHeader(req.headers, OBJECTIVE_HEADERS));
+      const objective = (ctx.objective = textHeader(req.headers, OBJECTIVE_HEADERS));
       const priority = (ctx.priority = objective !== undefined ? (rt.objectives.get(objective) ?? 0) : 0);
-      const fairnessId = (ctx.fairnessId = firstHeader(req.headers, FAIRNESS_HEADERS) ?? 'default-flow');
+      const fairnessId = (ctx.fairnessId = textHeader(req.headers, FAIRNESS_HEADERS) ?? 'default-flow');
 
       const { modelMetrics, started } = ctx;
       modelMetrics.started();

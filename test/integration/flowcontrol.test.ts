@@ -335,6 +335,24 @@ flowControl:
     }
   });
 
+  test('objective and fairness id in UTF-8 (as llm-d reads them): the objective matches its name, the flow keeps its text', async () => {
+    const { gw, release, first, backend } = await oneSlotTaken({ top: 'objectives:\n- { name: "équipe-α", priority: 7 }\n' });
+    try {
+      // The bytes of the UTF-8 text on the wire (undici writes a header one byte per character).
+      const wire = (text: string) => Buffer.from(text, 'utf8').toString('latin1');
+      const queued = post(gw, { 'x-llm-d-inference-objective': wire('équipe-α'), 'x-llm-d-inference-fairness-id': wire('租户-1') });
+      await until(async () => (gauge(await metricsText(gw), 'llm_d_epp_flow_control_queue_size', 'priority="7"') ?? 0) === 1);
+      const fc = (await (await request(`${gw.metricsUrl}/debug/flowcontrol`)).body.json()) as { bands: { priority: number; flows: { fairnessId: string }[] }[] };
+      assert.deepEqual(fc.bands.find((b) => b.priority === 7)?.flows.map((f) => f.fairnessId), ['租户-1']);
+      assert.match(await metricsText(gw), /llm_d_epp_flow_control_queue_size\{[^}]*fairness_id="租户-1"[^}]*priority="7"/);
+      release();
+      assert.equal((await queued).status, 200);
+      await first;
+    } finally {
+      await closeAll(gw, backend);
+    }
+  });
+
   test('round-robin fairness alternates between flows of one band', async () => {
     const { backend, gw, release, first } = await oneSlotTaken({
       plugins: '- type: round-robin-fairness-policy\n',
