@@ -150,8 +150,14 @@ export const MAX_JSON_DEPTH = 1000;
 export const MAX_JSON_CONTAINERS = 100_000;
 /** Strings, keys included: at most about 50 ms of parsing. */
 export const MAX_JSON_STRINGS = 100_000;
-/** Values and members (counted by the commas between them): a prompt of 2 million token ids, about 0.1 s to parse (and as much to scan: a scan per character where there are no strings to jump). */
-export const MAX_JSON_VALUES = 2_097_152;
+/**
+ * Values and members (counted by the commas between them): as many as a 16 MiB body (the default
+ * `bodyLimit`) can hold, so no body within that limit meets it — an embeddings batch of 2 048 inputs
+ * of up to 4 096 token ids each is vLLM's to take (LangChain sends token ids). Checking and parsing them
+ * all takes up to 0.5–0.6 s (16 MiB of `1,`: a scan per character where there are no strings to
+ * jump, then JSON.parse); only a raised `bodyLimit` needs the bound.
+ */
+export const MAX_JSON_VALUES = 8_388_608;
 
 export interface JsonShapeLimits {
   depth: number;

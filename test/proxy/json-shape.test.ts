@@ -43,7 +43,7 @@ test('jsonShapeProblem: strings (keys too) and values past their counts are name
   assert.equal(shape(JSON.stringify({ a: 'commas, in, a, string' }), 10, 10, 10, 2), undefined);
 });
 
-test('16 MiB of short strings or of numbers is refused before it is parsed; a 1-million-token prompt of ids and a 2 048-input embeddings batch are not', () => {
+test('16 MiB of short strings or 16 MiB of numbers past the default bodyLimit is refused before it is parsed; a 1-million-token prompt of ids and 2 048-input embeddings batches (of texts, of 1 024 token ids each) are not', () => {
   const strings = parseOpenAIRequest('completions', Buffer.from(`{"model":"m","prompt":[${Array.from({ length: MAX_JSON_STRINGS + 1 }, (_, i) => `"${i.toString(36)}"`).join(',')}]}`));
   assert.deepEqual(strings, { message: `request JSON holds more than ${MAX_JSON_STRINGS} strings (keys included)`, param: null });
   const numbers = parseOpenAIRequest('completions', Buffer.from(`{"model":"m","prompt":[${'1,'.repeat(MAX_JSON_VALUES)}1]}`));
@@ -52,4 +52,8 @@ test('16 MiB of short strings or of numbers is refused before it is parsed; a 1-
   assert.equal('model' in ids && ids.model, 'm');
   const batch = parseOpenAIRequest('embeddings', Buffer.from(JSON.stringify({ model: 'm', input: Array.from({ length: 2048 }, (_, i) => `text ${i}`) })));
   assert.equal('model' in batch && batch.model, 'm');
+  // 12 MiB: the openai client's largest batch as LangChain sends it (token ids), 2 million values and more.
+  const tokenIds = Array.from({ length: 1024 }, (_, j) => 10_000 + ((j * 17) % 89_999));
+  const idBatch = parseOpenAIRequest('embeddings', Buffer.from(JSON.stringify({ model: 'm', input: Array.from({ length: 2048 }, () => tokenIds) })));
+  assert.equal('model' in idBatch && idBatch.model, 'm');
 });
