@@ -4,6 +4,7 @@
  */
 import type { ApiKind } from '../scheduling/framework.js';
 import { jsonShapeProblem, topLevelMemberText } from './json-member.js';
+import { laxBoolean } from '../util/lax-boolean.js';
 
 export const API_ROUTES: Readonly<Record<string, ApiKind>> = {
   '/v1/chat/completions': 'chat',
@@ -48,9 +49,8 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
   if (model === undefined) return { message: "missing required field 'model'", param: 'model' };
   if (typeof model !== 'string' || model.length === 0)
     return { message: "'model' must be a non-empty string", param: 'model' };
-  const stream = body.stream;
-  if (stream !== undefined && stream !== null && typeof stream !== 'boolean')
-    return { message: "'stream' must be a boolean", param: 'stream' };
+  const stream = body.stream === undefined || body.stream === null ? false : laxBoolean(body.stream);
+  if (stream === undefined) return { message: "'stream' must be a boolean", param: 'stream' };
   let promptText: string | undefined;
   switch (api) {
     case 'chat': {
@@ -87,7 +87,7 @@ export function validateOpenAIRequest(api: ApiKind, body: unknown, source?: stri
   }
   // JSON.parse reads any depth; re-serialising a structure nested thousands deep overflows the stack.
   if (promptText === undefined) return { message: 'request body is nested too deeply', param: null };
-  return { body, model, promptText, stream: stream === true };
+  return { body, model, promptText, stream };
 }
 
 /**
@@ -98,7 +98,9 @@ export function parseOpenAIRequest(api: ApiKind, raw: Buffer): ValidRequest | In
   // Said plainly: JSON.parse's "Unexpected end of JSON input" reads as a truncated body. (An
   // HTTP/1.0 client sending a body without Content-Length arrives here too: Node reads none.)
   if (raw.length === 0) return { message: 'request body is empty: expected a JSON object (an HTTP/1.0 request needs a Content-Length)', param: null };
-  const text = raw.toString('utf8');
+  // A byte-order mark before the JSON: vLLM's parser (Python's json.loads on bytes) skips it.
+  const decoded = raw.toString('utf8');
+  const text = decoded.charCodeAt(0) === 0xfeff ? decoded.slice(1) : decoded;
   const tooMuch = jsonShapeProblem(text);
   if (tooMuch !== undefined) return { message: tooMuch, param: null };
   let body: unknown;

@@ -17,6 +17,7 @@
 import { createServer, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { RandomSource } from '../util/clock.js';
+import { laxBoolean } from '../util/lax-boolean.js';
 import {
   SimEngine,
   TTFT_BUCKETS_SECONDS,
@@ -291,7 +292,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
 
   function runInference(req: IncomingMessage, res: ServerResponse, chat: boolean, body: JsonObject): void {
     const { prompts, n } = toGenerationRequest(body, chat, model, maxModelLen);
-    const stream = body.stream === true;
+    const stream = laxBoolean(body.stream) === true; // validated by toGenerationRequest
     const streamOptions = body.stream_options;
     const includeUsage = stream && isObject(streamOptions) && streamOptions.include_usage === true;
     const id = `${chat ? 'chatcmpl' : 'cmpl'}-${name}-${++idSeq}`;
@@ -492,9 +493,10 @@ export function toGenerationRequest(body: JsonObject, chat: boolean, servedModel
       if (maxTokens === undefined) input.contextRoom = maxModelLen - promptTokens;
     }
   }
-  if (body.stream !== undefined && body.stream !== null && typeof body.stream !== 'boolean') throw new SimHttpError(400, "'stream' must be a boolean", 'stream');
+  const stream = body.stream === undefined || body.stream === null ? false : laxBoolean(body.stream);
+  if (stream === undefined) throw new SimHttpError(400, "'stream' must be a boolean", 'stream');
   // vLLM's validate_stream_options: what a P/D prefill leg must strip (it is sent with stream: false).
-  if (body.stream_options !== undefined && body.stream_options !== null && body.stream !== true) {
+  if (body.stream_options !== undefined && body.stream_options !== null && !stream) {
     throw new SimHttpError(400, 'Stream options can only be defined when `stream=True`.', 'stream_options');
   }
   const salt = body.cache_salt;
@@ -504,7 +506,7 @@ export function toGenerationRequest(body: JsonObject, chat: boolean, servedModel
   if (kv !== undefined && kv !== null) {
     if (!isObject(kv)) throw new SimHttpError(400, 'kv_transfer_params must be an object', 'kv_transfer_params');
     if (kv.do_remote_decode === true) {
-      if (body.stream === true) throw new SimHttpError(400, 'Prefill does not support streaming', 'stream');
+      if (stream) throw new SimHttpError(400, 'Prefill does not support streaming', 'stream');
       // A prefill answer carries one kv_transfer_params, for one prompt's blocks: how vLLM would
       // serve n children or a batch here is unclear, so this sim refuses them (a gateway passes the 400 on).
       if (n > 1) throw new SimHttpError(400, 'Prefill (kv_transfer_params.do_remote_decode) does not support n > 1', 'n');

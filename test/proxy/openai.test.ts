@@ -1,7 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { topLevelMemberText } from '../../src/proxy/json-member.js';
-import { isInvalid, validateOpenAIRequest, type ValidRequest } from '../../src/proxy/openai.js';
+import { isInvalid, parseOpenAIRequest, validateOpenAIRequest, type ValidRequest } from '../../src/proxy/openai.js';
 import { seededRandom, type RandomSource } from '../../src/util/clock.js';
 
 describe('topLevelMemberText', () => {
@@ -125,5 +125,30 @@ describe('validateOpenAIRequest: the prompt text the prefix index hashes', () =>
 
   test('an escaped key falls back to the re-serialisation of what JSON.parse saw', () => {
     assert.equal(valid('chat', '{"model":"m","m\\u0065ssages":[ {"role":"user","content":"hi"} ]}').promptText, '[{"role":"user","content":"hi"}]');
+  });
+});
+
+describe('parseOpenAIRequest reads a body as vLLM does (the body goes to it as sent)', () => {
+  const parse = (text: string | Buffer) => parseOpenAIRequest('chat', Buffer.isBuffer(text) ? text : Buffer.from(text));
+  const chat = (stream: unknown) => JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }], stream });
+
+  test("stream as pydantic's lax bool: a client's \"true\" or 1 streams at vLLM, so Sluice relays a stream", () => {
+    const read = (v: unknown) => {
+      const r = parse(chat(v));
+      return isInvalid(r) ? r.message : r.stream;
+    };
+    assert.deepEqual(
+      [true, false, null, 1, 0, 'true', 'False', 'YES', 'no', 'on', 'off', 't', 'f', 'y', 'n', '1', '0'].map(read),
+      [true, false, false, true, false, true, false, true, false, true, false, true, false, true, false, true, false],
+    );
+    for (const v of ['maybe', 2, '', [], {}, 1.5]) assert.equal(read(v), "'stream' must be a boolean", JSON.stringify(v));
+    assert.equal(read(undefined), false);
+  });
+
+  test("a UTF-8 byte-order mark before the JSON is skipped (Python's json.loads skips it)", () => {
+    const r = parse(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(chat(true))]));
+    assert.ok(!isInvalid(r), JSON.stringify(r));
+    assert.equal((r as ValidRequest).model, 'm');
+    assert.equal((r as ValidRequest).promptText, '[{"role":"user","content":"x"}]');
   });
 });

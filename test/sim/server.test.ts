@@ -242,7 +242,7 @@ describe('sim server: errors', () => {
     ['a model that is no string', '/v1/chat/completions', { model: 5, messages: [{ role: 'user', content: 'x' }] }, 400, /model/, 'model'],
     ['a message without a role', '/v1/chat/completions', { model: 'sim-model', messages: [{}] }, 400, /role/, 'messages'],
     ['stream_options without stream (vLLM refuses it: a P/D prefill leg must strip it)', '/v1/chat/completions', { model: 'sim-model', stream: false, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'x' }] }, 400, /^Stream options can only be defined when `stream=True`\.$/, 'stream_options'],
-    ['stream that is no boolean', '/v1/completions', { model: 'sim-model', prompt: 'x', stream: 'true' }, 400, /stream/, 'stream'],
+    ['stream that is no boolean, even as vLLM reads one (pydantic lax: "true", 1 … pass)', '/v1/completions', { model: 'sim-model', prompt: 'x', stream: 'maybe' }, 400, /stream/, 'stream'],
     ['cache_salt that is no string', '/v1/completions', { model: 'sim-model', prompt: 'x', cache_salt: 5 }, 400, /cache_salt/, 'cache_salt'],
     ['missing messages', '/v1/chat/completions', { model: 'sim-model' }, 400, /messages/, 'messages'],
     ['empty messages', '/v1/chat/completions', { model: 'sim-model', messages: [] }, 400, /messages/, 'messages'],
