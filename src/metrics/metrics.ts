@@ -57,7 +57,7 @@ export type RequestStage = (typeof REQUEST_STAGES)[number];
 const GATEWAY_ERROR_CODES = ['429', '502', '503', '504'] as const;
 
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
-const UPSTREAM_ERROR_KINDS = ['connect', 'reset', 'headers_timeout', 'body_timeout', 'failed', 'cut', 'http_5xx'] as const;
+const UPSTREAM_ERROR_KINDS = ['connect', 'reset', 'headers_timeout', 'body_timeout', 'failed', 'cut', 'http_5xx', 'stream_error'] as const;
 export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number];
 
 /** The status of each answer the gateway gives a request before it counts as an inference request. */
@@ -845,7 +845,7 @@ export class GatewayMetrics {
     });
     this.endpointUpstreamErrorsTotal = counter({
       name: 'sluice_endpoint_upstream_errors_total',
-      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), reset (the connection was lost before any answer byte: retried elsewhere too, though the server may have begun the work), headers_timeout (504), body_timeout (the answer stalled past upstream.bodyTimeout: 504), failed (another error before an answer: 502; a prefill leg answered 2xx with no JSON object), cut (the answer broke off mid-way: 502), http_5xx (the endpoint answered 5xx, relayed).',
+      help: 'Requests to the endpoint that failed there, by error: connect (no connection; retried elsewhere when possible), reset (the connection was lost before any answer byte: retried elsewhere too, though the server may have begun the work), headers_timeout (504), body_timeout (the answer stalled past upstream.bodyTimeout: 504), failed (another error before an answer: 502; a prefill leg answered 2xx with no JSON object), cut (the answer broke off mid-way: 502), http_5xx (the endpoint answered 5xx, relayed), stream_error (a 2xx stream the endpoint ended with an error event of code 5xx, relayed: how vLLM reports a generation that failed after its status line).',
       labelNames: ['endpoint_name', 'error'],
     });
     this.upstreamRetriesTotal = counter({

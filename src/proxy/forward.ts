@@ -604,7 +604,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (status < 200 || this.settled) return;
     const { ctx, ep, cachedTokens, result } = this;
     this.status = status;
-    if (status >= 500) upstreamError(ctx, ep, 'http_5xx');
+    if (status >= 500) {
+      upstreamError(ctx, ep, 'http_5xx');
+      warnUpstream(ctx, ep.name, 'model server answered 5xx (relayed)', { status }, String(status));
+    }
     const headers = rawClientResponseHeaders(rawHeaders);
     // Read before the response hooks add theirs.
     const { 'content-type': contentType, 'content-encoding': encoding, 'content-length': length } = headers;
@@ -750,8 +753,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   onComplete(): void {
     if (this.settled) return;
     const { ctx } = this;
-    // The endpoint gave its whole answer: a success for outlier detection, whatever the client does now.
-    if (is2xx(this.status)) ctx.pool.upstreamSucceeded(this.ep);
+    this.answeredWhole();
     const { res } = ctx;
     if (res.destroyed) return this.done(DONE_GONE);
     let whole: Buffer | undefined;
@@ -796,6 +798,21 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     this.done({ kind: 'done', status: this.status });
   }
 
+  /**
+   * The endpoint gave its whole answer, whatever the client does now: a success for outlier
+   * detection — unless it was a stream the server ended with an error event of code 5xx, vLLM's way
+   * to report a generation that failed after its 200: a failure of that server, counted and logged
+   * as a 5xx answer is (a 4xx event is about the request, not the server).
+   */
+  private answeredWhole(): void {
+    const { ctx, ep } = this;
+    const eventCode = this.scanner?.errorCode;
+    if (eventCode !== undefined && eventCode >= 500 && this.status < 400) {
+      upstreamError(ctx, ep, 'stream_error');
+      warnUpstream(ctx, ep.name, 'model server ended a stream with an error event', { code: eventCode, status: this.status });
+    } else if (is2xx(this.status)) ctx.pool.upstreamSucceeded(ep);
+  }
+
   onError(err: Error): void {
     if (this.settled) return;
     const { ctx, ep } = this;
@@ -830,7 +847,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     // takes nothing from the answer, so it is no failure of the request nor of the endpoint.
     if (this.sse && this.doneRelayed && !ctx.sseMidEvent) {
       ctx.logger.debug({ requestId, endpoint: ep.name, err: err.message }, 'upstream connection lost after data: [DONE]');
-      if (is2xx(this.status)) ctx.pool.upstreamSucceeded(ep);
+      this.answeredWhole();
       res.end();
       return this.done({ kind: 'done', status: this.status });
     }

@@ -247,19 +247,67 @@ test("TTFT of a stream is its first event, not a keep-alive comment before it; t
   });
 });
 
-test("a 200 stream the model server ends with an error event (vLLM's mid-generation failure) is relayed as is and counted as an error", async () => {
+for (const code of [500, 400]) {
+  test(`a 200 stream the model server ends with an error event of code ${code} (vLLM's mid-generation failure) is relayed as is and counted as an error; ${code >= 500 ? "a failure of that endpoint, logged" : "the request's, not the endpoint's"}`, async () => {
+    const backend = await startFakeBackend((_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(`data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"error":{"message":"KV load failed","type":"InternalServerError","param":null,"code":${code}}}\n\ndata: [DONE]\n\n`);
+    });
+    const { logger, lines } = captureLogger();
+    await withGateway(
+      backend,
+      fleetConfig([{ name: 'b', port: backend.port }]),
+      async (gw) => {
+        const r = await streamChat(gw);
+        assert.equal(r.statusCode, 200);
+        assert.match(await r.body.text(), /KV load failed/);
+        const m = await metricsText(gw);
+        assert.match(m, new RegExp(`^llm_d_epp_request_error_total\\{model_name="m",target_model_name="m",error_code="${code}"\\} 1$`, 'm'));
+        assert.match(m, /^llm_d_epp_request_total\{model_name="m",target_model_name="m"\} 1$/m);
+        const failed = code >= 500 ? 1 : 0;
+        assert.match(m, new RegExp(`^sluice_endpoint_upstream_errors_total\\{endpoint_name="b",error="stream_error"\\} ${failed}$`, 'm'));
+        assert.equal(gw.pool.endpoints[0]!.failureStreak, failed, 'one more in its run of failures (outlier detection)');
+        const warned = lines().filter((l) => l.msg === 'model server ended a stream with an error event');
+        assert.deepEqual(
+          warned.map((l) => [l.endpoint, l.code]),
+          failed ? [['b', code]] : [],
+        );
+      },
+      { logger },
+    );
+  });
+}
+
+test('a 5xx a model server answers is relayed, counted at its endpoint and logged at warn: the first of each status in a spell in full, with its request id', async () => {
+  let n = 0;
   const backend = await startFakeBackend((_r, res) => {
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.end('data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: {"error":{"message":"KV load failed","type":"InternalServerError","param":null,"code":500}}\n\ndata: [DONE]\n\n');
+    const status = ++n <= 3 ? 500 : 503;
+    res.writeHead(status, { 'content-type': 'application/json' });
+    res.end(`{"error":{"message":"engine trouble","type":"InternalServerError","param":null,"code":${status}}}`);
   });
-  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
-    const r = await streamChat(gw);
-    assert.equal(r.statusCode, 200);
-    assert.match(await r.body.text(), /KV load failed/);
-    const m = await metricsText(gw);
-    assert.match(m, /^llm_d_epp_request_error_total\{model_name="m",target_model_name="m",error_code="500"\} 1$/m);
-    assert.match(m, /^llm_d_epp_request_total\{model_name="m",target_model_name="m"\} 1$/m);
-  });
+  const { logger, lines } = captureLogger();
+  await withGateway(
+    backend,
+    fleetConfig([{ name: 'b', port: backend.port }]),
+    async (gw) => {
+      const ids: string[] = [];
+      for (let i = 0; i < 4; i++) {
+        const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m","messages":[{"role":"user","content":"x"}]}' });
+        assert.match(await r.body.text(), /engine trouble/);
+        ids.push(String(r.headers['x-request-id']));
+      }
+      assert.match(await metricsText(gw), /^sluice_endpoint_upstream_errors_total\{endpoint_name="b",error="http_5xx"\} 4$/m);
+      const warned = lines().filter((l) => l.msg === 'model server answered 5xx (relayed)');
+      assert.deepEqual(
+        warned.map((l) => [l.endpoint, l.status, l.requestId]),
+        [
+          ['b', 500, ids[0]],
+          ['b', 503, ids[3]],
+        ],
+      );
+    },
+    { logger },
+  );
 });
 
 for (const sentAt of ['during the stream', 'the moment the stream ends'] as const) {
