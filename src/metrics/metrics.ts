@@ -763,6 +763,8 @@ export class GatewayMetrics {
       help: 'Scheduling attempts by status (success|failure) and the endpoint picked (empty on failure).',
       labelNames: ['status', 'endpoint_name'],
     });
+    // From the start: rate() sees the first requests no profile could place (SluiceSchedulingRefused).
+    cachedChild2(this.attemptChildren, this.schedulerAttemptsTotal, 'failure', '').inc(0);
 
     // llm-d's pool gauges, from the stats text() takes once per scrape.
     const poolGauge = (name: string, help: string, value: (s: PoolStats) => number | undefined): void => {

@@ -137,6 +137,8 @@ function afterQueuedAnswers(socket: Duplex & { _httpMessage?: ServerResponse | n
 /** The error Sluice ended a response with (for the debug-level `request done` line). */
 export interface SentError {
   message: string;
+  /** The message without its per-request detail (sendError's `detail`): what the refusal log tells kinds apart by. */
+  cause?: string;
   droppedReason?: DroppedReason;
   /** The status written raw on the socket in the request's stead (answerClientError), not through `res`. */
   rawStatus?: number;
@@ -163,14 +165,15 @@ export function sendError(
   res: ServerResponse,
   status: number,
   message: string,
-  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean; noRetry?: boolean; retryAfterSeconds?: number } = {},
+  opts: { param?: string | null; droppedReason?: DroppedReason; requestId?: string; close?: boolean; noRetry?: boolean; retryAfterSeconds?: number; detail?: string } = {},
 ): void {
-  noteSentError(res, { message, droppedReason: opts.droppedReason });
+  const full = opts.detail === undefined || opts.detail === '' ? message : `${message}: ${opts.detail}`;
+  noteSentError(res, { message: full, cause: message, droppedReason: opts.droppedReason });
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  const body = errorBody(status, message, opts.param ?? null);
+  const body = errorBody(status, full, opts.param ?? null);
   const headers: Record<string, string | number> = {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),

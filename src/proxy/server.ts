@@ -446,7 +446,7 @@ export class ApiServer {
     const { logger, clock } = this.deps;
     // Status 0 with an error: Sluice cut the connection itself, and says why.
     const error = status >= 400 || status === 0 ? sentError(res) : undefined;
-    if (error?.droppedReason !== undefined) this.refusals.note(error.droppedReason, status, requestId);
+    if (error?.droppedReason !== undefined) this.refusals.note(error.droppedReason, status, requestId, error.message, error.cause);
     if (!logger.isLevelEnabled('debug')) return;
     logger.debug(
       {
@@ -657,8 +657,8 @@ class Queued implements FlowRequest, ClientWatcher {
     ctx.metrics.flowControlOutcome(outcome, this.priority, this.fairnessId, queuedMs / 1000);
     const http = outcomeToHttp(outcome, cause, ctx.pool.endpoints.length === 0);
     if (outcome === 'EvictedContextCancelled' || http === undefined) return this.resolve(0);
-    const why = outcome === 'EvictedTTL' ? this.whySaturated() : '';
-    sendError(res, http.status, why === '' ? http.message : `${http.message}: ${why}`, { droppedReason: http.droppedReason, requestId, noRetry: http.final, retryAfterSeconds: http.retryAfterSeconds });
+    const detail = outcome === 'EvictedTTL' ? this.whySaturated() : undefined;
+    sendError(res, http.status, http.message, { droppedReason: http.droppedReason, requestId, noRetry: http.final, retryAfterSeconds: http.retryAfterSeconds, detail });
     this.resolve(http.status);
   }
 }

@@ -156,9 +156,12 @@ schedulingProfiles:
       assert.ok(m.some((l) => /^llm_d_epp_request_total\{.*\} 1$/.test(l)));
       assert.ok(m.some((l) => /^llm_d_epp_request_error_total\{.*error_code="429"\} 1$/.test(l)));
       assert.ok(!m.some((l) => /^llm_d_epp_request_duration_seconds_count\{.*\} [1-9]/.test(l)), 'no duration sample');
-      // Visible without debug logging: one warning naming the reason and the request.
+      // Visible without debug logging: one warning naming the reason, the request and why (a full
+      // queue is rejected-saturated too: only the message tells the operator to look at the filters).
       const warned = lines().filter((l) => l.msg === 'the gateway is refusing requests');
-      assert.deepEqual(warned.map((l) => [l.level, l.droppedReason, l.status, l.requestId]), [[40, 'rejected-saturated', 429, 'refused-1']]);
+      assert.deepEqual(warned.map((l) => [l.level, l.droppedReason, l.status, l.requestId, l.error]), [
+        [40, 'rejected-saturated', 429, 'refused-1', 'profile default: filter label-selector-filter left no endpoints'],
+      ]);
     }, { logger });
   });
 

@@ -237,7 +237,7 @@ describe('GatewayMetrics', () => {
     const text = await metrics.text();
     assert.deepEqual(
       samplesOf(text, 'llm_d_epp_scheduler_attempts_total').map((s) => [s.labels.status, s.labels.endpoint_name, s.value]),
-      [['success', 'decode-0', 2], ['failure', '', 1]],
+      [['failure', '', 1], ['success', 'decode-0', 2]], // the failure series exists from the start
     );
     assert.equal(samplesOf(text, 'llm_d_epp_scheduler_e2e_duration_seconds_count')[0]?.value, 1);
     const microBucket = samplesOf(text, 'llm_d_epp_scheduler_e2e_duration_seconds_bucket').find((s) => s.labels.le === '0.00005');
