@@ -57,13 +57,13 @@ export function errorBody(status: number, message: string, param: string | null 
  * §5 body as an event, then `data: [DONE]` for the chat and completions APIs, as vLLM ends a stream
  * it failed (the Responses API's typed events have no `[DONE]`).
  */
-export function sseErrorEnd(api: ApiKind, status: number, message: string): string {
+export function sseErrorEnd(api: ApiKind, status: number, message: string, sequenceNumber = 0): string {
   if (api === 'responses') {
-    // The Responses API's typed `error` event (type, code, message, param, sequence_number), which
-    // typed parsers (the Vercel AI SDK) validate, with the §5 `error` object beside it, which the
-    // `openai` clients throw as an APIError with its message.
+    // The Responses API's typed `error` event (type, code, message, param, sequence_number: the one
+    // after the stream's last), which typed parsers (the Vercel AI SDK) validate, with the §5 `error`
+    // object beside it, which the `openai` clients throw as an APIError with its message.
     const error = { message, type: errorType(status), param: null, code: status };
-    const data = { type: 'error', code: errorType(status), message, param: null, sequence_number: 0, error };
+    const data = { type: 'error', code: errorType(status), message, param: null, sequence_number: sequenceNumber, error };
     return `event: error\ndata: ${JSON.stringify(data)}\n\n`;
   }
   return `data: ${errorBody(status, message)}\n\ndata: [DONE]\n\n`;

@@ -77,6 +77,8 @@ export interface ForwardContext {
   streamError: number | undefined;
   /** The answer relayed is an event stream (its status line and headers have gone to the client). */
   sseAnswer: boolean;
+  /** What has been read of that stream (an error event Sluice ends it with follows its numbering). */
+  sseScanner: SseUsageScanner | undefined;
   /**
    * Part of an unfinished SSE event has gone to the client (one longer than the gateway holds back):
    * no error event can follow it, so a failure cuts the connection, as for a JSON answer.
@@ -624,7 +626,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const rewrite = cachedTokens !== undefined && is2xx(status) && (encoding === undefined || encoding === 'identity');
     if (rewrite) delete headers['content-length'];
     if (sse) {
-      this.scanner = new SseUsageScanner();
+      this.scanner = ctx.sseScanner = new SseUsageScanner(ctx.sreq.api === 'responses');
       if (rewrite) this.sseRewriter = new SseCachedTokensRewriter(cachedTokens);
     } else if (rewrite) {
       // A JSON answer whose usage is rewritten goes out whole, with its new length, once complete.
@@ -864,7 +866,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     else {
       noteSentError(res, { message: `upstream ${ep.name} ${what}` });
       // What was relayed ends on an event boundary (the partial event is dropped): the error is an event of its own.
-      if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`));
+      if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, status, `upstream ${ep.name} ${what}`, ctx.sseScanner?.nextSequenceNumber));
       else res.destroy();
     }
     this.done({ kind: 'done', status });

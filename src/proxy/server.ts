@@ -377,7 +377,7 @@ export class ApiServer {
       if (!res.headersSent) refuse(res, c.requestId);
       else {
         noteSentError(res, { message });
-        if (c.sseAnswer && !c.sseMidEvent) res.end(sseErrorEnd(c.sreq.api, 503, message));
+        if (c.sseAnswer && !c.sseMidEvent) res.end(sseErrorEnd(c.sreq.api, 503, message, c.sseScanner?.nextSequenceNumber));
       }
     }
     // Still uploading: not yet a request of any model, but answered all the same.
@@ -517,6 +517,7 @@ export class ApiServer {
       usage: undefined,
       streamError: undefined,
       sseAnswer: false,
+      sseScanner: undefined,
       sseMidEvent: false,
       endedByGateway: false,
       older: undefined,

@@ -116,6 +116,8 @@ const NL = 0x0a;
 const MAX_HELD_BYTES = 1 << 20;
 
 const ERROR_KEY = Buffer.from('"error"', 'latin1');
+/** Unescaped, so never inside a JSON string (a quote there is `\"`): only an event's own member. */
+const SEQUENCE_KEY = Buffer.from('"sequence_number":', 'latin1');
 
 /**
  * Feeds SSE bytes as they stream; remembers the last usage seen, and the first error event (vLLM
@@ -129,6 +131,11 @@ export class SseUsageScanner {
   usage: Usage | undefined = undefined;
   /** The status code of the stream's first error event (500 when it names none). */
   errorCode: number | undefined = undefined;
+  /** Responses API streams: the `sequence_number` the next event would carry (the last seen + 1). */
+  nextSequenceNumber = 0;
+
+  /** `sequenced`: a Responses API stream, whose events are numbered (an error event Sluice adds follows on). */
+  constructor(private readonly sequenced = false) {}
 
   feed(chunk: Buffer): void {
     const complete = this.lines.push(chunk);
@@ -137,6 +144,18 @@ export class SseUsageScanner {
     const lastNl = complete.length - 1;
     this.scanLines(complete, USAGE_KEY, lastNl);
     if (this.errorCode === undefined) this.scanLines(complete, ERROR_KEY, lastNl);
+    if (this.sequenced) this.lastSequenceNumber(complete);
+  }
+
+  private lastSequenceNumber(buf: Buffer): void {
+    const at = buf.lastIndexOf(SEQUENCE_KEY);
+    if (at < 0) return;
+    let i = at + SEQUENCE_KEY.length;
+    while (buf[i] === 32) i++;
+    let n = 0;
+    const start = i;
+    for (let c = buf[i]; c !== undefined && c >= 48 && c <= 57 && i - start < 15; c = buf[++i]) n = n * 10 + (c - 48);
+    if (i > start) this.nextSequenceNumber = n + 1;
   }
 
   /** Each complete line of `buf` (up to `lastNl`) that mentions `key`: its usage, or an error event (the first one ends the scan). */

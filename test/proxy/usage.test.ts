@@ -74,3 +74,18 @@ describe('error events in a stream', () => {
     assert.equal(scan('data: {"error":null,"choices":[]}\n\n', 100).errorCode, undefined);
   });
 });
+
+test("SseUsageScanner on a Responses API stream: the sequence_number after the last event's, across chunk cuts; never one inside a string", () => {
+  const s = new SseUsageScanner(true);
+  assert.equal(s.nextSequenceNumber, 0, 'nothing seen: the first');
+  const events =
+    'event: response.created\ndata: {"type":"response.created","sequence_number":0}\n\n' +
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number":1,"delta":"say \\"sequence_number\\":99"}\n\n' +
+    'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","sequence_number": 12,"delta":"x"}\n\n';
+  const bytes = Buffer.from(events);
+  for (let i = 0; i < bytes.length; i += 7) s.feed(bytes.subarray(i, i + 7));
+  assert.equal(s.nextSequenceNumber, 13);
+  const other = new SseUsageScanner();
+  other.feed(bytes);
+  assert.equal(other.nextSequenceNumber, 0, 'chat and completions streams are not numbered');
+});
