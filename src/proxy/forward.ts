@@ -473,6 +473,9 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private waitingDrain = false;
   /** Resumes the upstream once the client caught up (made on first backpressure). */
   private onDrain: (() => void) | undefined = undefined;
+  private resumeLater: (() => void) | undefined = undefined;
+  /** What the gateway's own code threw inside an undici callback: undici fails the request with it (failedInGateway). */
+  private ownError: unknown = undefined;
   /** Cuts a client that reads nothing for `upstream.bodyTimeout` while the upstream is paused for it. */
   private stallTimer: NodeJS.Timeout | undefined = undefined;
   /** Starts the stall timer once a pipelined answer gets its connection (made on first need). */
@@ -598,7 +601,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
 
   onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean {
     this.resumeUpstream = resume;
-    this.responseStart(status, rawHeaders);
+    try {
+      this.responseStart(status, rawHeaders);
+    } catch (err) {
+      throw (this.ownError = err);
+    }
     return !this.waitingDrain;
   }
 
@@ -650,7 +657,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   }
 
   onData(chunk: Buffer): boolean {
-    this.responseData(chunk);
+    try {
+      this.responseData(chunk);
+    } catch (err) {
+      throw (this.ownError = err);
+    }
     return !this.waitingDrain;
   }
 
@@ -701,7 +712,12 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       this.onDrain ??= () => {
         this.waitingDrain = false;
         clearTimeout(this.stallTimer);
-        this.resumeUpstream?.();
+        // Not from inside 'drain': Node may emit it in the middle of another answer's undici
+        // callback (a pipelined answer's headers flushed on this connection), where undici cannot
+        // resume a parser (it throws, failing that answer and leaving this one paused for good).
+        queueMicrotask((this.resumeLater ??= () => {
+          if (!this.settled && !this.waitingDrain) this.resumeUpstream?.();
+        }));
       };
       ctx.res.once('drain', this.onDrain);
       // A pipelined answer is held until the ones before it are done, however fast the client
@@ -753,6 +769,14 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   }
 
   onComplete(): void {
+    try {
+      this.responseComplete();
+    } catch (err) {
+      throw (this.ownError = err);
+    }
+  }
+
+  private responseComplete(): void {
     if (this.settled) return;
     const { ctx } = this;
     this.answeredWhole();
@@ -801,6 +825,26 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   }
 
   /**
+   * The gateway's own code threw while relaying the answer (a bug, or a plugin's response hook):
+   * undici ends the request with that error, which is no failure of the model server — not counted
+   * against it, nor toward its ejection. The client gets a 500 (an error event once a stream began).
+   */
+  private failedInGateway(err: Error): void {
+    const { ctx, ep } = this;
+    const { res, requestId } = ctx;
+    ctx.logger.error({ requestId, endpoint: ep.name, err }, 'the gateway failed relaying an answer (not the model server): 500');
+    const message = `internal gateway error relaying the answer of ${ep.name}`;
+    this.brokeOff = true;
+    if (!res.headersSent) sendError(res, 500, message, { requestId, noRetry: true });
+    else {
+      noteSentError(res, { message });
+      if (this.sse && !ctx.sseMidEvent) res.end(sseErrorEnd(ctx.sreq.api, 500, message, ctx.sseScanner?.nextSequenceNumber));
+      else res.destroy();
+    }
+    this.done({ kind: 'done', status: 500 });
+  }
+
+  /**
    * The endpoint gave its whole answer, whatever the client does now: a success for outlier
    * detection — unless it was a stream the server ended with an error event of code 5xx, vLLM's way
    * to report a generation that failed after its 200: a failure of that server, counted and logged
@@ -820,6 +864,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const { ctx, ep } = this;
     const { res, requestId } = ctx;
     if (this.clientGone || res.destroyed) return this.done(DONE_GONE);
+    if (err === this.ownError) return this.failedInGateway(err);
     if (this.headers === undefined) {
       // No answer yet.
       if (isConnectError(err)) {

@@ -59,7 +59,10 @@ export class Upstreams {
       bodyTimeout: this.opts.bodyTimeout,
       // Below the idle time-out of vLLM's server (uvicorn, 5 s) and Node's (5 s): a socket the server
       // is closing is not picked for a request (a reset there fails the request over to another endpoint).
+      // Also the most a server's own `Keep-Alive: timeout=N` hint may keep one (undici would take up
+      // to 10 minutes): idle sockets count against the gateway's open-file limit.
       keepAliveTimeout: 4_000,
+      keepAliveMaxTimeout: 4_000,
     });
   }
 

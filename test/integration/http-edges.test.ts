@@ -510,6 +510,56 @@ test('a connection with more than 16 requests pipelined behind an unanswered one
   });
 });
 
+test('a stream paused by its slow client, then a request pipelined behind it whose answer begins: the paused stream resumes when the client reads (no hang), and no model server is charged a failure', async () => {
+  // The first answer outgrows the client's socket while it reads nothing; the second request arrives
+  // then (Node stops reading the connection), and its answer's headers come at once. Flushing them
+  // makes Node emit 'drain' on the first answer from inside the second's upstream callback: resumed
+  // there, undici threw, the second answer failed ("cut", charged to its server) and the first stayed
+  // paused for good, beyond any time-out.
+  const EVENT = `data: {"choices":[{"delta":{"content":"${'x'.repeat(4000)}"}}]}\n\n`;
+  const EVENTS = 2000; // 8 MB: far more than loopback socket buffers hold
+  const backend = await startFakeBackend((r, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    if (JSON.parse(r.body).messages[0].content === 'second') return res.end('data: {"choices":[]}\n\ndata: [DONE]\n\n');
+    let i = 0;
+    const more = (): void => {
+      while (i < EVENTS) {
+        i++;
+        if (!res.write(EVENT)) return void res.once('drain', more);
+      }
+      res.end('data: [DONE]\n\n');
+    };
+    more();
+  });
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const ask = (content: string) => {
+      const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content }] });
+      return `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+    };
+    const socket = net.connect(gw.apiPort, '127.0.0.1');
+    socket.on('error', () => undefined);
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.pause(); // reads nothing yet
+    socket.write(ask('first'));
+    // The first answer is under way and held up by the client.
+    await until(() => gw.pool.endpoints[0]!.inFlight === 1 && backend.received.length === 1, 3000, 'the first answer under way');
+    await new Promise((r) => setTimeout(r, 300));
+    socket.write(ask('second'));
+    await until(() => backend.received.length === 2, 3000, 'the second request at the model server');
+    await new Promise((r) => setTimeout(r, 200));
+    let text = '';
+    socket.setEncoding('latin1');
+    socket.on('data', (c: string) => (text += c));
+    socket.resume();
+    await until(() => (text.match(/data: \[DONE\]/g) ?? []).length === 2, 20_000, 'both answers whole');
+    assert.equal((text.match(/data: \{"choices":\[\{"delta"/g) ?? []).length, EVENTS);
+    assert.doesNotMatch(text, /"error"/);
+    socket.destroy();
+    await nothingInFlight(gw);
+    assert.doesNotMatch(await metricsText(gw), /^sluice_endpoint_upstream_errors_total\{[^}]*\} [1-9]/m);
+  });
+});
+
 test('a body pipelined behind an answer still going out, never finished: cut at server.requestTimeout (Node times only the current request), and the log says why', async () => {
   let answerFirst: (() => void) | undefined;
   const backend = await startFakeBackend((r, res) => (answerFirst = () => okJson(r, res)));

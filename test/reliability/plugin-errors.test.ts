@@ -118,4 +118,48 @@ ${more}`;
       await backend.close();
     }
   });
+
+  for (const stream of [false, true]) {
+    test(`a response hook that throws (${stream ? 'a stream' : 'a JSON answer'}): a 500 the gateway owns — logged as its own error, the model server charged nothing, never ejected`, async () => {
+      const registry = builtinRegistry();
+      registry.register({
+        ...queueScorerDefinition,
+        type: 'broken-hook-scorer',
+        create(name, params, deps) {
+          const scorer = queueScorerDefinition.create(name, params, deps);
+          return Object.assign(scorer, { onResponseHeaders: () => { throw new Error('hook bug'); } });
+        },
+      } as typeof queueScorerDefinition);
+      const backend = await startFakeBackend((_r, res) => {
+        if (!stream) return okJson(_r, res);
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end('data: {"choices":[]}\n\ndata: [DONE]\n\n');
+      });
+      const { logger, lines } = captureLogger();
+      const gw = await startGateway(loadConfigText(config(backend.port, 'plugins:\n- { type: broken-hook-scorer }\n'), 't.yaml', registry), { registry, logger, host: '127.0.0.1' });
+      try {
+        await until(() => gw.pool.endpoints[0]!.metricsAt > 0);
+        // More than outlier detection's 5 in a row: a gateway bug must not set a healthy server aside.
+        for (let i = 0; i < 6; i++) {
+          const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
+            method: 'POST',
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: `x${i}` }] }),
+          });
+          assert.equal(r.statusCode, 500);
+          assert.match(await r.body.text(), /internal gateway error relaying the answer of a/);
+        }
+        const ep = gw.pool.endpoints[0]!;
+        assert.deepEqual([ep.failureStreak, ep.ejectedFor], [0, undefined]);
+        assert.deepEqual((await metricLines(gw, 'sluice_endpoint_upstream_errors_total')).filter((l) => !l.endsWith(' 0')), []);
+        const logged = lines().filter((l) => l.msg === 'the gateway failed relaying an answer (not the model server): 500');
+        assert.equal(logged.length, 6);
+        assert.equal((logged[0]!.err as { message: string }).message, 'hook bug');
+        assert.deepEqual(await metricLines(gw, 'llm_d_epp_request_running'), ['llm_d_epp_request_running{model_name="m"} 0']);
+      } finally {
+        await gw.close();
+        await backend.close();
+      }
+    });
+  }
 });
