@@ -88,17 +88,23 @@ describe('reload', () => {
     assert.deepEqual(old.labels('Dispatched'), ['urgent'], 'band -1 is held like the band below it');
   });
 
-  test('handOver keeps the original enqueue time: the new TTL counts from it', () => {
-    const old = new Harness({ saturation: 1, config: { defaultRequestTTL: 0 } });
-    old.submit('a');
-    old.clock.advance(800);
-    const next = new Harness({ saturation: 1, config: { defaultRequestTTL: 1000 }, start: old.clock.now() });
-    old.fc.handOver(next.fc);
-    next.timers.advance(199);
-    assert.equal(old.outcomeOf('a'), undefined);
-    next.timers.advance(1);
-    assert.equal(old.outcomeOf('a')?.outcome, 'EvictedTTL');
-  });
+  // [old TTL, new TTL, the client's x-llm-d-inference-ttl]: 800 ms queued, then 200 ms left either way.
+  for (const [before, after, own] of [
+    [0, 1000, undefined],
+    [1000, 5000, 1000],
+  ] as const) {
+    test(`handOver keeps the original enqueue time: the new TTL counts from it${own === undefined ? '' : ", and the client's own TTL goes with the request"}`, () => {
+      const old = new Harness({ saturation: 1, config: { defaultRequestTTL: before } });
+      old.submit('a', own === undefined ? {} : { requestTtlMs: own });
+      old.clock.advance(800);
+      const next = new Harness({ saturation: 1, config: { defaultRequestTTL: after }, start: old.clock.now() });
+      old.fc.handOver(next.fc);
+      next.timers.advance(199);
+      assert.equal(old.outcomeOf('a'), undefined);
+      next.timers.advance(1);
+      assert.equal(old.outcomeOf('a')?.outcome, 'EvictedTTL');
+    });
+  }
 
   test('dispatchAll (flow control turned off) dispatches everything queued, in arrival order', () => {
     const h = new Harness({ saturation: 5 });

@@ -390,18 +390,6 @@ describe("a client's own TTL (x-llm-d-inference-ttl, llm-d's admission)", () => 
     assert.deepEqual([h.outcomeOf('a')?.outcome, h.outcomeOf('a')?.at], ['EvictedTTL', 1030]);
   });
 
-  test('a reload keeps it: the new controller expires the request at its own deadline', () => {
-    const old = new Harness({ saturation: 1, config: { defaultRequestTTL: 1000 } });
-    old.submit('a', { requestTtlMs: 300 });
-    old.clock.advance(100);
-    const next = new Harness({ saturation: 1, config: { defaultRequestTTL: 5000 }, start: old.clock.now() });
-    old.fc.handOver(next.fc);
-    next.timers.advance(199);
-    assert.equal(old.outcomeOf('a'), undefined);
-    next.timers.advance(1);
-    assert.equal(old.outcomeOf('a')?.outcome, 'EvictedTTL');
-  });
-
   test("it is the ordering policies' TTL deadline (edf-ordering-policy serves the nearest first)", () => {
     const h = new Harness({ saturation: 1, config: { defaultRequestTTL: 10_000 }, ordering: { type: 'edf-ordering-policy', name: 'edf', compare: compareEdf } });
     h.submit('plain');
