@@ -473,6 +473,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private waitingDrain = false;
   /** Resumes the upstream once the client caught up (made on first backpressure). */
   private onDrain: (() => void) | undefined = undefined;
+  /** onDrain's resume, run as a microtask (made on first need). */
   private resumeLater: (() => void) | undefined = undefined;
   /** What the gateway's own code threw inside an undici callback: undici fails the request with it (failedInGateway). */
   private ownError: unknown = undefined;
