@@ -178,6 +178,7 @@ refuse "a misspelt feature gate (values.schema.json)" "featureGates" --set 'conf
 refuse "an unknown engine type (values.schema.json)" "engine-type" --set 'config.pool.endpoints[0].name=a' --set 'config.pool.endpoints[0].address=a' --set 'config.pool.endpoints[0].labels.llm-d\.ai/engine-type=vlm'
 refuse "an unknown role (values.schema.json: the endpoint would get no traffic)" "role" --set 'config.pool.endpoints[0].name=a' --set 'config.pool.endpoints[0].address=a' --set 'config.pool.endpoints[0].labels.llm-d\.ai/role=decod'
 refuse "configRollout neither restart nor reload (values.schema.json)" "configRollout" --set configRollout=live
+refuse "an image digest that is no sha256 digest (values.schema.json)" "digest" --set image.digest=latest
 refuse "a ServiceMonitor scrapeTimeout of 2d above an interval of 1d" "must not exceed" --set serviceMonitor.enabled=true --set serviceMonitor.interval=1d --set serviceMonitor.scrapeTimeout=2d
 
 # ---- what Sluice accepts, the chart accepts: each shipped config, as `sluice validate` prints it --------
@@ -202,6 +203,11 @@ log "accepted as Sluice and Prometheus accept them: a Go duration \"1.s\", featu
   --set 'config.featureGates[0]=flowControl=false' --set 'config.featureGates[1]=dataLayer' \
   --set serviceMonitor.enabled=true --set serviceMonitor.interval=1d --set serviceMonitor.scrapeTimeout=12h >/dev/null \
   || die "the chart refused values Sluice and Prometheus accept"
+
+log "image.digest pins the image by digest, in place of the tag"
+DIGEST=sha256:$(printf '%064d' 7)
+"$HELM" template sluice "$CHART" --kube-version "$KUBE_VERSION" --set image.repository=reg.example/sluice --set image.tag=9.9 --set "image.digest=$DIGEST" \
+  | grep -Fq "image: \"reg.example/sluice@$DIGEST\"" || die "image.digest: the Deployment does not name reg.example/sluice@$DIGEST"
 
 log "configRollout: restart rolls the pods on any config change, reload only on what a live reload cannot apply"
 checksums() {

@@ -39,7 +39,11 @@ app.kubernetes.io/component: gateway
 {{- end }}
 
 {{- define "sluice.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion (toString .Values.image.tag)) }}
+{{- end }}
 {{- end }}
 
 {{/*
