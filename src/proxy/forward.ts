@@ -38,7 +38,7 @@ import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import { BodyNotRewritableError, decodeOnly, jsonObjectOf, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
 import { cutIfNeverRead, unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
-import { dropParsedForm } from './scheduling-request.js';
+import { dropParsedForm, restoreParsedForm } from './scheduling-request.js';
 
 export interface ForwardContext {
   req: IncomingMessage;
@@ -216,6 +216,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       // At debug level every decision is logged with what each filter dropped and each scorer gave.
       const trace: DecisionTrace | undefined = ctx.logger.isLevelEnabled('debug') ? [] : undefined;
       const t0 = performance.now();
+      // A retry schedules again: parsed again from the bytes (the attempt before kept only those).
+      if (attempt > 0) restoreParsedForm(ctx.sreq, ctx.raw);
       let outcome = rt.scheduler.schedule(ctx.sreq, candidates, trace);
       // None of the servers not yet tried can take it (a P/D pool's prefill servers are never a
       // decode target): one that lost a connection at once gets its one more try.
@@ -377,6 +379,10 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       if (connector.runsPrefill) prepared = leg;
     }
     if (leg === undefined || leg.recomputesPrompt === true) x.countPrompt(ep, prompt.primaryPromptTokens ?? 0);
+    // Scheduled and its legs built: from here on it needs only its bytes. The parsed JSON of a body
+    // of token ids is several times its size (16 MiB of them: 80 MB of heap), for as long as the
+    // model server takes to answer, so a few dozen such requests in flight exhausted the heap.
+    dropParsedForm(ctx.sreq);
     return await x.relay(leg, prepared);
   } finally {
     x.finish();
@@ -625,8 +631,6 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     for (const hook of ctx.rt.responseHooks) {
       hook.onResponseHeaders(ctx.sreq, ep, (name, value) => (headers[name.toLowerCase()] = value), result);
     }
-    // The answer has started: no retry will schedule it again, so a long stream keeps only the bytes.
-    dropParsedForm(ctx.sreq);
     this.headers = headers;
     // A stream compressed anyway cannot be cut at event ends: relayed as it comes, as any other answer.
     const sse = (this.sse =

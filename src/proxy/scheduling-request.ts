@@ -2,8 +2,8 @@
  * The scheduling request of an API call, and its light form. A request holds its body three times
  * over once parsed: the bytes to forward, their decoded text (which the prompt text, a slice of it,
  * keeps alive) and the parsed JSON. Only the bytes are needed while it waits in the queue and once
- * its answer has started (no retry can follow), so there it drops the rest: a queued or streaming
- * request then costs about its size, not three times it. In place: no allocation per request.
+ * it is sent to a model server (a retry parses them again), so there it drops the rest: a queued or
+ * in-flight request then costs about its size, not several times it. In place: no allocation per request.
  */
 import type { ApiKind, SchedulingRequest } from '../scheduling/framework.js';
 import { isInvalid, parseOpenAIRequest, type ValidRequest } from './openai.js';

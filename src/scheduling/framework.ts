@@ -15,9 +15,10 @@ export interface SchedulingRequest {
   readonly model: string;
   readonly api: ApiKind;
   /**
-   * Parsed JSON body (read-only for plugins). Whole while the request is scheduled and in
-   * `onResponseHeaders`; `{}` (and `promptText` '') while it waits in the queue and once its answer
-   * has started, when the request keeps only its bytes (proxy/scheduling-request.ts).
+   * Parsed JSON body (read-only for plugins). Whole while the request is scheduled (filters,
+   * scorers, pickers, PreRequest hooks); `{}` (and `promptText` '') while it waits in the queue and
+   * once it is sent to a model server (so in `onResponseHeaders`), when the request keeps only its
+   * bytes (proxy/scheduling-request.ts).
    */
   readonly body: Readonly<Record<string, unknown>>;
   /**

@@ -62,6 +62,32 @@ describe('memory held per request', () => {
     }
   });
 
+  test('a request at a model server that has not answered yet keeps its bytes only (a prompt of token ids too)', async () => {
+    const held: ServerResponse[] = [];
+    const backend = await startFakeBackend((_r, res) => void held.push(res));
+    const gw = await gatewayFor(fleetConfig([{ name: 'b', port: backend.port }]));
+    try {
+      await waitForMetrics(gw);
+      // Parsed, 512 KiB of token ids is an array several times that size.
+      const sent = Array.from({ length: N }, (_, i) =>
+        Buffer.from(JSON.stringify({ model: 'm', prompt: Array.from({ length: 87_000 }, (_, j) => 10_000 + ((i * 7 + j) % 89_999)) })),
+      );
+      const heapBefore = heapAfterGc();
+      const answers = sent.map((b) => request(`${gw.apiUrl}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: b }));
+      await until(() => held.length === N, 5000, 'all at the model server');
+      backend.received.length = 0; // the backend's copies are not the gateway's
+      assertHeapHoldsNoCopies(heapAfterGc() - heapBefore, sent, 'in-flight token-id');
+      for (const res of held) res.end('{"choices":[]}');
+      for (const r of await Promise.all(answers)) {
+        assert.equal(r.statusCode, 200);
+        await r.body.dump();
+      }
+    } finally {
+      await gw.close();
+      await backend.close();
+    }
+  });
+
   test('a request whose answer is streaming keeps its bytes only', async () => {
     const streams: ServerResponse[] = [];
     const backend = await startFakeBackend((_r, res) => {
