@@ -33,6 +33,27 @@ const MAX_CACHED_KEYS = 64;
  */
 const MAX_FANOUTS = 4;
 const MAX_WAITING_FANOUTS = 256;
+/**
+ * The most of one server's answer read. vLLM's list is a few KB (a few hundred with LoRA adapters);
+ * a server sending more (a 140 MB list held the event loop 4 s per listing, and listings cached per
+ * authorization value exhausted the heap) contributes nothing.
+ */
+const MAX_LISTING_BYTES = 1 << 20;
+
+/** The body as text, or undefined past `max` bytes (then no more is read). */
+async function textUpTo(body: AsyncIterable<Buffer> & { destroy(): unknown }, max: number): Promise<string | undefined> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > max) {
+      body.destroy();
+      return undefined;
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size).toString('utf8');
+}
 
 export class ModelsCache {
   private readonly cached = new Map<string, { at: number; answer: ModelsAnswer }>();
@@ -88,7 +109,8 @@ export class ModelsCache {
       endpoints.map(async (ep): Promise<ModelEntry[] | ModelsAnswer | undefined> => {
         try {
           const r = await this.upstreams.get(ep).request({ method: 'GET', path: '/v1/models', headers, signal: AbortSignal.timeout(2000) });
-          const text = await r.body.text();
+          const text = await textUpTo(r.body, MAX_LISTING_BYTES);
+          if (text === undefined) return undefined;
           if (r.statusCode !== 200) {
             const type = r.headers['content-type'];
             return { status: r.statusCode, body: text, contentType: typeof type === 'string' ? type : undefined };

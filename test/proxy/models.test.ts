@@ -6,6 +6,25 @@ import { ModelsCache } from '../../src/proxy/models.js';
 import { ManualClock } from '../../src/util/clock.js';
 import { makeEndpoint } from '../scheduling/helpers.js';
 
+/** An undici response body holding `text`, delivered in 64 KiB chunks; `destroyed` once the reader gave up. */
+function bodyOf(text: string) {
+  const bytes = Buffer.from(text);
+  const body = {
+    destroyed: false,
+    read: 0,
+    destroy() {
+      body.destroyed = true;
+    },
+    async *[Symbol.asyncIterator]() {
+      for (let i = 0; i < bytes.length && !body.destroyed; i += 65536) {
+        body.read += Math.min(65536, bytes.length - i);
+        yield bytes.subarray(i, i + 65536);
+      }
+    },
+  };
+  return body;
+}
+
 /** An upstream that lists one model and counts the requests, by authorization value. */
 function countingUpstreams() {
   const asked: string[] = [];
@@ -13,7 +32,7 @@ function countingUpstreams() {
     get: () => ({
       request: async (opts: { headers: Record<string, string> }) => {
         asked.push(opts.headers.authorization ?? '');
-        return { statusCode: 200, body: { text: async () => JSON.stringify({ object: 'list', data: [{ id: 'm', object: 'model' }] }) } };
+        return { statusCode: 200, body: bodyOf(JSON.stringify({ object: 'list', data: [{ id: 'm', object: 'model' }] })) };
       },
     }),
   } as unknown as Upstreams;
@@ -53,7 +72,7 @@ test("a refusal of the client's key (a wrong key's 401) is cached as a list is; 
     get: () => ({
       request: async () => {
         asked++;
-        return { statusCode: status, headers: { 'content-type': 'application/json' }, body: { text: async () => '{"error":"Unauthorized"}' } };
+        return { statusCode: status, headers: { 'content-type': 'application/json' }, body: bodyOf('{"error":"Unauthorized"}') };
       },
     }),
   } as unknown as Upstreams;
@@ -77,7 +96,7 @@ test('at most 4 listings ask the pool at once, the rest in turn; past 256 waitin
         most = Math.max(most, ++running);
         await new Promise<void>((r) => release.push(r));
         running--;
-        return { statusCode: 200, body: { text: async () => '{"object":"list","data":[{"id":"m"}]}' } };
+        return { statusCode: 200, body: bodyOf('{"object":"list","data":[{"id":"m"}]}') };
       },
     }),
   } as unknown as Upstreams;
@@ -103,11 +122,25 @@ test('the list is merged in configuration order, whichever server answers first'
     get: (ep: { name: string }) => ({
       request: async () => {
         await new Promise((r) => setTimeout(r, ep.name === 'a' ? 30 : 0));
-        return { statusCode: 200, body: { text: async () => JSON.stringify({ object: 'list', data: lists[ep.name] }) } };
+        return { statusCode: 200, body: bodyOf(JSON.stringify({ object: 'list', data: lists[ep.name] })) };
       },
     }),
   } as unknown as Upstreams;
   const cache = new ModelsCache(() => [makeEndpoint('a'), makeEndpoint('b')], upstreams, new ManualClock(), 0);
   const data = (JSON.parse((await cache.list(undefined, 'r')).body) as { data: { id: string; owned_by: string }[] }).data;
   assert.deepEqual(data.map((m) => `${m.id}/${m.owned_by}`), ['only-a/a', 'shared/a', 'only-b/b']);
+});
+
+test('a server whose list is over 1 MiB contributes nothing, and no more of it is read (a hostile server cannot fill the heap)', async () => {
+  const huge = bodyOf(JSON.stringify({ object: 'list', data: Array.from({ length: 60_000 }, (_, i) => ({ id: `model-${i}`, object: 'model' })) }));
+  const upstreams = {
+    get: (ep: { name: string }) => ({
+      request: async () => ({ statusCode: 200, body: ep.name === 'a' ? huge : bodyOf('{"object":"list","data":[{"id":"m"}]}') }),
+    }),
+  } as unknown as Upstreams;
+  const cache = new ModelsCache(() => [makeEndpoint('a'), makeEndpoint('b')], upstreams, new ManualClock(), 5000);
+  const answer = await cache.list(undefined, 'r');
+  assert.equal(answer.status, 200);
+  assert.deepEqual((JSON.parse(answer.body) as { data: { id: string }[] }).data.map((m) => m.id), ['m']);
+  assert.ok(huge.destroyed && huge.read <= (1 << 20) + 65536, `read ${huge.read} bytes`);
 });
