@@ -78,13 +78,20 @@ class ScrapeHttpError extends Error {}
 
 function ignoreError(): void {}
 
+/**
+ * The longest scrape error kept (log line, `/debug/pool`): a parse error quotes what it could not
+ * read, and a model server's page is the server's to fill (a 2 MB value made a 2 MB log line).
+ */
+const MAX_ERROR_CHARS = 512;
+
 function describeError(err: unknown): string {
+  let message: string;
   if (err instanceof Error) {
     const code = (err as { code?: unknown }).code;
     // undici's messages ("other side closed") are clearer with their code; node's already include it.
-    return typeof code === 'string' && !err.message.includes(code) ? `${err.message} (${code})` : err.message;
-  }
-  return String(err);
+    message = typeof code === 'string' && !err.message.includes(code) ? `${err.message} (${code})` : err.message;
+  } else message = String(err);
+  return message.length > MAX_ERROR_CHARS ? `${message.slice(0, MAX_ERROR_CHARS)}… (${message.length} characters)` : message;
 }
 
 export class Scraper {

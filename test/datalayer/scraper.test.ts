@@ -199,6 +199,24 @@ describe('Scraper.scrapeOnce', () => {
     }
   });
 
+  test("an error quoting the page is cut to 512 characters (the page is the server's to fill: a 2 MB value made a 2 MB log line)", async () => {
+    const server = await startServer((_req, res) => res.end(`vllm:num_requests_waiting{model_name="m"} ${'9'.repeat(2_000_000)}x\n`));
+    const pool = poolFor(server.port);
+    const errors: string[] = [];
+    const scraper = new Scraper(pool, { ...options(), maxBytes: 4 << 20, onError: (_ep, message) => errors.push(message) });
+    try {
+      const ep = pool.endpoints[0]!;
+      await scraper.scrapeOnce(ep);
+      assert.equal(ep.metrics, undefined);
+      assert.ok(ep.lastError !== undefined && ep.lastError.length < 600, `${ep.lastError?.length} characters`);
+      assert.match(ep.lastError, /… \(\d+ characters\)$/);
+      assert.deepEqual(errors, [ep.lastError]);
+    } finally {
+      await scraper.stop();
+      await server.close();
+    }
+  });
+
   test('a valid page without vLLM metrics is an error naming the missing metric', async () => {
     const server = await startServer((_req, res) => res.end('# TYPE up gauge\nup 1\n'));
     const pool = poolFor(server.port);
