@@ -74,6 +74,12 @@ function handOverInFlight(from: Endpoint, to: Endpoint): void {
   from.successor = to;
 }
 
+/** The endpoint that now counts `ep`'s requests: `ep`, or the last of its successors (a renamed server). */
+function current(ep: Endpoint): Endpoint {
+  while (ep.successor !== undefined) ep = ep.successor;
+  return ep;
+}
+
 /**
  * A stage every endpoint of which is set aside keeps them all (`open`: the stages with one left):
  * its requests are better served by them than by none. Not the prefill stage: without it a P/D
@@ -464,7 +470,7 @@ export class Pool implements PoolView {
    * probation: eligible, onProbation), which its release must say.
    */
   acquire(ep: Endpoint): boolean {
-    while (ep.successor !== undefined) ep = ep.successor;
+    ep = current(ep);
     const probe = ep.ejections > 0 && this.onProbation(ep);
     if (probe) {
       ep.probes++;
@@ -480,7 +486,7 @@ export class Pool implements PoolView {
   promptSent(ep: Endpoint, promptTokens: number, unseen = false): void {
     // Not a count (NaN, Infinity) would stay in the sum for good: ignored, as promptDone ignores it.
     if (!isTokenCount(promptTokens)) return;
-    while (ep.successor !== undefined) ep = ep.successor;
+    ep = current(ep);
     ep.inFlightTokens += promptTokens;
     if (unseen) ep.unseenPromptTokens += promptTokens;
     this.notify('inflight', ep);
@@ -489,7 +495,7 @@ export class Pool implements PoolView {
   /** `ep` is done with that prompt (the answer began, or the request ended first): once per promptSent. */
   promptDone(ep: Endpoint, promptTokens: number, unseen = false): void {
     if (!isTokenCount(promptTokens)) return;
-    while (ep.successor !== undefined) ep = ep.successor;
+    ep = current(ep);
     if (unseen) ep.unseenPromptTokens = Math.max(0, ep.unseenPromptTokens - promptTokens);
     if (ep.inFlightTokens < promptTokens) {
       this.releaseUnderflows++;
@@ -506,7 +512,7 @@ export class Pool implements PoolView {
    * below zero.
    */
   release(ep: Endpoint, answered = false, probe = false): void {
-    while (ep.successor !== undefined) ep = ep.successor;
+    ep = current(ep);
     if (ep.inFlight <= 0) {
       this.releaseUnderflows++;
       this.onInvariantViolation?.(`release without a matching acquire on endpoint '${ep.name}'`, ep);

@@ -75,9 +75,10 @@ export interface ForwardContext {
   usage: Usage | undefined;
   /** A stream answered 200 that the model server ended with an error event: that event's code. */
   streamError: number | undefined;
-  /** The answer relayed is an event stream (its status line and headers have gone to the client). */
-  sseAnswer: boolean;
-  /** What has been read of that stream (an error event Sluice ends it with follows its numbering). */
+  /**
+   * Set when the answer relayed is an event stream (its status line and headers have gone to the
+   * client): what has been read of it (an error event Sluice ends it with follows its numbering).
+   */
   sseScanner: SseUsageScanner | undefined;
   /**
    * Part of an unfinished SSE event has gone to the client (one longer than the gateway holds back):
@@ -658,7 +659,6 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       ctx.res.writeHead(status, headers);
       ctx.res.flushHeaders();
     } else this.headPending = true;
-    ctx.sseAnswer = sse;
   }
 
   onData(chunk: Buffer): boolean {

@@ -377,7 +377,7 @@ export class ApiServer {
       if (!res.headersSent) refuse(res, c.requestId);
       else {
         noteSentError(res, { message });
-        if (c.sseAnswer && !c.sseMidEvent) res.end(sseErrorEnd(c.sreq.api, 503, message, c.sseScanner?.nextSequenceNumber));
+        if (c.sseScanner !== undefined && !c.sseMidEvent) res.end(sseErrorEnd(c.sreq.api, 503, message, c.sseScanner.nextSequenceNumber));
       }
     }
     // Still uploading: not yet a request of any model, but answered all the same.
@@ -516,7 +516,6 @@ export class ApiServer {
       ttftMs: undefined,
       usage: undefined,
       streamError: undefined,
-      sseAnswer: false,
       sseScanner: undefined,
       sseMidEvent: false,
       endedByGateway: false,
