@@ -472,3 +472,30 @@ test('a request refused with 417 while waiting behind another on its connection,
     await backend.close();
   }
 });
+
+test("an idle connection to a model server is closed after 4 s even when the server's Keep-Alive offers 65 s (idle sockets count against the open-file limit)", async () => {
+  let proxied: Socket | undefined;
+  const server = http.createServer((req, res) => {
+    if (req.url === '/metrics') return res.end(vllmPage());
+    proxied = req.socket;
+    req.resume();
+    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(ANSWER));
+  });
+  server.keepAliveTimeout = 65_000; // Node then sends `Keep-Alive: timeout=65`, as the simulator does: undici alone keeps the socket ~64 s
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  const backend = { close: () => new Promise<void>((r) => (server.closeAllConnections(), server.close(() => r()))) };
+  await withGateway(backend, fleetConfig([{ name: 'k', port }]), async (gw) => {
+    const r = await request(`${gw.apiUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: CHAT });
+    assert.equal(r.statusCode, 200);
+    assert.match((await r.body.text()), /"ok"/);
+    const socket = proxied!;
+    const closedAt = await new Promise<number>((resolve) => {
+      const start = Date.now();
+      if (socket.destroyed) resolve(0);
+      socket.once('close', () => resolve(Date.now() - start));
+      setTimeout(() => resolve(Infinity), 15_000).unref();
+    });
+    assert.ok(closedAt < 15_000, 'the idle upstream connection was still open after 15 s');
+  });
+});
