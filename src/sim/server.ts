@@ -13,15 +13,15 @@
  * share the prompt; a `/v1/completions` prompt batch (an array of strings or of token-id arrays)
  * is one engine request (n with `n`) per prompt. Choice index = promptIndex × n + i; usage counts
  * each prompt once and every choice's tokens. The request is accepted whole or refused (429).
+ *
+ * What the OpenAI routes share (errors, field readers, the SSE base) is protocol.ts's.
  */
 import { createServer, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { RandomSource } from '../util/clock.js';
-import { laxBoolean } from '../util/lax-boolean.js';
 import {
   SimEngine,
   TTFT_BUCKETS_SECONDS,
-  promptTokensOf,
   type GenerationInput,
   type GenerationListener,
   type FinishReason,
@@ -31,6 +31,21 @@ import {
   type SimLatencySettings,
   type SimPins,
 } from './engine.js';
+import {
+  EventStream,
+  QUEUE_FULL_MESSAGE,
+  SimHttpError,
+  boundOutput,
+  cacheSaltOf,
+  checkModel,
+  errorBody,
+  isObject,
+  optionalFlag,
+  optionalPositiveInt,
+  type JsonObject,
+} from './protocol.js';
+
+export { SimHttpError, errorBody, errorTypeFor } from './protocol.js';
 
 /** What SimOptions' own settings default to (also shown by `sluice sim --help`). */
 export const SERVER_DEFAULTS = {
@@ -83,39 +98,6 @@ export interface SimAdminSettings extends SimLatencySettings {
   pin: SimPins;
 }
 
-// OpenAI SDK error class names per status, as the llm-d simulator maps them.
-const ERROR_TYPES: Readonly<Record<number, string>> = {
-  400: 'BadRequestError',
-  401: 'AuthenticationError',
-  403: 'PermissionDeniedError',
-  404: 'NotFoundError',
-  413: 'BadRequestError',
-  422: 'UnprocessableEntityError',
-  429: 'RateLimitError',
-};
-
-export function errorTypeFor(status: number): string {
-  return ERROR_TYPES[status] ?? (status >= 500 ? 'InternalServerError' : 'APIConnectionError');
-}
-
-/** vLLM ≥ 0.10.1 error body: nested, `code` is the HTTP status as a number. */
-export function errorBody(status: number, message: string, param: string | null = null): string {
-  return JSON.stringify({ error: { message, type: errorTypeFor(status), param, code: status } });
-}
-
-/** A request problem answered with `status` and the OpenAI error body. */
-export class SimHttpError extends Error {
-  constructor(readonly status: number, message: string, readonly param: string | null = null) {
-    super(message);
-  }
-}
-
-type JsonObject = Record<string, unknown>;
-
-function isObject(v: unknown): v is JsonObject {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
 const ADMIN_NUMBER_KEYS = ['ttftOverheadMs', 'prefillMsPerToken', 'itlMs', 'kvTransferMs', 'kvTransferMsPerToken'] as const;
 const ADMIN_KEYS = new Set<string>([...ADMIN_NUMBER_KEYS, 'maxNumSeqs', 'maxWaiting', 'maxModelLen', 'failureRate', 'pin']);
 const PIN_KEYS = new Set<string>(['waiting', 'running', 'kvUsage']);
@@ -125,6 +107,12 @@ const PIN_KEYS = new Set<string>(['waiting', 'running', 'kvUsage']);
  * not the generic one, which reads like a gateway problem.
  */
 const UNIMPLEMENTED_OPENAI_ROUTES = new Set<string>(['/v1/embeddings', '/v1/responses']);
+
+type InferenceApi = 'chat' | 'completions';
+const INFERENCE_ROUTES = new Map<string, InferenceApi>([
+  ['/v1/chat/completions', 'chat'],
+  ['/v1/completions', 'completions'],
+]);
 
 export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimulator> {
   const engine = new SimEngine(opts);
@@ -192,7 +180,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
   }
 
   function sendError(res: ServerResponse, req: IncomingMessage, err: unknown): void {
-    if (err instanceof SimHttpError) sendJson(res, req, err.status, errorBody(err.status, err.message, err.param));
+    if (err instanceof SimHttpError) sendJson(res, req, err.status, errorBody(err.status, err.message, err.param, err.type));
     else sendJson(res, req, 500, errorBody(500, err instanceof Error ? err.message : String(err)));
   }
 
@@ -201,8 +189,9 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     const q = rawUrl.indexOf('?');
     const path = q < 0 ? rawUrl : rawUrl.slice(0, q);
     const method = req.method;
-    if (method === 'POST' && (path === '/v1/chat/completions' || path === '/v1/completions')) {
-      handleInference(req, res, path === '/v1/chat/completions');
+    const api = method === 'POST' ? INFERENCE_ROUTES.get(path) : undefined;
+    if (api !== undefined) {
+      handleInference(req, res, api);
     } else if (method === 'GET' && path === '/metrics') {
       const text = metricsText();
       const headers = baseHeaders(req);
@@ -274,7 +263,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     return parsed;
   }
 
-  function handleInference(req: IncomingMessage, res: ServerResponse, chat: boolean): void {
+  function handleInference(req: IncomingMessage, res: ServerResponse, api: InferenceApi): void {
     const injected = req.headers['x-return-error'];
     if (injected !== undefined) {
       const status = Number(Array.isArray(injected) ? injected[0] : injected);
@@ -287,12 +276,23 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
       sendJson(res, req, failureStatus, errorBody(failureStatus, 'Injected failure (failure rate)'));
       return;
     }
-    readBody(req, res, (body) => runInference(req, res, chat, parseJsonObject(body)));
+    readBody(req, res, (body) => runInference(req, res, api === 'chat', parseJsonObject(body)));
+  }
+
+  /** 429 as vLLM's full waiting queue. */
+  function refuseQueueFull(req: IncomingMessage, res: ServerResponse): void {
+    sendJson(res, req, 429, errorBody(429, QUEUE_FULL_MESSAGE));
+  }
+
+  /** A client that goes away frees its slots (or queue places) at once, as vLLM aborts on disconnect. */
+  function abortOnClose(res: ServerResponse, handles: readonly SimRequestHandle[]): void {
+    res.on('close', () => {
+      if (!res.writableFinished) for (const h of handles) h.abort();
+    });
   }
 
   function runInference(req: IncomingMessage, res: ServerResponse, chat: boolean, body: JsonObject): void {
-    const { prompts, n } = toGenerationRequest(body, chat, model, maxModelLen);
-    const stream = laxBoolean(body.stream) === true; // validated by toGenerationRequest
+    const { prompts, n, stream } = toGenerationRequest(body, chat, model, maxModelLen);
     const streamOptions = body.stream_options;
     const includeUsage = stream && isObject(streamOptions) && streamOptions.include_usage === true;
     const id = `${chat ? 'chatcmpl' : 'cmpl'}-${name}-${++idSeq}`;
@@ -300,7 +300,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     const choices = prompts.length * n;
     // Every child or none: a fanned-out request is not half queued.
     if (!engine.hasRoomFor(choices)) {
-      sendJson(res, req, 429, errorBody(429, 'Failed to enqueue request, waiting requests queue is full'));
+      refuseQueueFull(req, res);
       return;
     }
 
@@ -321,7 +321,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
         if (!submitted.accepted) {
           // hasRoomFor said yes; never expected, but leave nothing behind if it happens.
           for (let c = 0; c < choice; c++) handles[c]!.abort();
-          sendJson(res, req, 429, errorBody(429, 'Failed to enqueue request, waiting requests queue is full'));
+          refuseQueueFull(req, res);
           return;
         }
         handles[choice] = submitted.request;
@@ -330,10 +330,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     }
     // As vLLM (a Starlette StreamingResponse): a stream's headers go out once it is accepted, before its queue wait and prefill.
     sse?.begin();
-    // A client that goes away frees its slots (or queue places) at once, as vLLM aborts on disconnect.
-    res.on('close', () => {
-      if (!res.writableFinished) for (const h of handles) h.abort();
-    });
+    abortOnClose(res, handles);
   }
 
   /** What vLLM's NixlConnector returns from a prefill: where the decoder pulls the prompt's KV from. */
@@ -439,6 +436,7 @@ export interface GenerationRequest {
   prompts: GenerationInput[];
   /** vLLM's `n`: choices per prompt. */
   n: number;
+  stream: boolean;
 }
 
 /**
@@ -446,14 +444,7 @@ export interface GenerationRequest {
  * 0 = none, for each prompt) and maps it to the engine's inputs; throws SimHttpError 400/404.
  */
 export function toGenerationRequest(body: JsonObject, chat: boolean, servedModel: string, maxModelLen: number): GenerationRequest {
-  const requested = body.model;
-  // vLLM serves a request without a model with its served model.
-  if (requested !== undefined && requested !== null && typeof requested !== 'string') {
-    throw new SimHttpError(400, "'model' must be a string", 'model');
-  }
-  if (typeof requested === 'string' && requested !== '' && requested !== servedModel) {
-    throw new SimHttpError(404, `The model \`${requested}\` does not exist.`, 'model');
-  }
+  checkModel(body, servedModel);
   // Each prompt as text (chars / 4 tokens) or as token ids (one token each).
   const prompts: GenerationInput[] = [];
   if (chat) {
@@ -484,24 +475,14 @@ export function toGenerationRequest(body: JsonObject, chat: boolean, servedModel
   const n = optionalPositiveInt(body, 'n') ?? 1;
   const maxTokens = optionalPositiveInt(body, chat ? 'max_completion_tokens' : undefined) ??
     optionalPositiveInt(body, 'max_tokens');
-  for (const input of prompts) {
-    if (maxTokens !== undefined) input.maxTokens = maxTokens;
-    if (maxModelLen > 0) {
-      const promptTokens = promptTokensOf(input);
-      assertFitsContext(promptTokens, maxTokens, maxModelLen, chat ? 'messages' : 'prompt');
-      // Without max_tokens vLLM may generate up to the end of the context window, and stops there.
-      if (maxTokens === undefined) input.contextRoom = maxModelLen - promptTokens;
-    }
-  }
-  const stream = body.stream === undefined || body.stream === null ? false : laxBoolean(body.stream);
-  if (stream === undefined) throw new SimHttpError(400, "'stream' must be a boolean", 'stream');
+  for (const input of prompts) boundOutput(input, maxTokens, maxModelLen, chat ? 'messages' : 'prompt');
+  const stream = optionalFlag(body, 'stream', false);
   // vLLM's validate_stream_options: what a P/D prefill leg must strip (it is sent with stream: false).
   if (body.stream_options !== undefined && body.stream_options !== null && !stream) {
     throw new SimHttpError(400, 'Stream options can only be defined when `stream=True`.', 'stream_options');
   }
-  const salt = body.cache_salt;
-  if (salt !== undefined && salt !== null && typeof salt !== 'string') throw new SimHttpError(400, "'cache_salt' must be a string", 'cache_salt');
-  if (typeof salt === 'string' && salt !== '') for (const input of prompts) input.cacheSalt = salt;
+  const salt = cacheSaltOf(body);
+  if (salt !== undefined) for (const input of prompts) input.cacheSalt = salt;
   const kv = body.kv_transfer_params;
   if (kv !== undefined && kv !== null) {
     if (!isObject(kv)) throw new SimHttpError(400, 'kv_transfer_params must be an object', 'kv_transfer_params');
@@ -517,37 +498,7 @@ export function toGenerationRequest(body: JsonObject, chat: boolean, servedModel
       for (const input of prompts) input.remotePrefill = true;
     }
   }
-  return { prompts, n };
-}
-
-/** vLLM's two context-window checks, with its messages: the prompt must leave room for one token, and for max_tokens if set. */
-function assertFitsContext(promptTokens: number, maxTokens: number | undefined, maxModelLen: number, promptParam: string): void {
-  if (promptTokens >= maxModelLen) {
-    throw new SimHttpError(
-      400,
-      `This model's maximum context length is ${maxModelLen} tokens. However, your request has ${promptTokens} input tokens. ` +
-        'Please reduce the length of the input messages.',
-      promptParam,
-    );
-  }
-  if (maxTokens !== undefined && promptTokens + maxTokens > maxModelLen) {
-    throw new SimHttpError(
-      400,
-      `'max_tokens' or 'max_completion_tokens' is too large: ${maxTokens}. This model's maximum context length is ${maxModelLen} tokens ` +
-        `and your request has ${promptTokens} input tokens (${maxTokens} > ${maxModelLen} - ${promptTokens}).`,
-      'max_tokens',
-    );
-  }
-}
-
-function optionalPositiveInt(body: JsonObject, key: string | undefined): number | undefined {
-  if (key === undefined) return undefined;
-  const v = body[key];
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) {
-    throw new SimHttpError(400, `${key} must be an integer ≥ 1`, key);
-  }
-  return v;
+  return { prompts, n, stream };
 }
 
 /** Token counts of a whole answer: each prompt once (its first choice's counts), every choice's output. */
@@ -649,7 +600,7 @@ class JsonAnswer {
  * finished the optional usage chunk and `[DONE]`. Event strings are assembled from precomputed
  * pieces (hot path).
  */
-class SseWriter {
+class SseWriter extends EventStream {
   /** Per choice: the event up to and including `"index":N,`. */
   private readonly heads: string[];
   private readonly tail: string;
@@ -659,8 +610,8 @@ class SseWriter {
   private readonly n: number;
 
   constructor(
-    private readonly res: ServerResponse,
-    private readonly headers: OutgoingHttpHeaders,
+    res: ServerResponse,
+    headers: OutgoingHttpHeaders,
     private readonly chat: boolean,
     private readonly id: string,
     private readonly created: number,
@@ -669,6 +620,7 @@ class SseWriter {
     choices: number,
     n: number,
   ) {
+    super(res, headers);
     const object = chat ? 'chat.completion.chunk' : 'text_completion';
     const prefix = `data: {"id":${JSON.stringify(id)},"object":"${object}","created":${created},"model":${modelJson},"choices":[{"index":`;
     this.heads = new Array<string>(choices);
@@ -676,15 +628,6 @@ class SseWriter {
     this.tail = chat ? '},"logprobs":null,"finish_reason":' : ',"logprobs":null,"finish_reason":';
     this.open = choices;
     this.n = n;
-  }
-
-  /** The status line and headers, at once. */
-  begin(): void {
-    if (this.res.headersSent) return;
-    this.headers['content-type'] = 'text/event-stream; charset=utf-8';
-    this.headers['cache-control'] = 'no-cache';
-    this.res.writeHead(200, this.headers);
-    this.res.flushHeaders();
   }
 
   token(choice: number, text: string, index: number, finishReason: FinishReason | null): void {
@@ -720,21 +663,6 @@ class SseWriter {
       );
     }
     res.end('data: [DONE]\n\n');
-  }
-
-  private corked = false;
-  private readonly uncork = (): void => {
-    this.corked = false;
-    // end() already uncorked the socket fully; the socket may even serve the next request by now.
-    if (!this.res.writableEnded) this.res.uncork();
-  };
-
-  /** Events written in the same turn (zero ITL, or last token + usage + [DONE]) share one socket write. */
-  private corkUntilNextTick(): void {
-    if (this.corked) return;
-    this.corked = true;
-    this.res.cork();
-    process.nextTick(this.uncork);
   }
 }
 
