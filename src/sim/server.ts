@@ -14,7 +14,8 @@
  * is one engine request (n with `n`) per prompt. Choice index = promptIndex × n + i; usage counts
  * each prompt once and every choice's tokens. The request is accepted whole or refused (429).
  *
- * What the OpenAI routes share (errors, field readers, the SSE base) is protocol.ts's.
+ * The Responses API (`POST /v1/responses`, vLLM's non-harmony path and its response store) is
+ * responses.ts's; what the routes share (errors, field readers, the SSE base) is protocol.ts's.
  */
 import { createServer, validateHeaderValue, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -44,6 +45,8 @@ import {
   optionalPositiveInt,
   type JsonObject,
 } from './protocol.js';
+
+import { ResponseStore, ResponsesEventStream, ResponsesJsonAnswer, toResponsesTurn } from './responses.js';
 
 export { SimHttpError, errorBody, errorTypeFor } from './protocol.js';
 
@@ -79,6 +82,12 @@ export interface SimOptions extends SimEngineOptions {
    * (3M tokens × 0.1 ms: past the gateway's upstream time-out).
    */
   maxModelLen?: number;
+  /**
+   * vLLM's Responses API store (its env VLLM_ENABLE_RESPONSES_API_STORE, off by default): keeps each
+   * response made with `store` not false, so a later request may continue it by `previous_response_id`.
+   * Off, `store: true` is read as false. vLLM keeps every response; this store the newest 10 000.
+   */
+  responsesStore?: boolean;
   random?: RandomSource;
 }
 
@@ -106,12 +115,13 @@ const PIN_KEYS = new Set<string>(['waiting', 'running', 'kvUsage']);
  * OpenAI routes the gateway forwards but the simulator does not serve. They get a 404 that says so,
  * not the generic one, which reads like a gateway problem.
  */
-const UNIMPLEMENTED_OPENAI_ROUTES = new Set<string>(['/v1/embeddings', '/v1/responses']);
+const UNIMPLEMENTED_OPENAI_ROUTES = new Set<string>(['/v1/embeddings']);
 
-type InferenceApi = 'chat' | 'completions';
+type InferenceApi = 'chat' | 'completions' | 'responses';
 const INFERENCE_ROUTES = new Map<string, InferenceApi>([
   ['/v1/chat/completions', 'chat'],
   ['/v1/completions', 'completions'],
+  ['/v1/responses', 'responses'],
 ]);
 
 export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimulator> {
@@ -139,6 +149,8 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     }
   }
   let idSeq = 0;
+  // vLLM's Responses API store (VLLM_ENABLE_RESPONSES_API_STORE): off unless asked for.
+  const responseStore = opts.responsesStore === true ? new ResponseStore() : undefined;
   // Where a decoder would pull KV blocks from (set once listening), and the next block id handed out.
   let kvHost = '';
   let kvPort = 0;
@@ -213,7 +225,7 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
       if (method === 'GET') sendJson(res, req, 200, JSON.stringify(adminSettings()));
       else readBody(req, res, (body) => handleAdmin(req, res, body));
     } else if (method === 'POST' && UNIMPLEMENTED_OPENAI_ROUTES.has(path)) {
-      sendJson(res, req, 404, errorBody(404, `sluice sim does not implement POST ${path} (chat completions and completions only)`));
+      sendJson(res, req, 404, errorBody(404, `sluice sim does not implement POST ${path} (chat completions, completions and responses only)`));
     } else {
       sendJson(res, req, 404, errorBody(404, `Not found: ${method} ${path}`));
     }
@@ -276,7 +288,11 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
       sendJson(res, req, failureStatus, errorBody(failureStatus, 'Injected failure (failure rate)'));
       return;
     }
-    readBody(req, res, (body) => runInference(req, res, api === 'chat', parseJsonObject(body)));
+    readBody(req, res, (body) => {
+      const json = parseJsonObject(body);
+      if (api === 'responses') runResponse(req, res, json);
+      else runInference(req, res, api === 'chat', json);
+    });
   }
 
   /** 429 as vLLM's full waiting queue. */
@@ -289,6 +305,18 @@ export async function startSimulator(opts: SimOptions = {}): Promise<RunningSimu
     res.on('close', () => {
       if (!res.writableFinished) for (const h of handles) h.abort();
     });
+  }
+
+  function runResponse(req: IncomingMessage, res: ServerResponse, body: JsonObject): void {
+    const turn = toResponsesTurn(body, model, maxModelLen, responseStore, Math.floor(clock.now() / 1000));
+    const sse = turn.stream ? new ResponsesEventStream(res, baseHeaders(req), turn) : undefined;
+    const submitted = engine.submit(turn.input, sse ?? new ResponsesJsonAnswer(turn, (json) => sendJson(res, req, 200, json)));
+    if (!submitted.accepted) {
+      refuseQueueFull(req, res);
+      return;
+    }
+    sse?.begin();
+    abortOnClose(res, [submitted.request]);
   }
 
   function runInference(req: IncomingMessage, res: ServerResponse, chat: boolean, body: JsonObject): void {

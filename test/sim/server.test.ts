@@ -312,18 +312,16 @@ describe('sim server: errors', () => {
     }
   });
 
-  test('POST /v1/embeddings and /v1/responses → 404 saying the simulator does not implement them', async () => {
-    for (const path of ['/v1/embeddings', '/v1/responses']) {
-      const r = await postJson(sim, path, { model: 'sim-model', input: 'hi' });
-      assert.equal(r.status, 404);
-      assert.equal(r.headers['x-inference-pod'], 'pod-e');
-      assert.deepEqual(r.json.error, {
-        message: `sluice sim does not implement POST ${path} (chat completions and completions only)`,
-        type: 'NotFoundError',
-        param: null,
-        code: 404,
-      });
-    }
+  test('POST /v1/embeddings → 404 saying the simulator does not implement it', async () => {
+    const r = await postJson(sim, '/v1/embeddings', { model: 'sim-model', input: 'hi' });
+    assert.equal(r.status, 404);
+    assert.equal(r.headers['x-inference-pod'], 'pod-e');
+    assert.deepEqual(r.json.error, {
+      message: 'sluice sim does not implement POST /v1/embeddings (chat completions, completions and responses only)',
+      type: 'NotFoundError',
+      param: null,
+      code: 404,
+    });
   });
 
   test('a prompt over the default max-model-len (131072) → 400 at once, not a held prefill', async () => {
