@@ -110,8 +110,23 @@ const LLMD_FLAGS: Readonly<Record<string, AliasFlag>> = {
 /** llm-d-inference-sim's `--enable-kvcache`: the prefix cache is always modelled here, so only "on" is accepted. */
 const ENABLE_KVCACHE = '--enable-kvcache';
 
-/** Parses `--flag value` and `--flag=value`; throws a UsageError naming the offending flag. */
-export function parseSimArgs(argv: string[]): SimOptions {
+/** vLLM's Responses API store, a switch (no value); vLLM's own is its environment variable, read when the flag is absent. */
+const ENABLE_RESPONSES_STORE = '--enable-responses-store';
+const RESPONSES_STORE_ENV = 'VLLM_ENABLE_RESPONSES_API_STORE';
+
+/** vLLM reads VLLM_ENABLE_RESPONSES_API_STORE as bool(int(value)): "1" on, "0" off, a non-integer fails its start. */
+function responsesStoreFromEnv(value: string): boolean {
+  const trimmed = value.trim();
+  if (!/^[+-]?\d+$/.test(trimmed)) throw new UsageError(`${RESPONSES_STORE_ENV} must be an integer (1: on, 0: off), got ${JSON.stringify(value)}`);
+  return Number(trimmed) !== 0;
+}
+
+/**
+ * Parses `--flag value` and `--flag=value`; throws a UsageError naming the offending flag. `env` is
+ * read for VLLM_ENABLE_RESPONSES_API_STORE when --enable-responses-store is absent (runSimCli passes
+ * process.env).
+ */
+export function parseSimArgs(argv: string[], env: Readonly<Record<string, string | undefined>> = {}): SimOptions {
   const opts: SimOptions = {};
   /** Which flag set each option, so a second name for it is an error, not a silent override. */
   const setBy = new Map<string, string>();
@@ -124,6 +139,12 @@ export function parseSimArgs(argv: string[]): SimOptions {
     const inline = flag !== arg ? arg.slice(eq + 1) : undefined;
     if (flag === ENABLE_KVCACHE) {
       if (inline !== undefined && inline !== 'true') throw new UsageError(`${flag}: sluice sim always models the prefix cache (only "true" is accepted)`);
+      continue;
+    }
+    if (flag === ENABLE_RESPONSES_STORE) {
+      if (inline !== undefined) throw new UsageError(`${flag} takes no value`);
+      if (opts.responsesStore !== undefined) throw new UsageError(`${flag} is given twice`);
+      opts.responsesStore = true;
       continue;
     }
     const own = OWN_FLAGS[flag];
@@ -162,6 +183,8 @@ export function parseSimArgs(argv: string[]): SimOptions {
     }
   }
   if (servedModelName !== undefined) opts.model = servedModelName;
+  const storeEnv = env[RESPONSES_STORE_ENV];
+  if (opts.responsesStore === undefined && storeEnv !== undefined && storeEnv !== '') opts.responsesStore = responsesStoreFromEnv(storeEnv);
   if (constantTtft && opts.prefillMsPerToken === undefined) opts.prefillMsPerToken = 0;
   return opts;
 }
@@ -193,6 +216,10 @@ export function simUsage(): string {
   const column = (flag: string, value: string): string => `  ${`${flag} ${value}`.padEnd(44)}`;
   const lines = ['usage: sluice sim [flags]   (each as --flag value or --flag=value; each setting once)', ''];
   for (const [flag, f] of Object.entries(OWN_FLAGS)) lines.push(`${column(flag, f.value)}${f.help} [${f.default}]`);
+  lines.push(
+    `${column(ENABLE_RESPONSES_STORE, '')}keep Responses API answers for previous_response_id (vLLM's ${RESPONSES_STORE_ENV}=1, ` +
+      'read when this flag is absent; the newest 10000 kept) [off]',
+  );
   lines.push('', "llm-d-inference-sim's flags for the same settings (DURATION: \"100ms\", \"1.5s\", or integer milliseconds):");
   for (const [flag, f] of Object.entries(LLMD_FLAGS)) lines.push(`${column(flag, f.value)}= ${f.same}${f.note === undefined ? '' : `; ${f.note}`}`);
   lines.push(`${column(ENABLE_KVCACHE, '')}accepted; the prefix cache is always modelled`);
@@ -209,7 +236,7 @@ export async function runSimCli(argv: string[]): Promise<void> {
     console.log(simUsage());
     return;
   }
-  const opts = parseSimArgs(argv);
+  const opts = parseSimArgs(argv, process.env);
   const sim = await startSimulator({ port: CLI_PORT, ...opts });
   // Signal handlers first: a signal sent as soon as the line below is read must not meet the default action.
   const stopped = new Promise<void>((resolve) => {

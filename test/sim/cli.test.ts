@@ -93,10 +93,28 @@ describe("parseSimArgs: llm-d-inference-sim's flag names", () => {
     for (const line of help.split('\n').filter((l) => l.startsWith('  --'))) {
       const flag = line.trim().split(' ')[0]!;
       if (flag === '--enable-kvcache') continue;
+      if (flag === '--enable-responses-store') {
+        assert.deepEqual(parseSimArgs([flag]), { responsesStore: true }, 'a switch: it takes no value');
+        continue;
+      }
       // Every flag listed parses (value placeholders replaced by something valid for it).
       const value = /DURATION/.test(line) ? '1ms' : /(HOST|NAME|MODEL)/.test(line) ? 'x' : /CODE/.test(line) ? '500' : '1';
       assert.doesNotThrow(() => parseSimArgs([flag, value]), line);
     }
+  });
+});
+
+describe("parseSimArgs: vLLM's Responses API store", () => {
+  test('--enable-responses-store turns it on; else VLLM_ENABLE_RESPONSES_API_STORE as vLLM reads it (an integer); the flag wins', () => {
+    assert.deepEqual(parseSimArgs(['--enable-responses-store']), { responsesStore: true });
+    assert.deepEqual(parseSimArgs([], { VLLM_ENABLE_RESPONSES_API_STORE: '1' }), { responsesStore: true });
+    assert.deepEqual(parseSimArgs([], { VLLM_ENABLE_RESPONSES_API_STORE: '0' }), { responsesStore: false });
+    assert.deepEqual(parseSimArgs([], {}), {}, 'off by default, as vLLM');
+    assert.deepEqual(parseSimArgs(['--enable-responses-store'], { VLLM_ENABLE_RESPONSES_API_STORE: '0' }), { responsesStore: true });
+    assert.throws(() => parseSimArgs([], { VLLM_ENABLE_RESPONSES_API_STORE: 'yes' }), /VLLM_ENABLE_RESPONSES_API_STORE must be an integer/);
+    assert.throws(() => parseSimArgs(['--enable-responses-store', '--enable-responses-store']), /given twice/);
+    assert.throws(() => parseSimArgs(['--enable-responses-store=1']), /takes no value/);
+    assert.match(simUsage(), /--enable-responses-store +keep Responses API answers .*VLLM_ENABLE_RESPONSES_API_STORE=1.*\[off\]/);
   });
 });
 
