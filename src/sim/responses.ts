@@ -203,7 +203,7 @@ export function toResponsesTurn(body: JsonObject, servedModel: string, maxModelL
   const stream = optionalFlag(body, 'stream', false);
   const keep = optionalFlag(body, 'store', true);
   const background = optionalFlag(body, 'background', false);
-  if (background && !keep) throw new SimHttpError(400, 'background can only be used when `store` is true', 'background');
+  if (background && !keep) throw new SimHttpError(400, 'background can only be used when `store` is true');
   const instructions = body.instructions;
   if (instructions !== undefined && instructions !== null && typeof instructions !== 'string') {
     throw new SimHttpError(400, "'instructions' must be a string", 'instructions');
@@ -225,7 +225,7 @@ export function toResponsesTurn(body: JsonObject, servedModel: string, maxModelL
         400,
         'This vLLM engine does not support `store=True` and therefore does not support the background mode. To enable these ' +
           'features, set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.',
-        'background',
+        null,
         'invalid_request_error',
       );
     }

@@ -247,6 +247,7 @@ describe('sim POST /v1/responses: the store and previous_response_id', () => {
       assert.equal(r.status, 400);
       assert.match(r.json.error.message, /does not support `store=True` and therefore does not support the background mode/);
       assert.equal(r.json.error.type, 'invalid_request_error');
+      assert.equal(r.json.error.param, null, 'vLLM names no parameter');
       const notStored = await postJson(off!, { model: 'sim-model', input: 'x', background: true, store: false });
       assert.equal(notStored.status, 400);
       assert.match(notStored.json.error.message, /background can only be used when `store` is true/);
