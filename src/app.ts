@@ -29,6 +29,7 @@ import { buildScheduling } from './scheduling/build.js';
 import { isPrefixIndexer } from './scheduling/prompt-load.js';
 import { systemClock, type Clock, type RandomSource } from './util/clock.js';
 import { silentLogger } from './util/logger.js';
+import { StoredResponses } from './proxy/stored-responses.js';
 
 /** How long the 503s written at the end of the grace period may take to leave before every connection is cut. */
 const FINAL_ANSWERS_LINGER_MS = 1000;
@@ -348,6 +349,8 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   };
   const upstreams = new Upstreams(live.config.server.upstream);
   const models = new ModelsCache(() => pool.endpoints, upstreams, clock);
+  const storedResponses = new StoredResponses(live.config.server.storedResponses);
+  metrics.setStoredResponsesSource(() => storedResponses.size);
   const api = new ApiServer({
     runtime: () => live.runtime,
     pool,
@@ -358,6 +361,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
     clock,
     isReady,
     saturation: saturationNow,
+    storedResponses,
   });
   metrics.setReceivingSource(() => ({ bodies: api.receivingBodies, bytes: api.uploads.bytes }));
   const admin = buildAdminServer({
@@ -432,6 +436,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       upstreams.configure(config.server.upstream);
       pool.setOutlierPolicy(config.server.upstream.outlierDetection, clock.now());
       upstreams.retain(pool.endpoints); // pools of removed endpoints close once their requests finish
+      storedResponses.resize(config.server.storedResponses);
       live = nextLive;
       metrics.configRestartNeeded(restartOnly.length > 0);
       const digest = effectiveConfigDigest(config);

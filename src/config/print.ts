@@ -41,6 +41,7 @@ export function effectiveConfigObject(config: SluiceConfig): Record<string, unkn
       requestTimeout: formatDuration(server.requestTimeout),
       maxPipelinedRequests: server.maxPipelinedRequests,
       profiling: server.profiling,
+      storedResponses: server.storedResponses,
       upstream: {
         connectTimeout: formatDuration(server.upstream.connectTimeout),
         headersTimeout: formatDuration(server.upstream.headersTimeout),

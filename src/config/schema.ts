@@ -350,6 +350,7 @@ export const serverSchema = z
     requestTimeout: durationField({ positive: true }).prefault('5m'),
     maxPipelinedRequests: z.number().int().min(0).default(16),
     profiling: z.boolean().default(true),
+    storedResponses: z.number().int().min(0).default(100_000),
     upstream: upstreamSchema,
   })
   // Run even when another server field is invalid (on what parsed), so one run of `sluice validate` lists both.

@@ -44,6 +44,11 @@ export interface ServerConfig {
   maxPipelinedRequests: number;
   /** Serve /debug/profile/{cpu,heap} on the metrics port (llm-d's --enable-pprof). Default true. */
   profiling: boolean;
+  /**
+   * Stored Responses API answers whose server is remembered, newest first, so that a request
+   * continuing one (`previous_response_id`) goes to the server holding it; 0 = off. Default 100000.
+   */
+  storedResponses: number;
   upstream: UpstreamConfig;
 }
 

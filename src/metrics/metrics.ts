@@ -28,6 +28,7 @@ import {
 } from 'prom-client';
 import type { Endpoint, Stage } from '../datalayer/endpoint.js';
 import type { PoolView } from '../plugins/registry.js';
+import { PREVIOUS_RESPONSE_RESULTS, type PreviousResponseResult } from '../proxy/stored-responses.js';
 
 const ignore = (): void => undefined;
 
@@ -574,6 +575,7 @@ export class GatewayMetrics {
   private prefixIndexerSource: (() => Iterable<PrefixIndexerSnapshot>) | undefined;
   private flowControlSource: (() => FlowControlSnapshot | undefined) | undefined;
   private receivingSource: (() => { bodies: number; bytes: number }) | undefined;
+  private storedResponsesSource: (() => number) | undefined;
 
   // Caches of labelled children, keyed by already-capped values (nested maps: no key-string building).
   private readonly modelPairs = new Map<string, Map<string, ModelRequestMetrics>>();
@@ -599,6 +601,7 @@ export class GatewayMetrics {
   readonly requestCancelledTotal: Counter<'model_name' | 'target_model_name' | 'stage'>;
   readonly requestBodyIncompleteTotal: Counter<never>;
   readonly requestRejectedTotal: Counter<'reason' | 'code'>;
+  readonly previousResponseRoutingTotal: Counter<'result'>;
   readonly requestDuration: FastHistogram<'model_name' | 'target_model_name'>;
   readonly requestTtft: FastHistogram<'model_name' | 'target_model_name' | 'streaming'>;
   readonly requestInputTokens: FastHistogram<'model_name' | 'target_model_name'>;
@@ -702,6 +705,17 @@ export class GatewayMetrics {
     });
     // Every series from the start, so a rate over them reads 0 rather than nothing.
     for (const [reason, code] of Object.entries(REJECTION_CODES)) this.requestRejectedTotal.inc({ reason, code }, 0);
+    this.previousResponseRoutingTotal = counter({
+      name: 'sluice_previous_response_routing_total',
+      help: 'Responses API requests with a previous_response_id, by what Sluice knew of the server holding that response: pinned (sent there, whatever the scorers said), unknown (no stored response of that id relayed by this gateway, or forgotten past server.storedResponses: scheduled as usual, and a vLLM server without it answers 404), unavailable (that server is out of the pool or ejected: scheduled as usual).',
+      labelNames: ['result'],
+    });
+    for (const result of PREVIOUS_RESPONSE_RESULTS) this.previousResponseRoutingTotal.inc({ result }, 0);
+    const storedResponses: Gauge = gauge({
+      name: 'sluice_stored_responses',
+      help: 'Stored Responses API answers whose server the gateway remembers (at most server.storedResponses), for the requests continuing them (previous_response_id).',
+      collect: (): void => storedResponses.set(this.storedResponsesSource?.() ?? 0),
+    });
     this.requestDuration = fastHistogram({
       name: 'llm_d_epp_request_duration_seconds',
       help: 'End-to-end request latency in seconds, from arrival at the gateway to the last byte of the answer (includes queueing).',
@@ -1074,6 +1088,11 @@ export class GatewayMetrics {
     this.receivingSource = source;
   }
 
+  /** How many stored Responses API answers' servers are remembered, read at scrape time. */
+  setStoredResponsesSource(source: () => number): void {
+    this.storedResponsesSource = source;
+  }
+
   /** The prefix indexers in force (the plugins keeping an approximate prefix index), read at scrape time. */
   setPrefixIndexerSource(source: (() => Iterable<PrefixIndexerSnapshot>) | undefined): void {
     this.prefixIndexerSource = source;
@@ -1184,6 +1203,11 @@ export class GatewayMetrics {
   /** The gateway refused a request before it counted as an inference request. */
   requestRejected(reason: RejectionReason): void {
     this.requestRejectedTotal.inc({ reason, code: REJECTION_CODES[reason] });
+  }
+
+  /** What was known of the server holding the response a request continues (stored-responses.ts). */
+  previousResponseRouting(result: PreviousResponseResult): void {
+    this.previousResponseRoutingTotal.inc({ result });
   }
 
   /** A request decided prefill-decode was served decode-only after all. */

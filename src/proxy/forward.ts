@@ -33,7 +33,8 @@ import type { ModelRequestMetrics, UpstreamErrorKind } from '../metrics/metrics.
 import type { Upstreams } from './upstreams.js';
 import { HeldTail } from './held-tail.js';
 import { SpellLog } from './spell-log.js';
-import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
+import { responsesAnswerOf, SseUsageScanner, usageFromJson, type Usage } from './usage.js';
+import { homeOf, pinnedTo, type StoredResponses } from './stored-responses.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import { BodyNotRewritableError, decodeOnly, jsonObjectOf, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
@@ -56,12 +57,19 @@ export interface ForwardContext {
   logger: Logger;
   /** The gateway's warn lines for requests that failed at a model server (upstreamFailureLog). */
   upstreamFailures: SpellLog;
+  /** Which server holds each stored Responses API answer relayed (a request continuing one goes there). */
+  storedResponses: StoredResponses;
   clock: Clock;
   // What the debug-level `request done` line reports, filled in as the request goes.
   /** The request's objective header, its priority and fairness id (set once admitted). */
   objective: string | undefined;
   priority: number;
   fairnessId: string;
+  /**
+   * The origin of the server holding the response the request continues (`previous_response_id`),
+   * when it was eligible at the first attempt: every attempt goes there, or none.
+   */
+  pinnedOrigin: string | undefined;
   /** The endpoint of the last attempt, and how many attempts were made (retries after connection failures). */
   endpoint: string | undefined;
   attempts: number;
@@ -198,6 +206,12 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   if (res.destroyed || ctx.req.socket?.destroyed) return 0;
   const retries = rt.config.server.upstream.retries;
   let candidates: readonly Endpoint[] = pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
+  const home = homeOf(ctx.sreq, candidates, ctx.storedResponses);
+  if (home !== undefined) {
+    metrics.previousResponseRouting(home.result);
+    ctx.pinnedOrigin = home.origin;
+    candidates = pinnedTo(candidates, home.origin);
+  }
   /** Servers a connection failed on (by origin: an endpoint a reload moved is a new server). */
   let failedOrigins: string[] | undefined;
   /** Servers that lost a connection once and stay eligible (below). */
@@ -270,7 +284,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       else (failedOrigins ??= []).push(ep.origin);
       const failed = failedOrigins ?? [];
       const lost = lostOnce ?? [];
-      const eligible = pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
+      const eligible = pinnedTo(pool.eligibleFor(ctx.sreq.model, ctx.clock.now()), ctx.pinnedOrigin);
       const untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
       const notFailed = eligible.filter((c) => !failed.includes(c.origin));
       candidates = untried.length > 0 ? untried : notFailed;
@@ -806,14 +820,16 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       res.writeHead(this.status, this.headers);
       res.end(body);
     }
-    const usage: Usage | undefined =
-      this.scanner !== undefined
-        ? this.scanner.usage
-        : whole !== undefined
-          ? usageFromJson(whole)
-          : this.captured !== undefined && this.mode === Mode.Stream
-            ? usageFromJson(Buffer.concat(this.captured, this.capturedBytes))
-            : undefined;
+    const answer = whole ?? (this.captured !== undefined && this.mode === Mode.Stream ? Buffer.concat(this.captured, this.capturedBytes) : undefined);
+    let usage: Usage | undefined;
+    if (this.scanner !== undefined) {
+      usage = this.scanner.usage;
+      this.stored(this.scanner.storedResponseId);
+    } else if (answer !== undefined && ctx.sreq.api === 'responses') {
+      const read = responsesAnswerOf(answer);
+      usage = read.usage;
+      this.stored(read.storedId);
+    } else if (answer !== undefined) usage = usageFromJson(answer);
     if (usage) {
       ctx.usage = usage;
       ctx.modelMetrics.tokens(usage.promptTokens, usage.completionTokens);
@@ -827,6 +843,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       );
     }
     this.done({ kind: 'done', status: this.status });
+  }
+
+  /** The whole 2xx answer relayed was a response the server stored: a request continuing it comes back here. */
+  private stored(id: string | undefined): void {
+    if (id !== undefined && is2xx(this.status)) this.ctx.storedResponses.remember(id, this.ep.origin);
   }
 
   /**

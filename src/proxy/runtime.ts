@@ -32,4 +32,5 @@ export type ProxyMetrics = Pick<
   | 'endpointUpstreamError'
   | 'bodyIncomplete'
   | 'requestRejected'
+  | 'previousResponseRouting'
 >;

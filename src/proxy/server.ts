@@ -30,6 +30,7 @@ import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
 import { parseRequestTtlHeader } from '../flowcontrol/request-ttl.js';
 import { AgeList } from '../util/age-list.js';
+import { homeOf, pinnedTo, type StoredResponses } from './stored-responses.js';
 
 export interface ApiServerDeps {
   runtime: () => ProxyRuntime;
@@ -43,6 +44,8 @@ export interface ApiServerDeps {
   isReady: () => boolean;
   /** The pool's saturation now (what /metrics shows): named in the answer of a request that timed out in the queue. */
   saturation?: () => SaturationSnapshot | undefined;
+  /** Which server holds each stored Responses API answer relayed; kept across reloads. */
+  storedResponses: StoredResponses;
 }
 
 export class ApiServer {
@@ -504,10 +507,12 @@ export class ApiServer {
       modelMetrics: deps.metrics.forModel(valid.model),
       logger: deps.logger,
       upstreamFailures: this.upstreamFailures,
+      storedResponses: deps.storedResponses,
       clock: deps.clock,
       objective: undefined,
       priority: 0,
       fairnessId: 'default-flow',
+      pinnedOrigin: undefined,
       endpoint: undefined,
       attempts: 0,
       prefillEndpoint: undefined,
@@ -622,8 +627,10 @@ class Queued implements FlowRequest, ClientWatcher {
     const { ctx } = this;
     restoreParsedForm(ctx.sreq, ctx.raw);
     // An ejected endpoint is no favourite to wait for: it takes no requests (outlier detection).
-    // Over the candidates dispatch will schedule over (forward.ts): its model's servers in a mixed pool.
-    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, ctx.pool.eligibleFor(ctx.sreq.model, ctx.clock.now()));
+    // Over the candidates dispatch will schedule over (forward.ts): its model's servers in a mixed
+    // pool; the server holding the response it continues, when pinned there.
+    const candidates = ctx.pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
+    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, pinnedTo(candidates, homeOf(ctx.sreq, candidates, ctx.storedResponses)?.origin));
   }
 
   /** The flow controller swallows a callback's error: one here must still end the request (a 500 from handleApi). */

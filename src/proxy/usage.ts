@@ -6,6 +6,7 @@
  * `response.completed` event.
  */
 import { HeldTail, lastLineEnd } from './held-tail.js';
+import { storedResponseId } from './stored-responses.js';
 
 export interface Usage {
   promptTokens: number;
@@ -50,6 +51,19 @@ export function usageFromJson(body: Buffer | string): Usage | undefined {
     return usageFrom(JSON.parse(buf.toString('utf8')));
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * A complete Responses API JSON answer, parsed once: its usage, and its id when the server stored it
+ * (stored-responses.ts).
+ */
+export function responsesAnswerOf(body: Buffer): { usage: Usage | undefined; storedId: string | undefined } {
+  try {
+    const answer: unknown = JSON.parse(body.toString('utf8'));
+    return { usage: usageFrom(answer), storedId: storedResponseId(answer) };
+  } catch {
+    return { usage: undefined, storedId: undefined };
   }
 }
 
@@ -133,6 +147,11 @@ export class SseUsageScanner {
   errorCode: number | undefined = undefined;
   /** Responses API streams: the `sequence_number` the next event would carry (the last seen + 1). */
   nextSequenceNumber = 0;
+  /**
+   * Responses API streams: the id of the response, once an event with its usage (the last,
+   * `response.completed`) shows it stored (stored-responses.ts).
+   */
+  storedResponseId: string | undefined = undefined;
 
   /** `sequenced`: a Responses API stream, whose events are numbered (an error event Sluice adds follows on). */
   constructor(private readonly sequenced = false) {}
@@ -199,8 +218,12 @@ export class SseUsageScanner {
     let e = end;
     if (text.charCodeAt(e - 1) === 13) e--; // CRLF
     try {
-      const u = usageFrom(JSON.parse(text.slice(s, e)));
+      const event: unknown = JSON.parse(text.slice(s, e));
+      const u = usageFrom(event);
       if (u) this.usage = u;
+      if (this.sequenced && typeof event === 'object' && event !== null) {
+        this.storedResponseId = storedResponseId((event as { response?: unknown }).response) ?? this.storedResponseId;
+      }
     } catch {
       // not JSON: ignore, usage is best effort
     }

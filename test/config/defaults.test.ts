@@ -64,6 +64,7 @@ describe('§3.5 defaults with no plugins', () => {
       requestTimeout: 300_000,
       maxPipelinedRequests: 16,
       profiling: true,
+      storedResponses: 100_000,
       upstream: {
         connectTimeout: 5000,
         headersTimeout: 600_000,

@@ -23,6 +23,7 @@ function config(plugins: Partial<PluginSpec>[], profiles: SchedulingProfileConfi
       maxPipelinedRequests: 16,
       requestTimeout: 300_000,
       profiling: true,
+      storedResponses: 100_000,
       upstream: { connectTimeout: 5000, headersTimeout: 300_000, bodyTimeout: 300_000, retries: 2, connections: 0, outlierDetection: DEFAULT_OUTLIER_POLICY },
     },
     pool: { name: 'pool', targetPort: 8000, metrics: { path: '/metrics', interval: 50, timeout: 1000, maxBytes: 4 * 1024 * 1024, defaultEngine: 'vllm' }, endpoints: [] },

@@ -1,0 +1,260 @@
+/**
+ * A Responses API request continuing a stored response (`previous_response_id`) goes to the server
+ * that holds it (proxy/stored-responses.ts): vLLM keeps a stored response in that server's memory
+ * alone, and any other answers 404. Fake vLLM servers that store what they answer and refuse an id
+ * they do not hold, as vLLM does with VLLM_ENABLE_RESPONSES_API_STORE; the real `openai` client.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { request } from 'undici';
+import type { Gateway } from '../../src/app.js';
+import { loadConfigText } from '../../src/config/load.js';
+import { builtinRegistry } from '../../src/plugins/builtin.js';
+import { fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
+import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
+import { until } from '../helpers/wait.js';
+
+interface ResponsesServer {
+  backend: FakeBackend;
+  /** Ids of the responses it stored. */
+  stored: Set<string>;
+  /** Responses API requests it answered 2xx. */
+  served: number;
+}
+
+/**
+ * A vLLM Responses API server: answers JSON or, for `stream: true`, vLLM's event sequence; keeps what
+ * it answers unless the request says `store: false` or `storeEnabled` is false (vLLM's default);
+ * an unknown `previous_response_id` gets vLLM's 404.
+ */
+async function responsesServer(name: string, storeEnabled = true, extra?: Behaviour): Promise<ResponsesServer> {
+  const s: ResponsesServer = { backend: undefined as unknown as FakeBackend, stored: new Set(), served: 0 };
+  let n = 0;
+  s.backend = await startFakeBackend((r, res) => {
+    if (extra !== undefined) return extra(r, res);
+    const body = JSON.parse(r.body) as { stream?: boolean; store?: boolean; previous_response_id?: string };
+    const previous = body.previous_response_id;
+    if (previous !== undefined && !s.stored.has(previous)) {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: `Response with id '${previous}' not found.`, type: 'invalid_request_error', param: 'response_id', code: 404 } }));
+      return;
+    }
+    s.served++;
+    const store = storeEnabled && body.store !== false;
+    const id = `resp_${name}_${++n}`;
+    if (store) s.stored.add(id);
+    const response = (status: string, usage: unknown) => ({
+      id,
+      object: 'response',
+      created_at: 1,
+      model: 'm',
+      status,
+      output: [{ type: 'message', id: `msg_${n}`, role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: `from ${name}`, annotations: [] }] }],
+      usage,
+      store,
+      previous_response_id: previous ?? null,
+    });
+    const usage = { input_tokens: 5, input_tokens_details: { cached_tokens: 0 }, output_tokens: 2, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 7 };
+    if (body.stream !== true) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(response('completed', usage)));
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const events = [
+      { type: 'response.created', response: response('in_progress', null) },
+      { type: 'response.output_text.delta', item_id: `msg_${n}`, output_index: 0, content_index: 0, delta: `from ${name}`, logprobs: [] },
+      { type: 'response.completed', response: response('completed', usage) },
+    ];
+    res.end(events.map((e, i) => `event: ${e.type}\ndata: ${JSON.stringify({ ...e, sequence_number: i })}\n\n`).join(''));
+  });
+  return s;
+}
+
+interface Fleet {
+  gw: Gateway;
+  servers: ResponsesServer[];
+  client: OpenAI;
+  close(): Promise<void>;
+}
+
+async function fleet(servers: ResponsesServer[], server = '', extra = ''): Promise<Fleet> {
+  const gw = await gatewayFor(fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port })), extra, server));
+  await waitForMetrics(gw);
+  return {
+    gw,
+    servers,
+    client: new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'k', maxRetries: 0 }),
+    async close() {
+      await gw.close();
+      await Promise.all(servers.map((s) => s.backend.close()));
+    },
+  };
+}
+
+async function metric(gw: Gateway, name: string, labels = ''): Promise<number> {
+  const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+  const line = text.split('\n').find((l) => l.startsWith(labels === '' ? `${name} ` : `${name}{`) && l.includes(labels));
+  assert.ok(line !== undefined, `${name}{${labels}} exposed`);
+  return Number(line.slice(line.lastIndexOf(' ') + 1));
+}
+
+/** Every server but `home` looks idle, `home` busy (`waiting` queued): the scorers would send anything elsewhere. */
+async function makeBusy(f: Fleet, home: number, waiting: number): Promise<void> {
+  f.servers.forEach((s, i) => (s.backend.metrics = vllmPage(i === home ? waiting : 0, i === home ? 8 : 0)));
+  const ep = f.gw.pool.endpoints.find((e) => e.name === `e${home}`)!;
+  const at = ep.metricsAt;
+  await until(() => ep.metricsAt > at && ep.metrics?.waiting === waiting, 5000, `e${home} scraped busy`);
+}
+
+const homeOf = (f: Fleet, id: string): number => f.servers.findIndex((s) => s.stored.has(id));
+
+test('a conversation by previous_response_id stays on the server holding it, streamed or not, however busy that server looks', async () => {
+  const f = await fleet(await Promise.all([0, 1, 2, 3].map((i) => responsesServer(`s${i}`))));
+  try {
+    const first = await f.client.responses.create({ model: 'm', input: 'hello' });
+    const home = homeOf(f, first.id);
+    assert.ok(home >= 0, 'the first turn was stored');
+    // Busy (4 waiting: under the detector's threshold of 5) and then saturated (10 waiting): the
+    // queue scorer and then the saturation filter would send a new request elsewhere.
+    let previous = first.id;
+    for (const [waiting, stream] of [[4, false], [4, true], [10, false], [10, true]] as const) {
+      await makeBusy(f, home, waiting);
+      let id: string;
+      if (stream) {
+        const events = [];
+        for await (const e of await f.client.responses.create({ model: 'm', input: 'and then?', previous_response_id: previous, stream: true })) events.push(e);
+        const done = events.at(-1)!;
+        assert.equal(done.type, 'response.completed');
+        id = (done as { response: { id: string } }).response.id;
+      } else {
+        const r = await f.client.responses.create({ model: 'm', input: 'and then?', previous_response_id: previous });
+        assert.equal(r.output_text, `from s${home}`);
+        id = r.id;
+      }
+      assert.equal(homeOf(f, id), home, `turn after ${previous} (waiting ${waiting}, stream ${stream}) served by its home`);
+      previous = id;
+    }
+    assert.deepEqual(f.servers.map((s) => s.served), f.servers.map((_, i) => (i === home ? 5 : 0)));
+    assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 4);
+    assert.equal(await metric(f.gw, 'sluice_stored_responses'), 5);
+    // A request continuing no response is scheduled as usual: away from the busy home.
+    await f.client.responses.create({ model: 'm', input: 'new conversation' });
+    assert.equal(f.servers[home]!.served, 5);
+    await nothingInFlight(f.gw);
+  } finally {
+    await f.close();
+  }
+});
+
+test('an answer the server did not store is not remembered; an unknown id is scheduled as usual and gets the server\'s 404', async () => {
+  const f = await fleet([await responsesServer('a'), await responsesServer('b')]);
+  try {
+    const unstored = await f.client.responses.create({ model: 'm', input: 'hello', store: false });
+    assert.equal((unstored as { store?: unknown }).store, false);
+    assert.equal(await metric(f.gw, 'sluice_stored_responses'), 0);
+    await assert.rejects(f.client.responses.create({ model: 'm', input: 'next', previous_response_id: 'resp_never_seen' }), (err: unknown) => {
+      assert.ok(err instanceof OpenAI.NotFoundError);
+      assert.match(err.message, /Response with id 'resp_never_seen' not found/);
+      return true;
+    });
+    assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="unknown"'), 1);
+    assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 0);
+  } finally {
+    await f.close();
+  }
+});
+
+test('server.storedResponses: 0 remembers nothing', async () => {
+  const f = await fleet([await responsesServer('a'), await responsesServer('b')], '\n  storedResponses: 0');
+  try {
+    const first = await f.client.responses.create({ model: 'm', input: 'hello' });
+    assert.equal((first as { store?: unknown }).store, true);
+    assert.equal(await metric(f.gw, 'sluice_stored_responses'), 0);
+    await makeBusy(f, homeOf(f, first.id), 4);
+    await assert.rejects(f.client.responses.create({ model: 'm', input: 'next', previous_response_id: first.id }), OpenAI.NotFoundError);
+    assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="unknown"'), 1);
+  } finally {
+    await f.close();
+  }
+});
+
+test('the home server gone from the pool: the request is scheduled as usual (unavailable); a home that drops connections is retried alone, then 502', async () => {
+  // s1 stores as the others do, but can be told to drop every connection.
+  let drop = false;
+  const servers = [await responsesServer('s0'), await responsesServer('s1'), await responsesServer('s2')];
+  const dropping = servers[1]!;
+  const answer = dropping.backend.behave;
+  dropping.backend.behave = (r, res) => (drop ? res.socket?.destroy() : answer(r, res));
+  const f = await fleet(servers);
+  try {
+    // Turns until one lands on s1 (the picker takes equal scores in turn).
+    let onS1: string | undefined;
+    for (let i = 0; i < 6 && onS1 === undefined; i++) {
+      const r = await f.client.responses.create({ model: 'm', input: `hello ${i}` });
+      if (homeOf(f, r.id) === 1) onS1 = r.id;
+    }
+    assert.ok(onS1 !== undefined, 'a first turn served by s1');
+    drop = true;
+    const others = servers[0]!.backend.received.length + servers[2]!.backend.received.length;
+    const r = await request(`${f.gw.apiUrl}/v1/responses`, { method: 'POST', body: JSON.stringify({ model: 'm', input: 'next', previous_response_id: onS1 }) });
+    assert.equal(r.statusCode, 502);
+    assert.match(await r.body.text(), /no other endpoint is eligible/);
+    assert.equal(servers[0]!.backend.received.length + servers[2]!.backend.received.length, others, 'no other server got the request');
+    drop = false;
+
+    // s1 removed by a reload: its responses are gone with it.
+    const text = fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port })).filter((e) => e.name !== 'e1'));
+    await f.gw.reload(loadConfigText(text, 'test.yaml', builtinRegistry()));
+    await assert.rejects(f.client.responses.create({ model: 'm', input: 'next', previous_response_id: onS1 }), OpenAI.NotFoundError);
+    assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="unavailable"'), 1);
+    assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 1);
+    await nothingInFlight(f.gw);
+  } finally {
+    await f.close();
+  }
+});
+
+test('P/D: a continued response is served decode-only by its home (a prefill server does not hold it)', async () => {
+  const servers = [await responsesServer('p'), await responsesServer('d0'), await responsesServer('d1')];
+  const extra = `plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: sidecar }
+schedulingProfiles:
+- name: decode
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]
+- name: prefill
+  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer } ]
+`;
+  const roles = ['prefill', 'decode', 'decode'];
+  const gw = await gatewayFor(fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port, labels: { 'llm-d.ai/role': roles[i]! } })), extra));
+  const f: Fleet = {
+    gw,
+    servers,
+    client: new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'k', maxRetries: 0 }),
+    close: async () => {
+      await gw.close();
+      await Promise.all(servers.map((s) => s.backend.close()));
+    },
+  };
+  try {
+    await waitForMetrics(gw);
+    const first = await f.client.responses.create({ model: 'm', input: 'hello' });
+    const home = homeOf(f, first.id);
+    assert.ok(home === 1 || home === 2, 'served by a decode server');
+    const firstLeg = servers[home]!.backend.received.at(-1)!;
+    assert.ok(firstLeg.headers['x-prefiller-host-port'] !== undefined, 'the first turn was disaggregated');
+    await makeBusy(f, home, 4);
+    const next = await f.client.responses.create({ model: 'm', input: 'next', previous_response_id: first.id });
+    assert.equal(homeOf(f, next.id), home);
+    const leg = servers[home]!.backend.received.at(-1)!;
+    assert.equal(leg.headers['x-prefiller-host-port'], undefined, 'decode-only');
+  } finally {
+    await f.close();
+  }
+});
