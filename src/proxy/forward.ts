@@ -34,7 +34,7 @@ import type { Upstreams } from './upstreams.js';
 import { HeldTail } from './held-tail.js';
 import { SpellLog } from './spell-log.js';
 import { responsesAnswerOf, SseUsageScanner, usageFromJson, type Usage } from './usage.js';
-import { homeOf, pinnedTo, type StoredResponses } from './stored-responses.js';
+import { homeOf, pinnedTo, type PreviousResponseResult, type StoredResponses } from './stored-responses.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import { BodyNotRewritableError, decodeOnly, jsonObjectOf, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
@@ -65,6 +65,8 @@ export interface ForwardContext {
   objective: string | undefined;
   priority: number;
   fairnessId: string;
+  /** A Responses API request continuing a stored response: what was known of its server (stored-responses.ts). */
+  previousResponse: PreviousResponseResult | undefined;
   /**
    * The origin of the server holding the response the request continues (`previous_response_id`),
    * when it was eligible at the first attempt: every attempt goes there, or none.
@@ -209,6 +211,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   const home = homeOf(ctx.sreq, candidates, ctx.storedResponses);
   if (home !== undefined) {
     metrics.previousResponseRouting(home.result);
+    ctx.previousResponse = home.result;
     ctx.pinnedOrigin = home.origin;
     candidates = pinnedTo(candidates, home.origin);
   }

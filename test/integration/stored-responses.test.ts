@@ -11,7 +11,8 @@ import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
-import { fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
+import type { Logger } from 'pino';
+import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -79,8 +80,8 @@ interface Fleet {
   close(): Promise<void>;
 }
 
-async function fleet(servers: ResponsesServer[], server = '', extra = ''): Promise<Fleet> {
-  const gw = await gatewayFor(fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port })), extra, server));
+async function fleet(servers: ResponsesServer[], server = '', logger?: Logger): Promise<Fleet> {
+  const gw = await gatewayFor(fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port })), '', server), { logger });
   await waitForMetrics(gw);
   return {
     gw,
@@ -111,7 +112,8 @@ async function makeBusy(f: Fleet, home: number, waiting: number): Promise<void> 
 const homeOf = (f: Fleet, id: string): number => f.servers.findIndex((s) => s.stored.has(id));
 
 test('a conversation by previous_response_id stays on the server holding it, streamed or not, however busy that server looks', async () => {
-  const f = await fleet(await Promise.all([0, 1, 2, 3].map((i) => responsesServer(`s${i}`))));
+  const log = captureLogger('debug');
+  const f = await fleet(await Promise.all([0, 1, 2, 3].map((i) => responsesServer(`s${i}`))), '', log.logger);
   try {
     const first = await f.client.responses.create({ model: 'm', input: 'hello' });
     const home = homeOf(f, first.id);
@@ -139,6 +141,8 @@ test('a conversation by previous_response_id stays on the server holding it, str
     assert.deepEqual(f.servers.map((s) => s.served), f.servers.map((_, i) => (i === home ? 5 : 0)));
     assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 4);
     assert.equal(await metric(f.gw, 'sluice_stored_responses'), 5);
+    const done = log.lines().filter((l) => l.msg === 'request done');
+    assert.deepEqual(done.map((l) => l.previousResponse), [undefined, 'pinned', 'pinned', 'pinned', 'pinned']);
     // A request continuing no response is scheduled as usual: away from the busy home.
     await f.client.responses.create({ model: 'm', input: 'new conversation' });
     assert.equal(f.servers[home]!.served, 5);
