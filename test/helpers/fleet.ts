@@ -34,6 +34,21 @@ pool:
 ${extra}`;
 }
 
+/** Prefill and decode profiles (`queue-scorer` each), every request disaggregated with `connector`: a fleet's `extra`. */
+export const alwaysDisaggProfiles = (connector: 'sidecar' | 'nixlv2' | 'shared-storage'): string => `plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: queue-scorer
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: ${connector} }
+schedulingProfiles:
+- name: decode
+  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]
+- name: prefill
+  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer } ]
+`;
+
 export async function gatewayFor(configText: string, opts: GatewayOptions = {}): Promise<Gateway> {
   const registry = builtinRegistry();
   const loaded = loadConfigText(configText, 'test.yaml', registry);

@@ -6,7 +6,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { captureLogger, fleetConfig, withGateway, type FleetEndpoint } from '../helpers/fleet.js';
+import { alwaysDisaggProfiles, captureLogger, fleetConfig, withGateway, type FleetEndpoint } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 import type { Gateway } from '../../src/app.js';
@@ -31,19 +31,7 @@ async function brokenSample(gw: Gateway, name: string): Promise<number> {
 }
 
 /** Prefill/decode with the nixlv2 connector, every request disaggregated. */
-const PD_PROFILES = `plugins:
-- type: prefill-filter
-- type: decode-filter
-- type: queue-scorer
-- type: always-disagg-pd-decider
-- type: disagg-profile-handler
-  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: nixlv2 }
-schedulingProfiles:
-- name: decode
-  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]
-- name: prefill
-  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer } ]
-`;
+const PD_PROFILES = alwaysDisaggProfiles('nixlv2');
 
 /** Closes every server (withGateway's backend). */
 const closeAll = (servers: FakeBackend[]) => ({ close: async () => void (await Promise.all(servers.map((s) => s.close()))) });
@@ -284,7 +272,7 @@ describe('outlier detection (real servers)', () => {
     ];
     const log = captureLogger();
     try {
-      await withGateway(closeAll([prefill, decode]), outlierConfig(endpoints, '{ stallTimeout: 300ms }', PD_PROFILES.replace('connector: nixlv2', 'connector: sidecar')), async (gw) => {
+      await withGateway(closeAll([prefill, decode]), outlierConfig(endpoints, '{ stallTimeout: 300ms }', alwaysDisaggProfiles('sidecar')), async (gw) => {
         assert.deepEqual(await send(gw, 1, 1), [200]);
         assert.equal(prefill.received.length, 0, 'the sidecar ran the prefill leg (the gateway sends none)');
         assert.deepEqual(log.lines().filter((l) => l['msg']?.toString().startsWith('endpoint stalled')).map((l) => l['endpoint']), []);

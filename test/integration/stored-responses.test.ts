@@ -12,7 +12,7 @@ import type { Gateway } from '../../src/app.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import type { Logger } from 'pino';
-import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
+import { alwaysDisaggProfiles, captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -222,19 +222,7 @@ test('the home server gone from the pool: the request is scheduled as usual (una
 
 test('P/D: a continued response is served decode-only by its home (a prefill server does not hold it)', async () => {
   const servers = [await responsesServer('p'), await responsesServer('d0'), await responsesServer('d1')];
-  const extra = `plugins:
-- type: prefill-filter
-- type: decode-filter
-- type: queue-scorer
-- type: always-disagg-pd-decider
-- type: disagg-profile-handler
-  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: sidecar }
-schedulingProfiles:
-- name: decode
-  plugins: [ { pluginRef: decode-filter }, { pluginRef: queue-scorer } ]
-- name: prefill
-  plugins: [ { pluginRef: prefill-filter }, { pluginRef: queue-scorer } ]
-`;
+  const extra = alwaysDisaggProfiles('sidecar');
   const roles = ['prefill', 'decode', 'decode'];
   const gw = await gatewayFor(fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port, labels: { 'llm-d.ai/role': roles[i]! } })), extra));
   const f: Fleet = {

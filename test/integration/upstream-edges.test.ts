@@ -11,7 +11,7 @@ import zlib from 'node:zlib';
 import OpenAI from 'openai';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
-import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics, withGateway } from '../helpers/fleet.js';
+import { alwaysDisaggProfiles, captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics, withGateway } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, vllmPage } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -304,7 +304,7 @@ test('SSE events split across chunks anywhere, \\r\\n line ends included, reach 
   });
 });
 
-for (const connector of ['nixlv2', 'shared-storage']) {
+for (const connector of ['nixlv2', 'shared-storage'] as const) {
   test(`${connector}: a body nested 1000 levels deep is served with its prefill leg; one nested deeper is refused 400 before either leg`, async () => {
     const [prefill, decode] = [await startFakeBackend(okJson), await startFakeBackend(okJson)];
     const gw = await gatewayFor(
@@ -313,18 +313,7 @@ for (const connector of ['nixlv2', 'shared-storage']) {
           { name: 'p', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
           { name: 'd', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
         ],
-        `plugins:
-- type: prefill-filter
-- type: decode-filter
-- type: always-disagg-pd-decider
-- type: disagg-profile-handler
-  parameters: { deciders: { prefill: always-disagg-pd-decider }, connector: ${connector} }
-schedulingProfiles:
-- name: decode
-  plugins: [ { pluginRef: decode-filter } ]
-- name: prefill
-  plugins: [ { pluginRef: prefill-filter } ]
-`,
+        alwaysDisaggProfiles(connector),
       ),
     );
     try {
