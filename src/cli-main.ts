@@ -138,6 +138,7 @@ async function main(argv: string[]): Promise<number> {
   let [command, ...rest] = argv;
   if (command === 'help') {
     const topic = rest[0] ?? '';
+    if (topic !== '' && topic !== 'sim' && !Object.hasOwn(COMMAND_HELP, topic)) throw new UsageError(`help: unknown command '${topic}'\n${USAGE}`);
     console.log(topic === 'sim' ? simUsage() : (COMMAND_HELP[topic] ?? USAGE));
     return 0;
   }
@@ -220,6 +221,10 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'version':
     case '--version': {
+      if (parse('version', rest, []).help) {
+        console.log(COMMAND_HELP.version);
+        return 0;
+      }
       const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
       console.log(pkg.version);
       return 0;

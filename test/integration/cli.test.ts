@@ -105,6 +105,14 @@ describe('sluice CLI', () => {
     assert.match((await run(['help', 'validate'])).stdout, /^usage: sluice validate --config FILE\n\nPrints the effective configuration/);
     assert.match((await run(['help', 'sim'])).stdout, /^usage: sluice sim [^]*--max-num-seqs N +requests running at once/);
     assert.match((await run(['help', 'version'])).stdout, /^usage: sluice version/);
+    assert.match((await run(['version', '--help'])).stdout, /^usage: sluice version/);
+    // A stray flag or an unknown topic is an argument error, as for every other command.
+    const stray = await run(['version', '--bogus']);
+    assert.equal(stray.code, 1);
+    assert.match(stray.stderr, /^sluice: version: Unknown option '--bogus'/);
+    const unknownTopic = await run(['help', 'bogus']);
+    assert.equal(unknownTopic.code, 1);
+    assert.match(unknownTopic.stderr, /^sluice: help: unknown command 'bogus'\nusage:/);
     assert.match((await run(['demo', '-h'])).stdout, /^usage: sluice demo [^]*Ctrl-C stops it/);
     // Bare: without SLUICE_CONFIG (what the image sets, to serve), the usage and exit 1.
     const bare = await run([], { SLUICE_CONFIG: undefined });
