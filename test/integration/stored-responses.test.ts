@@ -220,7 +220,7 @@ test('the home server gone from the pool: the request is scheduled as usual (una
   }
 });
 
-test('P/D: a continued response is served decode-only by its home (a prefill server does not hold it)', async () => {
+test('P/D: a continued response goes to the decode server holding it, decode-only as every Responses API request', async () => {
   const servers = [await responsesServer('p'), await responsesServer('d0'), await responsesServer('d1')];
   const extra = alwaysDisaggProfiles('sidecar');
   const roles = ['prefill', 'decode', 'decode'];
@@ -239,13 +239,15 @@ test('P/D: a continued response is served decode-only by its home (a prefill ser
     const first = await f.client.responses.create({ model: 'm', input: 'hello' });
     const home = homeOf(f, first.id);
     assert.ok(home === 1 || home === 2, 'served by a decode server');
-    const firstLeg = servers[home]!.backend.received.at(-1)!;
-    assert.ok(firstLeg.headers['x-prefiller-host-port'] !== undefined, 'the first turn was disaggregated');
+    // Decode-only: the routing sidecar passes /v1/responses to its decoder (no prefill leg).
+    assert.equal(servers[home]!.backend.received.at(-1)!.headers['x-prefiller-host-port'], undefined);
     await makeBusy(f, home, 4);
     const next = await f.client.responses.create({ model: 'm', input: 'next', previous_response_id: first.id });
     assert.equal(homeOf(f, next.id), home);
-    const leg = servers[home]!.backend.received.at(-1)!;
-    assert.equal(leg.headers['x-prefiller-host-port'], undefined, 'decode-only');
+    assert.equal(servers[home]!.backend.received.at(-1)!.headers['x-prefiller-host-port'], undefined);
+    assert.equal(servers[0]!.backend.received.length, 0, 'the prefill server got nothing');
+    const decisions = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+    assert.match(decisions, /llm_d_epp_disagg_decision_total\{model_name="m",decision_type="decode-only"\} 2/);
   } finally {
     await f.close();
   }

@@ -190,12 +190,12 @@ describe('disagg-profile-handler', () => {
     assert.throws(() => drive(handler(recordingDecider(true)), makeRequest(), () => ok(d0), onlyPrefill), /no scheduling profile named 'decode'/);
   });
 
-  test('APIs: embeddings are never disaggregated; responses only with the sidecar connector', () => {
+  test('APIs: embeddings and responses are never disaggregated (the routing sidecar passes /v1/responses to its decoder)', () => {
     const req = (api: SchedulingRequest['api']) => ({ ...makeRequest(), api });
     const decide = (api: SchedulingRequest['api'], connector: string) =>
       drive(handler(recordingDecider(true), { connector }), req(api), (p) => ok(p === 'decode' ? d0 : p0)).result.disaggregation?.decision;
     assert.equal(decide('embeddings', 'sidecar'), 'decode-only');
-    assert.equal(decide('responses', 'sidecar'), 'prefill-decode');
+    assert.equal(decide('responses', 'sidecar'), 'decode-only');
     assert.equal(decide('responses', 'nixlv2'), 'decode-only');
     assert.equal(decide('responses', 'shared-storage'), 'decode-only');
     for (const connector of ['sidecar', 'nixlv2', 'shared-storage']) {

@@ -14,8 +14,9 @@
  * proxy counts the decision in `llm_d_epp_disagg_decision_total` once per request and carries it
  * out with `connector`.
  *
- * APIs: `sidecar` disaggregates chat, completions and responses (as the llm-d routing sidecar);
- * `nixlv2` and `shared-storage` chat and completions; embeddings are always decode-only. Under
+ * APIs: chat and completions, whatever the connector (the llm-d routing sidecar runs its P/D
+ * protocol for those two paths and passes any other, `/v1/responses` too, to its decoder as is);
+ * responses and embeddings are always decode-only. Under
  * `nixlv2`, a request for several sequences (`n` > 1) or prompts (a completions batch) is decode-only:
  * its prefill leg's `kv_transfer_params` name one prompt's KV for one sequence.
  *
@@ -50,9 +51,13 @@ export const DISAGG_PROFILE_HANDLER_TYPE = 'disagg-profile-handler';
 
 export const CONNECTORS = ['sidecar', 'nixlv2', 'shared-storage'] as const satisfies readonly ConnectorName[];
 
-/** APIs each connector can run as prefill + decode; anything else is served decode-only. */
+/**
+ * APIs each connector can run as prefill + decode; anything else is served decode-only. The routing
+ * sidecar sends a request of another path straight to its decoder: a prefill endpoint named for
+ * it would be counted busy with a prompt it never gets.
+ */
 const DISAGG_APIS: Readonly<Record<ConnectorName, ReadonlySet<ApiKind>>> = {
-  sidecar: new Set<ApiKind>(['chat', 'completions', 'responses']),
+  sidecar: new Set<ApiKind>(['chat', 'completions']),
   nixlv2: new Set<ApiKind>(['chat', 'completions']),
   'shared-storage': new Set<ApiKind>(['chat', 'completions']),
 };
