@@ -37,7 +37,10 @@ export async function startDemo(opts: DemoOptions) {
   const endpoints = loaded.config.pool.endpoints;
   const fleet = (anyPorts: boolean) =>
     startAllOrNone(
-      endpoints.map((ep) => startSimulator({ host: ep.address, port: anyPorts ? 0 : ep.port, name: ep.name, model, ttftOverheadMs: 30, itlMs: 25 })),
+      // The Responses API store on, as vLLM's VLLM_ENABLE_RESPONSES_API_STORE=1: a conversation continues by previous_response_id.
+      endpoints.map((ep) =>
+        startSimulator({ host: ep.address, port: anyPorts ? 0 : ep.port, name: ep.name, model, ttftOverheadMs: 30, itlMs: 25, responsesStore: true }),
+      ),
     );
   let anyPorts = opts.anyFleetPorts === true;
   let sims;

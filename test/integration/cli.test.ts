@@ -249,6 +249,11 @@ describe('sluice CLI', () => {
       const metrics = await (await request(`${demo.gateway.metricsUrl}/metrics`)).body.text();
       assert.match(metrics, /llm_d_epp_disagg_decision_total\{model_name="sim-model",decision_type="prefill-decode"\} 1/);
       assert.match(metrics, /llm_d_epp_disagg_decision_total\{model_name="sim-model",decision_type="decode-only"\} 1/);
+      // README's Responses API conversation: the second turn goes back to the decode pod that stored the first.
+      const first = await client.responses.create({ model: demo.model, input: DEMO_LONG_PROMPT, max_output_tokens: 2 });
+      const next = await client.responses.create({ model: demo.model, input: 'How long is it?', previous_response_id: first.id, max_output_tokens: 2 });
+      assert.equal(next.previous_response_id, first.id);
+      assert.ok((next.usage?.input_tokens_details.cached_tokens ?? 0) > 0, 'the conversation so far was cached there');
     } finally {
       await demo.close();
     }
