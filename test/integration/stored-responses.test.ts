@@ -12,7 +12,7 @@ import type { Gateway } from '../../src/app.js';
 import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import type { Logger } from 'pino';
-import { alwaysDisaggProfiles, captureLogger, fleetConfig, gatewayFor, nothingInFlight, waitForMetrics } from '../helpers/fleet.js';
+import { alwaysDisaggProfiles, captureLogger, fleetConfig, gatewayFor, nothingInFlight, startFleet, waitForMetrics } from '../helpers/fleet.js';
 import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
@@ -248,6 +248,32 @@ test('P/D: a continued response goes to the decode server holding it, decode-onl
     assert.equal(servers[0]!.backend.received.length, 0, 'the prefill server got nothing');
     const decisions = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
     assert.match(decisions, /llm_d_epp_disagg_decision_total\{model_name="m",decision_type="decode-only"\} 2/);
+  } finally {
+    await f.close();
+  }
+});
+
+test('simulators with the store on: a six-turn conversation through the gateway, streamed every other turn, each turn finding the conversation cached', async () => {
+  const f = await startFleet(4, { responsesStore: true });
+  try {
+    const client = new OpenAI({ baseURL: `${f.gw.apiUrl}/v1`, apiKey: 'k', maxRetries: 0 });
+    const words = 'The keeper opens the lower paddles and the chamber empties into the river below. '.repeat(3);
+    let previous: string | undefined;
+    const cached: number[] = [];
+    for (let turn = 0; turn < 6; turn++) {
+      const body = { model: 'sim-model', input: `${turn}: ${words}`, max_output_tokens: 8, previous_response_id: previous };
+      let response: { id: string; usage?: { input_tokens_details: { cached_tokens: number } } | null };
+      if (turn % 2 === 1) {
+        let done: typeof response | undefined;
+        for await (const e of await client.responses.create({ ...body, stream: true })) if (e.type === 'response.completed') done = e.response;
+        response = done!;
+      } else response = await client.responses.create(body);
+      cached.push(response.usage?.input_tokens_details.cached_tokens ?? 0);
+      previous = response.id;
+    }
+    assert.equal(cached[0], 0);
+    for (let t = 1; t < 6; t++) assert.ok(cached[t]! > cached[t - 1]!, `turn ${t} finds more cached than turn ${t - 1}: ${cached.join(' ')}`);
+    assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 5);
   } finally {
     await f.close();
   }
