@@ -80,7 +80,10 @@ export interface ForwardContext {
   prefillMs: number | undefined;
   /** Time spent in the flow-control queue (0 when it went straight through). */
   queuedMs: number;
-  /** Arrival → first byte of the answer relayed; undefined before it. */
+  /**
+   * Arrival → first token of the answer relayed (its first byte; of an SSE answer its first event, of
+   * a Responses API stream the first past `response.created` and `response.in_progress`); undefined before it.
+   */
   ttftMs: number | undefined;
   usage: Usage | undefined;
   /** A stream answered 200 that the model server ended with an error event: that event's code. */
@@ -172,12 +175,81 @@ export function sseFieldBegins(buf: Buffer, state: { inComment: boolean }): bool
   return false;
 }
 
+/**
+ * A Responses API stream whose answer has not begun: vLLM sends `response.created` and
+ * `response.in_progress` as soon as it accepts the request, before its queue wait and prefill, so
+ * its first token comes with the first event of another type (`response.output_item.added`, then
+ * `response.output_text.delta`s; an error event, or `response.completed`/`failed`/`incomplete`,
+ * ends the wait as well). Fed the answer's chunks until then, it reads whole events only, holding
+ * an unfinished one (across chunks, whatever the split) as the relay does.
+ */
+export class ResponsesOutputWait {
+  private readonly events = new HeldTail(lastEventEnd, 1);
+
+  /** Whether the answer begins in `chunk`: a whole event past the two that open the stream. */
+  push(chunk: Buffer): boolean {
+    const whole = this.events.push(chunk);
+    if (whole.length > 0 && outputEventIn(whole)) return true;
+    // An event too long to hold (the relay passes it on as it comes): the answer, as any first event.
+    return this.events.length > MAX_HELD_EVENT;
+  }
+}
+
+/**
+ * Whether the whole SSE events of `buf` hold one whose type is neither `response.created` nor
+ * `response.in_progress`. An event's type is its `event:` line, or for a server that sends `data:`
+ * lines only, the `"type"` member of its JSON (none, or data that is no JSON: not one of the two).
+ * Comment lines, and a block of no `event:` or `data:` line (`id:`, `retry:`), are no event.
+ */
+export function outputEventIn(buf: Buffer): boolean {
+  let type: string | undefined;
+  let data: string | undefined;
+  for (let i = 0; i < buf.length; ) {
+    let end = i;
+    while (end < buf.length && buf[end] !== LF && buf[end] !== CR) end++;
+    if (end === i) {
+      // A blank line: the event, if any, is whole.
+      if ((type !== undefined || data !== undefined) && !opensResponse(type, data)) return true;
+      type = data = undefined;
+    } else if (buf[i] !== COLON) {
+      let colon = buf.indexOf(COLON, i);
+      if (colon < 0 || colon > end) colon = end;
+      let value = colon + 1;
+      if (buf[value] === SPACE && value < end) value++;
+      const name = buf.toString('latin1', i, colon);
+      if (name === 'event') type = buf.toString('utf8', Math.min(value, end), end);
+      else if (name === 'data') {
+        const line = buf.toString('utf8', Math.min(value, end), end);
+        data = data === undefined ? line : `${data}\n${line}`;
+      }
+    }
+    i = end + (buf[end] === CR && buf[end + 1] === LF ? 2 : 1);
+  }
+  return false;
+}
+
+/** An event that opens a Responses API stream (its type, else its data's), sent before any token. */
+function opensResponse(type: string | undefined, data: string | undefined): boolean {
+  const t = type !== undefined && type !== '' ? type : jsonType(data);
+  return t === 'response.created' || t === 'response.in_progress';
+}
+
+function jsonType(data: string | undefined): unknown {
+  if (data === undefined) return undefined;
+  try {
+    return (JSON.parse(data) as { type?: unknown } | null)?.type;
+  } catch {
+    return undefined;
+  }
+}
+
 const MAX_JSON_CAPTURE = 1 << 20;
 /** An SSE event held back this long without its end is relayed as it comes after all. */
 const MAX_HELD_EVENT = 1 << 20;
 const LF = 0x0a;
 const CR = 0x0d;
 const COLON = 0x3a;
+const SPACE = 0x20;
 /**
  * A JSON decode answer whose cached_tokens is rewritten is held whole up to this size, then relayed as
  * is: held, it reads on whether or not its client does, so a stalled client keeps all of it (1 MiB, as
@@ -483,10 +555,15 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private captured: Buffer[] | undefined = undefined;
   private capturedBytes = 0;
   private first = true;
-  /** Its TTFT is taken: the first body byte, or of an SSE answer the first event (not a comment). */
+  /**
+   * Its TTFT is taken: the first body byte, or of an SSE answer the first event (not a comment); of a
+   * Responses API stream, the first past `response.created` and `response.in_progress`.
+   */
   private answered = false;
   /** SSE: the comment-only start of the answer so far (sseFieldBegins). */
   private readonly sseStart = { inComment: false };
+  /** A Responses API stream until its answer begins (then dropped): what it sent so far. */
+  private outputWait: ResponsesOutputWait | undefined = undefined;
   /** Clock time the request left for the endpoint (its first-byte latency runs from here). */
   private sentAt = 0;
   /** A non-SSE answer's status line waits for its first body byte: until then a failure can still be a §5 error. */
@@ -656,7 +733,9 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const rewrite = cachedTokens !== undefined && is2xx(status) && (encoding === undefined || encoding === 'identity');
     if (rewrite) delete headers['content-length'];
     if (sse) {
-      this.scanner = ctx.sseScanner = new SseUsageScanner(ctx.sreq.api === 'responses');
+      const responses = ctx.sreq.api === 'responses';
+      this.scanner = ctx.sseScanner = new SseUsageScanner(responses);
+      if (responses && is2xx(status)) this.outputWait = new ResponsesOutputWait();
       if (rewrite) this.sseRewriter = new SseCachedTokensRewriter(cachedTokens);
     } else if (rewrite) {
       // A JSON answer whose usage is rewritten goes out whole, with its new length, once complete.
@@ -694,8 +773,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       this.first = false;
       const now = ctx.clock.now();
       ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
-      if (!this.sse || sseFieldBegins(chunk, this.sseStart)) this.answer(now);
-    } else if (!this.answered && sseFieldBegins(chunk, this.sseStart)) this.answer(ctx.clock.now());
+      if (!this.sse || this.answerBegins(chunk)) this.answer(now);
+    } else if (!this.answered && this.answerBegins(chunk)) this.answer(ctx.clock.now());
     if (this.mode === Mode.Buffer) {
       this.captured!.push(chunk);
       this.capturedBytes += chunk.length;
@@ -749,9 +828,18 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     }
   }
 
-  /** The answer's first token (its first byte, or an SSE answer's first event) reached the gateway. */
+  /**
+   * SSE, not yet answered: whether the answer begins in `chunk` (its first event; of a Responses API
+   * stream, the first that is neither `response.created` nor `response.in_progress`).
+   */
+  private answerBegins(chunk: Buffer): boolean {
+    return this.outputWait === undefined ? sseFieldBegins(chunk, this.sseStart) : this.outputWait.push(chunk);
+  }
+
+  /** The answer's first token (its first byte, or an SSE answer's first event: answerBegins) reached the gateway. */
   private answer(now: number): void {
     this.answered = true;
+    this.outputWait = undefined;
     firstAnswerByte(this.ctx, this.sse, now);
     this.promptDone();
   }

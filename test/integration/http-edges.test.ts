@@ -7,11 +7,13 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import type { ServerResponse } from 'node:http';
 import { request } from 'undici';
 import type { Gateway } from '../../src/app.js';
 import { captureLogger, fleetConfig, gatewayFor, nothingInFlight, startFleet, waitForMetrics, withGateway } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, slowJson, vllmPage, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
+import { startSimulator } from '../../src/sim/server.js';
 
 /** Sends raw bytes, returns everything the server sent until it closed (or `ms` passed). */
 function raw(port: number, text: string, ms = 3000): Promise<string> {
@@ -245,6 +247,131 @@ test("TTFT of a stream is its first event, not a keep-alive comment before it; t
     assert.ok(sum('llm_d_epp_request_ttft_seconds') >= 0.29, m);
     assert.ok(sum('sluice_endpoint_first_byte_seconds') < sum('llm_d_epp_request_ttft_seconds'), m);
   });
+});
+
+/** A Responses API stream event as vLLM writes it (`event:` and `data:` lines), or its `data:` line alone. */
+const responsesEvent = (type: string, sequence: number, dataOnly: boolean, fields: Record<string, unknown> = {}) =>
+  `${dataOnly ? '' : `event: ${type}\n`}data: ${JSON.stringify({ type, sequence_number: sequence, ...fields })}\n\n`;
+/** How long the model server below holds a Responses API stream's first output after its opening events. */
+const OUTPUT_DELAY_MS = 300;
+
+/**
+ * A model server that opens each Responses API stream as vLLM does once it accepts the request —
+ * response.created and response.in_progress at once, before its queue wait and prefill — and holds
+ * the rest until the test calls `output` (not before OUTPUT_DELAY_MS after the request arrived).
+ */
+async function heldResponsesBackend(dataOnly: boolean) {
+  const held: { res: ServerResponse; at: number }[] = [];
+  const backend = await startFakeBackend((_r, res) => {
+    const at = performance.now();
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const initial = { response: { id: 'resp_1', object: 'response', status: 'in_progress', output: [] } };
+    res.write(responsesEvent('response.created', 0, dataOnly, initial) + responsesEvent('response.in_progress', 1, dataOnly, initial));
+    held.push({ res, at });
+  });
+  const output = async (): Promise<void> => {
+    const { res, at } = held.shift()!;
+    await new Promise((resolve) => setTimeout(resolve, at + OUTPUT_DELAY_MS + 1 - performance.now()));
+    res.end(
+      responsesEvent('response.output_item.added', 2, dataOnly, { output_index: 0 }) +
+        responsesEvent('response.output_text.delta', 3, dataOnly, { output_index: 0, delta: 'hi' }) +
+        responsesEvent('response.completed', 4, dataOnly, { response: { id: 'resp_1', status: 'completed', usage: { input_tokens: 3, output_tokens: 1 } } }),
+    );
+  };
+  return { backend, held, output };
+}
+
+/** Sends a streamed Responses API request; `text()` is what has arrived of the answer so far. */
+async function streamResponses(gw: Gateway, requestId: string) {
+  const r = await request(`${gw.apiUrl}/v1/responses`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-request-id': requestId },
+    body: JSON.stringify({ model: 'm', input: 'a prompt of some tokens to compute', stream: true }),
+  });
+  let text = '';
+  r.body.setEncoding('utf8');
+  r.body.on('data', (c: string) => (text += c));
+  const ended = new Promise((resolve) => r.body.once('end', resolve).once('error', resolve));
+  return { r, text: () => text, ended };
+}
+
+for (const dataOnly of [false, true]) {
+  test(`TTFT of a Responses API stream is its first event past response.created and response.in_progress, which vLLM sends before its queue wait and prefill (${dataOnly ? 'data: lines only, typed by their JSON' : 'event: lines, as vLLM'}); until then the request waits for its first byte and its prompt is counted on the endpoint`, async () => {
+    const { backend, held, output } = await heldResponsesBackend(dataOnly);
+    const debug = captureLogger('debug');
+    await withGateway(
+      backend,
+      fleetConfig([{ name: 'b', port: backend.port }]),
+      async (gw) => {
+        const answer = await streamResponses(gw, 'resp-ttft');
+        assert.equal(answer.r.statusCode, 200);
+        await until(() => answer.text().includes('response.in_progress'), 5000, 'the opening events relayed');
+        assert.equal(held.length, 1);
+        const { requests } = (await (await request(`${gw.metricsUrl}/debug/requests`)).body.json()) as { requests: Record<string, unknown>[] };
+        assert.deepEqual(
+          requests.map((r) => [r.requestId, r.state, r.ttftMs]),
+          [['resp-ttft', 'waiting_first_byte', null]],
+        );
+        assert.ok(gw.pool.endpoints[0]!.inFlightTokens > 0, 'its prompt is still being computed');
+        await output();
+        await answer.ended;
+        assert.match(answer.text(), /response\.output_text\.delta[^]*response\.completed/);
+        await until(() => debug.lines().some((l) => l.msg === 'request done'), 3000, 'request done');
+        const done = debug.lines().find((l) => l.msg === 'request done')!;
+        assert.equal(done.requestId, 'resp-ttft');
+        assert.ok(Number(done.ttftMs) >= OUTPUT_DELAY_MS && Number(done.durationMs) >= Number(done.ttftMs), JSON.stringify(done));
+        const m = await metricsText(gw);
+        const sum = (name: string) => Number(new RegExp(`^${name}_sum\\{[^}]*\\} (\\S+)$`, 'm').exec(m)![1]);
+        assert.match(m, /^llm_d_epp_request_ttft_seconds_count\{model_name="m",target_model_name="m",streaming="true"\} 1$/m);
+        assert.ok(sum('llm_d_epp_request_ttft_seconds') >= OUTPUT_DELAY_MS / 1000, m);
+        // The endpoint's first byte is its response.created, as before.
+        assert.ok(sum('sluice_endpoint_first_byte_seconds') < OUTPUT_DELAY_MS / 1000, m);
+        await nothingInFlight(gw);
+      },
+      { logger: debug.logger },
+    );
+  });
+}
+
+test('a client that leaves a Responses API stream after response.created and response.in_progress is counted cancelled waiting for its first byte; one that leaves after its first output, streaming', async () => {
+  const { backend, held } = await heldResponsesBackend(false);
+  await withGateway(backend, fleetConfig([{ name: 'b', port: backend.port }]), async (gw) => {
+    const cancelled = async () => {
+      const re = /^sluice_request_cancelled_total\{model_name="m",target_model_name="m",stage="(\w+)"\} (\d+)$/gm;
+      return Object.fromEntries([...(await metricsText(gw)).matchAll(re)].map((m) => [m[1], Number(m[2])]));
+    };
+    const opened = await streamResponses(gw, 'resp-left-early');
+    await until(() => opened.text().includes('response.in_progress'), 5000, 'the opening events relayed');
+    opened.r.body.destroy();
+    await until(async () => (await cancelled()).waiting_first_byte === 1, 3000, 'counted waiting_first_byte');
+    const begun = await streamResponses(gw, 'resp-left-later');
+    await until(() => held.length === 2 && begun.text().includes('response.in_progress'), 5000, 'the second stream opened');
+    held[1]!.res.write(responsesEvent('response.output_item.added', 2, false, { output_index: 0 }));
+    await until(() => begun.text().includes('response.output_item.added'), 5000, 'its first output relayed');
+    begun.r.body.destroy();
+    await until(async () => (await cancelled()).streaming === 1, 3000, 'counted streaming');
+    assert.deepEqual(await cancelled(), { queued: 0, waiting_first_byte: 1, streaming: 1 });
+    await nothingInFlight(gw);
+  });
+});
+
+test("TTFT of a Responses API stream from the simulator (vLLM's events, opened once accepted) is its first output, after the simulated time to first token", async () => {
+  const debug = captureLogger('debug');
+  const sim = await startSimulator({ name: 'sim-0', model: 'm', ttftOverheadMs: OUTPUT_DELAY_MS, prefillMsPerToken: 0, itlMs: 1 });
+  await withGateway(
+    sim,
+    fleetConfig([{ name: 'sim-0', port: sim.port }]),
+    async (gw) => {
+      const answer = await streamResponses(gw, 'resp-sim');
+      await answer.ended;
+      assert.match(answer.text(), /^event: response\.created\n[^]*event: response\.completed\n/);
+      await until(() => debug.lines().some((l) => l.msg === 'request done'), 3000, 'request done');
+      const done = debug.lines().find((l) => l.msg === 'request done')!;
+      // The simulator's timer, not the gateway's clock: a millisecond of leeway.
+      assert.ok(Number(done.ttftMs) >= OUTPUT_DELAY_MS - 1, JSON.stringify(done));
+    },
+    { logger: debug.logger },
+  );
 });
 
 for (const code of [500, 400]) {
