@@ -724,7 +724,7 @@ export class GatewayMetrics {
     });
     this.requestTtft = fastHistogram({
       name: 'llm_d_epp_request_ttft_seconds',
-      help: 'Time to first token in seconds, from arrival at the gateway to the first answer byte relayed (streaming="true": first SSE event).',
+      help: 'Time to first token in seconds, from arrival at the gateway to the first answer byte relayed (streaming="true": first SSE event; of a Responses API stream, the first past response.created and response.in_progress).',
       labelNames: [...modelLabels, 'streaming'],
       buckets: LATENCY_BUCKETS_SECONDS,
     });
