@@ -33,8 +33,8 @@ import type { ModelRequestMetrics, UpstreamErrorKind } from '../metrics/metrics.
 import type { Upstreams } from './upstreams.js';
 import { HeldTail } from './held-tail.js';
 import { SpellLog } from './spell-log.js';
-import { responsesAnswerOf, SseUsageScanner, usageFromJson, type Usage } from './usage.js';
-import { homeOf, pinnedTo, type PreviousResponseResult, type StoredResponses } from './stored-responses.js';
+import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
+import { candidatesFor, homeOf, responseIdAtHead, serverAt, type PreviousResponseResult, type StoredResponses } from './stored-responses.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import { BodyNotRewritableError, decodeOnly, jsonObjectOf, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
@@ -69,9 +69,14 @@ export interface ForwardContext {
   previousResponse: PreviousResponseResult | undefined;
   /**
    * The origin of the server holding the response the request continues (`previous_response_id`),
-   * when it was eligible at the first attempt: every attempt goes there, or none.
+   * when it was in the pool at the first attempt: every attempt goes there, or none.
    */
   pinnedOrigin: string | undefined;
+  /**
+   * A Responses API request that did not say `store: false` (vLLM stores by default, when its store
+   * is on), with `server.storedResponses` on: the id of its answer is remembered with its server.
+   */
+  recordsResponseId: boolean;
   /** The endpoint of the last attempt, and how many attempts were made (retries after connection failures). */
   endpoint: string | undefined;
   attempts: number;
@@ -244,6 +249,9 @@ function jsonType(data: string | undefined): unknown {
 }
 
 const MAX_JSON_CAPTURE = 1 << 20;
+/** Bytes of a JSON Responses API answer kept to read its id (its first member): a longest id, escaped, fits. */
+const ID_HEAD_BYTES = 2048;
+const EMPTY = Buffer.alloc(0);
 /** An SSE event held back this long without its end is relayed as it comes after all. */
 const MAX_HELD_EVENT = 1 << 20;
 const LF = 0x0a;
@@ -280,12 +288,15 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   if (res.destroyed || ctx.req.socket?.destroyed) return 0;
   const retries = rt.config.server.upstream.retries;
   let candidates: readonly Endpoint[] = pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
-  const home = homeOf(ctx.sreq, candidates, ctx.storedResponses);
-  if (home !== undefined) {
-    metrics.previousResponseRouting(home.result);
-    ctx.previousResponse = home.result;
-    ctx.pinnedOrigin = home.origin;
-    candidates = pinnedTo(candidates, home.origin);
+  if (ctx.sreq.api === 'responses') {
+    const home = homeOf(ctx.sreq, pool.endpoints, ctx.storedResponses);
+    if (home !== undefined) {
+      metrics.previousResponseRouting(home.result);
+      ctx.previousResponse = home.result;
+      ctx.pinnedOrigin = home.endpoint?.origin;
+      candidates = candidatesFor(home, candidates);
+    }
+    ctx.recordsResponseId = ctx.storedResponses.enabled && ctx.sreq.body.store !== false;
   }
   /** Servers a connection failed on (by origin: an endpoint a reload moved is a new server). */
   let failedOrigins: string[] | undefined;
@@ -359,7 +370,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       else (failedOrigins ??= []).push(ep.origin);
       const failed = failedOrigins ?? [];
       const lost = lostOnce ?? [];
-      const eligible = pinnedTo(pool.eligibleFor(ctx.sreq.model, ctx.clock.now()), ctx.pinnedOrigin);
+      const pinned = ctx.pinnedOrigin === undefined ? undefined : serverAt(pool.endpoints, ctx.pinnedOrigin);
+      const eligible = ctx.pinnedOrigin === undefined ? pool.eligibleFor(ctx.sreq.model, ctx.clock.now()) : pinned === undefined ? [] : [pinned];
       const untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
       const notFailed = eligible.filter((c) => !failed.includes(c.origin));
       candidates = untried.length > 0 ? untried : notFailed;
@@ -418,8 +430,8 @@ function connectFailed(ctx: ForwardContext, timedOut: boolean, detail: string, m
 function logDecision(ctx: ForwardContext, attempt: number, outcome: SchedulingOutcome, profiles: DecisionTrace): void {
   ctx.logger.debug(
     outcome.ok
-      ? { requestId: ctx.requestId, model: ctx.sreq.model, attempt, target: outcome.target.name, disaggregation: outcome.result.disaggregation?.decision, profiles }
-      : { requestId: ctx.requestId, model: ctx.sreq.model, attempt, refused: outcome.reason, message: outcome.message, profiles },
+      ? { requestId: ctx.requestId, model: ctx.sreq.model, attempt, previousResponse: ctx.previousResponse, target: outcome.target.name, disaggregation: outcome.result.disaggregation?.decision, profiles }
+      : { requestId: ctx.requestId, model: ctx.sreq.model, attempt, previousResponse: ctx.previousResponse, refused: outcome.reason, message: outcome.message, profiles },
     'scheduling decision',
   );
 }
@@ -551,6 +563,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   private doneRelayed = false;
   private scanner: SseUsageScanner | undefined = undefined;
   private sseRewriter: SseCachedTokensRewriter | undefined = undefined;
+  /** A JSON Responses API answer whose id is remembered: its first bytes, where the id is (responseIdAtHead). */
+  private idHead: Buffer | undefined = undefined;
   /** Chunks kept: the whole answer (Buffer, HoldJson) or its first MiB for usage (Stream, status 200). */
   private captured: Buffer[] | undefined = undefined;
   private capturedBytes = 0;
@@ -731,6 +745,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const sse = (this.sse =
       typeof contentType === 'string' && contentType.startsWith('text/event-stream') && (encoding === undefined || encoding === 'identity'));
     const rewrite = cachedTokens !== undefined && is2xx(status) && (encoding === undefined || encoding === 'identity');
+    if (!sse && ctx.recordsResponseId && is2xx(status)) this.idHead = EMPTY;
     if (rewrite) delete headers['content-length'];
     if (sse) {
       const responses = ctx.sreq.api === 'responses';
@@ -775,6 +790,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
       if (!this.sse || this.answerBegins(chunk)) this.answer(now);
     } else if (!this.answered && this.answerBegins(chunk)) this.answer(ctx.clock.now());
+    const head = this.idHead;
+    if (head !== undefined && head.length < ID_HEAD_BYTES) this.idHead = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
     if (this.mode === Mode.Buffer) {
       this.captured!.push(chunk);
       this.capturedBytes += chunk.length;
@@ -911,16 +928,15 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       res.writeHead(this.status, this.headers);
       res.end(body);
     }
-    const answer = whole ?? (this.captured !== undefined && this.mode === Mode.Stream ? Buffer.concat(this.captured, this.capturedBytes) : undefined);
-    let usage: Usage | undefined;
-    if (this.scanner !== undefined) {
-      usage = this.scanner.usage;
-      this.stored(this.scanner.storedResponseId);
-    } else if (answer !== undefined && ctx.sreq.api === 'responses') {
-      const read = responsesAnswerOf(answer);
-      usage = read.usage;
-      this.stored(read.storedId);
-    } else if (answer !== undefined) usage = usageFromJson(answer);
+    const usage: Usage | undefined =
+      this.scanner !== undefined
+        ? this.scanner.usage
+        : whole !== undefined
+          ? usageFromJson(whole)
+          : this.captured !== undefined && this.mode === Mode.Stream
+            ? usageFromJson(Buffer.concat(this.captured, this.capturedBytes))
+            : undefined;
+    if (ctx.recordsResponseId) this.remember(this.scanner !== undefined ? this.scanner.responseId : this.idHead && responseIdAtHead(this.idHead));
     if (usage) {
       ctx.usage = usage;
       ctx.modelMetrics.tokens(usage.promptTokens, usage.completionTokens);
@@ -936,8 +952,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     this.done({ kind: 'done', status: this.status });
   }
 
-  /** The whole 2xx answer relayed was a response the server stored: a request continuing it comes back here. */
-  private stored(id: string | undefined): void {
+  /** The whole 2xx Responses API answer relayed was response `id`: a request continuing it comes back here. */
+  private remember(id: string | undefined): void {
     if (id !== undefined && is2xx(this.status)) this.ctx.storedResponses.remember(id, this.ep.origin);
   }
 

@@ -30,7 +30,7 @@ import { outcomeToHttp } from '../flowcontrol/outcomes.js';
 import { parseSloTtftHeader } from '../flowcontrol/policies/index.js';
 import { parseRequestTtlHeader } from '../flowcontrol/request-ttl.js';
 import { AgeList } from '../util/age-list.js';
-import { homeOf, pinnedTo, type StoredResponses } from './stored-responses.js';
+import { candidatesFor, homeOf, type StoredResponses } from './stored-responses.js';
 
 export interface ApiServerDeps {
   runtime: () => ProxyRuntime;
@@ -515,6 +515,7 @@ export class ApiServer {
       fairnessId: 'default-flow',
       previousResponse: undefined,
       pinnedOrigin: undefined,
+      recordsResponseId: false,
       endpoint: undefined,
       attempts: 0,
       prefillEndpoint: undefined,
@@ -631,8 +632,9 @@ class Queued implements FlowRequest, ClientWatcher {
     // An ejected endpoint is no favourite to wait for: it takes no requests (outlier detection).
     // Over the candidates dispatch will schedule over (forward.ts): its model's servers in a mixed
     // pool; the server holding the response it continues, when pinned there.
-    const candidates = ctx.pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
-    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, pinnedTo(candidates, homeOf(ctx.sreq, candidates, ctx.storedResponses)?.origin));
+    const eligible = ctx.pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
+    const home = ctx.sreq.api === 'responses' ? homeOf(ctx.sreq, ctx.pool.endpoints, ctx.storedResponses) : undefined;
+    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, candidatesFor(home, eligible));
   }
 
   /** The flow controller swallows a callback's error: one here must still end the request (a 500 from handleApi). */

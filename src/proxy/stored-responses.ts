@@ -3,13 +3,16 @@
  *
  * vLLM keeps a response made with `store: true` (when started with VLLM_ENABLE_RESPONSES_API_STORE)
  * in that server's memory alone, and a request naming it in `previous_response_id` is built from it:
- * any other server answers 404 "Response with id '…' not found.". So Sluice remembers, for each
- * stored response it relayed, the server that made it (by origin: an endpoint a reload moved to
- * another address is another server), and sends a request continuing it to that server while it is
- * eligible, whatever the scorers say; its prefix cache holds the conversation too.
+ * any other server answers 404 "Response with id '…' not found.". vLLM's answer does not say
+ * whether it stored the response, so Sluice remembers, for each Responses API answer it relayed
+ * whole (2xx) to a request that did not say `store: false`, the server that made it (by origin: an
+ * endpoint a reload moved to another address is another server), and sends a request continuing it
+ * to that server while it is in the pool, whatever the scorers say; its prefix cache holds the
+ * conversation too.
  *
- * Bounded: the newest `capacity` responses (`server.storedResponses`); an id it forgot, or never
- * saw (another Sluice replica relayed it), is scheduled as usual.
+ * Bounded: the newest `capacity` responses (`server.storedResponses`), ids of at most
+ * MAX_RESPONSE_ID_LENGTH characters; an id it forgot, or never saw (another Sluice replica relayed
+ * it), is scheduled as usual.
  */
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { SchedulingRequest } from '../scheduling/framework.js';
@@ -24,6 +27,11 @@ export class StoredResponses {
 
   constructor(private capacity: number) {}
 
+  /** Whether it remembers anything (a capacity of 0 turns it off). */
+  get enabled(): boolean {
+    return this.capacity > 0;
+  }
+
   get size(): number {
     return this.origins.size;
   }
@@ -34,8 +42,9 @@ export class StoredResponses {
     this.evict();
   }
 
+  /** Remembers `id`'s server; an id longer than MAX_RESPONSE_ID_LENGTH is not remembered (bounded memory). */
   remember(id: string, origin: string): void {
-    if (this.capacity === 0) return;
+    if (this.capacity === 0 || id.length > MAX_RESPONSE_ID_LENGTH) return;
     // Re-inserted: a known id moves to the newest end.
     this.origins.delete(id);
     this.origins.set(id, origin);
@@ -63,40 +72,84 @@ export function previousResponseId(req: SchedulingRequest): string | undefined {
   return typeof id === 'string' && id !== '' ? id : undefined;
 }
 
+/** Where a request continuing a stored response goes (forward.ts): what was known of its server, and that server. */
+export interface Home {
+  result: PreviousResponseResult;
+  /** Set when `pinned`: the server holding the response. */
+  endpoint?: Endpoint;
+}
+
 /**
- * The origin of the server holding the response `req` continues and what that means for it: pinned
- * there when it is one of the `candidates`; `unavailable` when it is not (it left the pool, or is
- * ejected); `unknown` when no stored response of that id was relayed (or it was forgotten).
- * Undefined for a request that continues no response.
+ * The server holding the response `req` continues: `pinned` there while it is in the pool — even
+ * when outlier detection set it aside, since any other server would answer 404 for sure; `unavailable`
+ * when it left the pool (or moved to another address); `unknown` when no response of that id was
+ * relayed (or it was forgotten). Undefined for a request that continues no response.
  */
-export function homeOf(
-  req: SchedulingRequest,
-  candidates: readonly Endpoint[],
-  stored: StoredResponses,
-): { result: PreviousResponseResult; origin?: string } | undefined {
+export function homeOf(req: SchedulingRequest, pool: readonly Endpoint[], stored: StoredResponses): Home | undefined {
   const id = previousResponseId(req);
   if (id === undefined) return undefined;
   const origin = stored.originOf(id);
-  if (origin === undefined) return { result: 'unknown' };
-  for (const c of candidates) if (c.origin === origin) return { result: 'pinned', origin };
-  return { result: 'unavailable' };
+  if (origin === undefined) return UNKNOWN;
+  const endpoint = serverAt(pool, origin);
+  return endpoint === undefined ? UNAVAILABLE : { result: 'pinned', endpoint };
 }
 
-/** The candidates of a request pinned to `origin`: that server alone, or none when it is not among them. */
-export function pinnedTo(candidates: readonly Endpoint[], origin: string | undefined): readonly Endpoint[] {
-  if (origin === undefined) return candidates;
-  for (const c of candidates) if (c.origin === origin) return [c];
-  return [];
+const UNKNOWN: Home = Object.freeze({ result: 'unknown' });
+const UNAVAILABLE: Home = Object.freeze({ result: 'unavailable' });
+
+/** The candidates of a request: its home alone when pinned, else `eligible`. */
+export const candidatesFor = (home: Home | undefined, eligible: readonly Endpoint[]): readonly Endpoint[] =>
+  home?.endpoint !== undefined ? [home.endpoint] : eligible;
+
+/** The endpoint of `pool` at `origin` (an endpoint's address and port are unique). */
+export function serverAt(pool: readonly Endpoint[], origin: string): Endpoint | undefined {
+  for (const e of pool) if (e.origin === origin) return e;
+  return undefined;
 }
+
+/** Longest response id remembered: vLLM's are 37 characters, but its `request_id` lets a client choose one. */
+export const MAX_RESPONSE_ID_LENGTH = 256;
+
+/** The id of a Responses API response object (a JSON answer, or a stream event's `response`). */
+export function responseIdOf(response: unknown): string | undefined {
+  if (typeof response !== 'object' || response === null) return undefined;
+  const { id, object } = response as { id?: unknown; object?: unknown };
+  return typeof id === 'string' && id !== '' && object === 'response' ? id : undefined;
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
 
 /**
- * The id of a stored response in a Responses API answer (the response object: the JSON answer, or
- * a stream event's `response`), when the server says it stored it: `store` true, or absent (a server
- * that does not say). Undefined for anything else.
+ * The id of a JSON Responses API answer from its first bytes: vLLM and OpenAI write `id` as the
+ * response object's first member, so a large answer (logprobs) need not be kept or parsed whole.
+ * Undefined when the answer does not begin `{"id":"…"`.
  */
-export function storedResponseId(response: unknown): string | undefined {
-  if (typeof response !== 'object' || response === null) return undefined;
-  const { id, object, store } = response as { id?: unknown; object?: unknown; store?: unknown };
-  if (typeof id !== 'string' || id === '' || object !== 'response' || store === false) return undefined;
-  return id;
+export function responseIdAtHead(head: Buffer): string | undefined {
+  let i = head[0] === 0xef && head[1] === 0xbb && head[2] === 0xbf ? 3 : 0; // a byte-order mark
+  const skip = (): void => {
+    while (i < head.length && (head[i] === 0x20 || head[i] === 0x0a || head[i] === 0x0d || head[i] === 0x09)) i++;
+  };
+  skip();
+  if (head[i++] !== 0x7b /* { */) return undefined;
+  skip();
+  if (head.toString('latin1', i, i + 4) !== '"id"') return undefined;
+  i += 4;
+  skip();
+  if (head[i++] !== 0x3a /* : */) return undefined;
+  skip();
+  if (head[i] !== QUOTE) return undefined;
+  const start = i;
+  for (i++; i < head.length && i - start <= MAX_RESPONSE_ID_LENGTH * 6; i++) {
+    if (head[i] === BACKSLASH) i++;
+    else if (head[i] === QUOTE) {
+      try {
+        const id: unknown = JSON.parse(head.toString('utf8', start, i + 1));
+        return typeof id === 'string' && id !== '' ? id : undefined;
+      } catch {
+        return undefined;
+      }
+    }
+  }
+  return undefined;
 }

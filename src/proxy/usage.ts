@@ -6,7 +6,7 @@
  * `response.completed` event.
  */
 import { HeldTail, lastLineEnd } from './held-tail.js';
-import { storedResponseId } from './stored-responses.js';
+import { responseIdOf } from './stored-responses.js';
 
 export interface Usage {
   promptTokens: number;
@@ -51,19 +51,6 @@ export function usageFromJson(body: Buffer | string): Usage | undefined {
     return usageFrom(JSON.parse(buf.toString('utf8')));
   } catch {
     return undefined;
-  }
-}
-
-/**
- * A complete Responses API JSON answer, parsed once: its usage, and its id when the server stored it
- * (stored-responses.ts).
- */
-export function responsesAnswerOf(body: Buffer): { usage: Usage | undefined; storedId: string | undefined } {
-  try {
-    const answer: unknown = JSON.parse(body.toString('utf8'));
-    return { usage: usageFrom(answer), storedId: storedResponseId(answer) };
-  } catch {
-    return { usage: undefined, storedId: undefined };
   }
 }
 
@@ -130,6 +117,7 @@ const NL = 0x0a;
 const MAX_HELD_BYTES = 1 << 20;
 
 const ERROR_KEY = Buffer.from('"error"', 'latin1');
+const CREATED_KEY = Buffer.from('"response.created"', 'latin1');
 /** Unescaped, so never inside a JSON string (a quote there is `\"`): only an event's own member. */
 const SEQUENCE_KEY = Buffer.from('"sequence_number":', 'latin1');
 
@@ -148,10 +136,10 @@ export class SseUsageScanner {
   /** Responses API streams: the `sequence_number` the next event would carry (the last seen + 1). */
   nextSequenceNumber = 0;
   /**
-   * Responses API streams: the id of the response, once an event with its usage (the last,
-   * `response.completed`) shows it stored (stored-responses.ts).
+   * Responses API streams: the id of the response (stored-responses.ts), from its first event
+   * (`response.created`, small whatever the answer's size), or else one that carries usage.
    */
-  storedResponseId: string | undefined = undefined;
+  responseId: string | undefined = undefined;
 
   /** `sequenced`: a Responses API stream, whose events are numbered (an error event Sluice adds follows on). */
   constructor(private readonly sequenced = false) {}
@@ -163,7 +151,10 @@ export class SseUsageScanner {
     const lastNl = complete.length - 1;
     this.scanLines(complete, USAGE_KEY, lastNl);
     if (this.errorCode === undefined) this.scanLines(complete, ERROR_KEY, lastNl);
-    if (this.sequenced) this.lastSequenceNumber(complete);
+    if (this.sequenced) {
+      if (this.responseId === undefined) this.scanLines(complete, CREATED_KEY, lastNl);
+      this.lastSequenceNumber(complete);
+    }
   }
 
   private lastSequenceNumber(buf: Buffer): void {
@@ -184,8 +175,23 @@ export class SseUsageScanner {
       const end = buf.indexOf(NL, at);
       const text = buf.toString('utf8', buf.lastIndexOf(NL, at) + 1, end);
       if (key === USAGE_KEY) this.line(text);
-      else if (this.errorLine(text)) return;
+      else if (key === CREATED_KEY) {
+        if (this.createdLine(text)) return;
+      } else if (this.errorLine(text)) return;
       at = buf.indexOf(key, end);
+    }
+  }
+
+  /** A complete line that mentions "response.created": true when it gave the response's id. */
+  private createdLine(text: string): boolean {
+    if (!text.startsWith('data:')) return false;
+    try {
+      const event = JSON.parse(text.slice(5)) as { type?: unknown; response?: unknown } | null;
+      if (event?.type !== 'response.created') return false;
+      this.responseId = responseIdOf(event.response);
+      return this.responseId !== undefined;
+    } catch {
+      return false; // not JSON: a token that says "response.created"
     }
   }
 
@@ -221,8 +227,8 @@ export class SseUsageScanner {
       const event: unknown = JSON.parse(text.slice(s, e));
       const u = usageFrom(event);
       if (u) this.usage = u;
-      if (this.sequenced && typeof event === 'object' && event !== null) {
-        this.storedResponseId = storedResponseId((event as { response?: unknown }).response) ?? this.storedResponseId;
+      if (this.sequenced && this.responseId === undefined && typeof event === 'object' && event !== null) {
+        this.responseId = responseIdOf((event as { response?: unknown }).response);
       }
     } catch {
       // not JSON: ignore, usage is best effort

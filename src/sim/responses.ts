@@ -117,8 +117,6 @@ const newId = (prefix: string): string => `${prefix}${randomUUID().replaceAll('-
  * completes).
  */
 export class ResponsesTurn {
-  /** `resp_` + 32 hex digits (a random UUID's, as vLLM's). */
-  readonly id = newId('resp_');
   /** The output message's id. */
   readonly messageId = newId('msg_');
 
@@ -128,9 +126,14 @@ export class ResponsesTurn {
     private readonly store: ResponseStore | undefined,
     private readonly fields: JsonObject,
     private readonly createdAt: number,
+    /** The client's `request_id` (a vLLM extension: its response's id), else `resp_` + 32 hex digits (a random UUID's, as vLLM's). */
+    readonly id = newId('resp_'),
   ) {}
 
-  /** vLLM's ResponsesResponse (field order as its model's), with `store` and `error` as OpenAI's. */
+  /**
+   * vLLM's ResponsesResponse (field order as its model's): no `store` member (whether it was stored
+   * is not said) and no `error`, as vLLM's.
+   */
   response(status: 'in_progress' | 'completed', output: JsonObject[], usage: JsonObject | null): JsonObject {
     const f = this.fields;
     return {
@@ -160,8 +163,6 @@ export class ResponsesTurn {
       truncation: f.truncation,
       usage,
       user: f.user,
-      store: this.store !== undefined,
-      error: null,
     };
   }
 
@@ -258,8 +259,9 @@ export function toResponsesTurn(body: JsonObject, servedModel: string, maxModelL
     truncation: echo(body, 'truncation', isString, 'disabled'),
     user: echo(body, 'user', isString, null),
   };
-  // vLLM silently stores nothing when its store is off: the answer says store false.
-  return new ResponsesTurn(generation, stream, keep ? store : undefined, fields, createdAt);
+  // vLLM silently stores nothing when its store is off (and its answer does not say).
+  const requestId = body.request_id;
+  return new ResponsesTurn(generation, stream, keep ? store : undefined, fields, createdAt, typeof requestId === 'string' && requestId !== '' ? requestId : undefined);
 }
 
 /** The engine listener of a non-streamed response: the whole answer once generated. */

@@ -25,16 +25,16 @@ interface ResponsesServer {
 }
 
 /**
- * A vLLM Responses API server: answers JSON or, for `stream: true`, vLLM's event sequence; keeps what
- * it answers unless the request says `store: false` or `storeEnabled` is false (vLLM's default);
- * an unknown `previous_response_id` gets vLLM's 404.
+ * A vLLM Responses API server: answers JSON or, for `stream: true`, vLLM's event sequence, with no
+ * `store` member (vLLM's response object has none) and the client's `request_id` as the id when it
+ * sends one (as vLLM); keeps what it answers unless the request says `store: false`; an unknown
+ * `previous_response_id` gets vLLM's 404. `pad`: characters of output text (a large answer).
  */
-async function responsesServer(name: string, storeEnabled = true, extra?: Behaviour): Promise<ResponsesServer> {
+async function responsesServer(name: string, opts: { pad?: number; status?: number } = {}): Promise<ResponsesServer> {
   const s: ResponsesServer = { backend: undefined as unknown as FakeBackend, stored: new Set(), served: 0 };
   let n = 0;
   s.backend = await startFakeBackend((r, res) => {
-    if (extra !== undefined) return extra(r, res);
-    const body = JSON.parse(r.body) as { stream?: boolean; store?: boolean; previous_response_id?: string };
+    const body = JSON.parse(r.body) as { stream?: boolean; store?: boolean; previous_response_id?: string; request_id?: string };
     const previous = body.previous_response_id;
     if (previous !== undefined && !s.stored.has(previous)) {
       res.writeHead(404, { 'content-type': 'application/json' });
@@ -42,23 +42,21 @@ async function responsesServer(name: string, storeEnabled = true, extra?: Behavi
       return;
     }
     s.served++;
-    const store = storeEnabled && body.store !== false;
-    const id = `resp_${name}_${++n}`;
-    if (store) s.stored.add(id);
+    const id = body.request_id ?? `resp_${name}_${++n}`;
+    if (body.store !== false) s.stored.add(id);
     const response = (status: string, usage: unknown) => ({
       id,
       object: 'response',
       created_at: 1,
       model: 'm',
       status,
-      output: [{ type: 'message', id: `msg_${n}`, role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: `from ${name}`, annotations: [] }] }],
+      output: [{ type: 'message', id: `msg_${n}`, role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: `from ${name}${' '.repeat(opts.pad ?? 0)}`, annotations: [] }] }],
       usage,
-      store,
       previous_response_id: previous ?? null,
     });
     const usage = { input_tokens: 5, input_tokens_details: { cached_tokens: 0 }, output_tokens: 2, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 7 };
     if (body.stream !== true) {
-      res.writeHead(200, { 'content-type': 'application/json' });
+      res.writeHead(opts.status ?? 200, { 'content-type': 'application/json' });
       res.end(JSON.stringify(response('completed', usage)));
       return;
     }
@@ -80,8 +78,10 @@ interface Fleet {
   close(): Promise<void>;
 }
 
-async function fleet(servers: ResponsesServer[], server = '', logger?: Logger): Promise<Fleet> {
-  const gw = await gatewayFor(fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port })), '', server), { logger });
+/** `server`: YAML added to the server block; `upstream`: members added to server.upstream. */
+async function fleet(servers: ResponsesServer[], server = '', logger?: Logger, upstream = ''): Promise<Fleet> {
+  const text = fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port })), '', server).replace('retries: 2 }', `retries: 2${upstream} }`);
+  const gw = await gatewayFor(text, { logger });
   await waitForMetrics(gw);
   return {
     gw,
@@ -143,6 +143,9 @@ test('a conversation by previous_response_id stays on the server holding it, str
     assert.equal(await metric(f.gw, 'sluice_stored_responses'), 5);
     const done = log.lines().filter((l) => l.msg === 'request done');
     assert.deepEqual(done.map((l) => l.previousResponse), [undefined, 'pinned', 'pinned', 'pinned', 'pinned']);
+    // The decision line says why one candidate was scheduled over.
+    const decisions = log.lines().filter((l) => l.msg === 'scheduling decision');
+    assert.deepEqual(decisions.map((l) => l.previousResponse), [undefined, 'pinned', 'pinned', 'pinned', 'pinned']);
     // A request continuing no response is scheduled as usual: away from the busy home.
     await f.client.responses.create({ model: 'm', input: 'new conversation' });
     assert.equal(f.servers[home]!.served, 5);
@@ -152,11 +155,12 @@ test('a conversation by previous_response_id stays on the server holding it, str
   }
 });
 
-test('an answer the server did not store is not remembered; an unknown id is scheduled as usual and gets the server\'s 404', async () => {
+test('the answer to a request that said store: false is not remembered, nor an id longer than 256 characters; an unknown id is scheduled as usual and gets the server\'s 404', async () => {
   const f = await fleet([await responsesServer('a'), await responsesServer('b')]);
   try {
-    const unstored = await f.client.responses.create({ model: 'm', input: 'hello', store: false });
-    assert.equal((unstored as { store?: unknown }).store, false);
+    await f.client.responses.create({ model: 'm', input: 'hello', store: false });
+    // vLLM takes a client's request_id as the response's id: a huge one costs no memory here.
+    await f.client.responses.create({ model: 'm', input: 'hello', request_id: `resp_${'x'.repeat(300_000)}` } as OpenAI.Responses.ResponseCreateParamsNonStreaming);
     assert.equal(await metric(f.gw, 'sluice_stored_responses'), 0);
     await assert.rejects(f.client.responses.create({ model: 'm', input: 'next', previous_response_id: 'resp_never_seen' }), (err: unknown) => {
       assert.ok(err instanceof OpenAI.NotFoundError);
@@ -174,7 +178,6 @@ test('server.storedResponses: 0 remembers nothing', async () => {
   const f = await fleet([await responsesServer('a'), await responsesServer('b')], '\n  storedResponses: 0');
   try {
     const first = await f.client.responses.create({ model: 'm', input: 'hello' });
-    assert.equal((first as { store?: unknown }).store, true);
     assert.equal(await metric(f.gw, 'sluice_stored_responses'), 0);
     await makeBusy(f, homeOf(f, first.id), 4);
     await assert.rejects(f.client.responses.create({ model: 'm', input: 'next', previous_response_id: first.id }), OpenAI.NotFoundError);
@@ -245,9 +248,46 @@ test('P/D: a continued response goes to the decode server holding it, decode-onl
     const next = await f.client.responses.create({ model: 'm', input: 'next', previous_response_id: first.id });
     assert.equal(homeOf(f, next.id), home);
     assert.equal(servers[home]!.backend.received.at(-1)!.headers['x-prefiller-host-port'], undefined);
-    assert.equal(servers[0]!.backend.received.length, 0, 'the prefill server got nothing');
     const decisions = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
     assert.match(decisions, /llm_d_epp_disagg_decision_total\{model_name="m",decision_type="decode-only"\} 2/);
+  } finally {
+    await f.close();
+  }
+});
+
+test('an answer over 1 MiB (JSON) and a 201 answer are remembered: the id is read from its first bytes', async () => {
+  for (const opts of [{ pad: 1_500_000 }, { status: 201 }]) {
+    const f = await fleet([await responsesServer('a', opts), await responsesServer('b', opts)]);
+    try {
+      const first = await f.client.responses.create({ model: 'm', input: 'hello' });
+      const home = homeOf(f, first.id);
+      await makeBusy(f, home, 4);
+      const next = await f.client.responses.create({ model: 'm', input: 'next', previous_response_id: first.id });
+      assert.equal(homeOf(f, next.id), home, JSON.stringify(opts));
+      assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 1);
+    } finally {
+      await f.close();
+    }
+  }
+});
+
+test('a home set aside by outlier detection still gets its conversations (any other server would answer 404)', async () => {
+  const servers = [await responsesServer('s0'), await responsesServer('s1')];
+  const f = await fleet(servers, '', undefined, ', outlierDetection: { consecutiveFailures: 2, baseEjectionTime: 1m }');
+  try {
+    const first = await f.client.responses.create({ model: 'm', input: 'hello' });
+    const home = homeOf(f, first.id);
+    // Two 5xx answers in a row set the home aside for a minute.
+    const answer = servers[home]!.backend.behave;
+    servers[home]!.backend.behave = (r, res) => (JSON.parse(r.body).input === 'fail' ? res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"boom","code":500}}') : answer(r, res));
+    const ep = f.gw.pool.endpoints.find((e) => e.name === `e${home}`)!;
+    for (let i = 0; i < 6 && f.gw.pool.eligible(Date.now()).includes(ep); i++) {
+      await f.client.responses.create({ model: 'm', input: 'fail' }).catch(() => undefined);
+    }
+    assert.ok(!f.gw.pool.eligible(Date.now()).includes(ep), 'the home is set aside');
+    const next = await f.client.responses.create({ model: 'm', input: 'next', previous_response_id: first.id });
+    assert.equal(homeOf(f, next.id), home);
+    assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 1);
   } finally {
     await f.close();
   }

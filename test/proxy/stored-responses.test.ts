@@ -1,8 +1,16 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Endpoint } from '../../src/datalayer/endpoint.js';
-import { homeOf, pinnedTo, previousResponseId, StoredResponses, storedResponseId } from '../../src/proxy/stored-responses.js';
-import { responsesAnswerOf, SseUsageScanner } from '../../src/proxy/usage.js';
+import {
+  candidatesFor,
+  homeOf,
+  MAX_RESPONSE_ID_LENGTH,
+  previousResponseId,
+  responseIdAtHead,
+  responseIdOf,
+  StoredResponses,
+} from '../../src/proxy/stored-responses.js';
+import { SseUsageScanner } from '../../src/proxy/usage.js';
 import type { ApiKind, SchedulingRequest } from '../../src/scheduling/framework.js';
 
 const ep = (name: string, port: number) => new Endpoint({ name, address: '10.0.0.1', port, labels: {} });
@@ -32,11 +40,18 @@ describe('stored responses', () => {
     assert.equal(s.size, 0);
   });
 
-  test('a Responses API request continuing a response: pinned to its server when a candidate, unavailable when not, unknown when never stored', () => {
+  test('ids longer than MAX_RESPONSE_ID_LENGTH are not remembered (a client chooses vLLM\'s request_id)', () => {
+    const s = new StoredResponses(10);
+    s.remember('x'.repeat(MAX_RESPONSE_ID_LENGTH), 'o');
+    s.remember('y'.repeat(MAX_RESPONSE_ID_LENGTH + 1), 'o');
+    assert.equal(s.size, 1);
+  });
+
+  test('a Responses API request continuing a response: pinned to its server while it is in the pool, unavailable when not, unknown when never seen', () => {
     const [a, b] = [ep('a', 1), ep('b', 2)];
     const s = new StoredResponses(10);
     s.remember('resp_1', b.origin);
-    assert.deepEqual(homeOf(req({ previous_response_id: 'resp_1' }), [a, b], s), { result: 'pinned', origin: b.origin });
+    assert.deepEqual(homeOf(req({ previous_response_id: 'resp_1' }), [a, b], s), { result: 'pinned', endpoint: b });
     assert.deepEqual(homeOf(req({ previous_response_id: 'resp_1' }), [a], s), { result: 'unavailable' });
     assert.deepEqual(homeOf(req({ previous_response_id: 'resp_2' }), [a, b], s), { result: 'unknown' });
     // Not a continuation: no id, an empty or non-string one, another API.
@@ -47,50 +62,51 @@ describe('stored responses', () => {
     // By origin: an endpoint of the same name moved to another port is another server.
     const moved = ep('b', 3);
     assert.deepEqual(homeOf(req({ previous_response_id: 'resp_1' }), [a, moved], s), { result: 'unavailable' });
-    assert.deepEqual(pinnedTo([a, b], b.origin), [b]);
-    assert.deepEqual(pinnedTo([a], b.origin), []);
-    assert.deepEqual(pinnedTo([a, b], undefined), [a, b]);
+    // The candidates: the home alone when pinned, else the eligible ones.
+    assert.deepEqual(candidatesFor({ result: 'pinned', endpoint: b }, [a]), [b]);
+    assert.deepEqual(candidatesFor({ result: 'unknown' }, [a, b]), [a, b]);
+    assert.deepEqual(candidatesFor(undefined, [a, b]), [a, b]);
   });
 
-  test("a response's id counts when the server says it stored it (store true, or not said)", () => {
-    assert.equal(storedResponseId({ id: 'resp_1', object: 'response', store: true }), 'resp_1');
-    assert.equal(storedResponseId({ id: 'resp_1', object: 'response' }), 'resp_1');
-    assert.equal(storedResponseId({ id: 'resp_1', object: 'response', store: false }), undefined);
-    assert.equal(storedResponseId({ id: 'chatcmpl-1', object: 'chat.completion' }), undefined);
-    assert.equal(storedResponseId({ id: 7, object: 'response' }), undefined);
-    assert.equal(storedResponseId(null), undefined);
+  test("a response object's id", () => {
+    assert.equal(responseIdOf({ id: 'resp_1', object: 'response' }), 'resp_1');
+    assert.equal(responseIdOf({ id: 'chatcmpl-1', object: 'chat.completion' }), undefined);
+    assert.equal(responseIdOf({ id: 7, object: 'response' }), undefined);
+    assert.equal(responseIdOf(null), undefined);
   });
 
-  test('a JSON answer: usage and stored id from one parse', () => {
-    const answer = { id: 'resp_1', object: 'response', store: true, output: [], usage: { input_tokens: 5, output_tokens: 2, input_tokens_details: { cached_tokens: 3 } } };
-    assert.deepEqual(responsesAnswerOf(Buffer.from(JSON.stringify(answer))), { usage: { promptTokens: 5, completionTokens: 2, cachedTokens: 3 }, storedId: 'resp_1' });
-    assert.deepEqual(responsesAnswerOf(Buffer.from(JSON.stringify({ ...answer, store: false }))).storedId, undefined);
-    assert.deepEqual(responsesAnswerOf(Buffer.from('{"id":')), { usage: undefined, storedId: undefined });
+  test("a JSON answer's id from its first bytes, where vLLM and OpenAI write it", () => {
+    assert.equal(responseIdAtHead(Buffer.from('{"id":"resp_1","object":"response","output":[')), 'resp_1');
+    assert.equal(responseIdAtHead(Buffer.from('\ufeff{ \n "id" : "resp_\\u00e9" ,')), 'resp_é');
+    assert.equal(responseIdAtHead(Buffer.from('{"object":"response","id":"resp_1"}')), undefined);
+    assert.equal(responseIdAtHead(Buffer.from('{"id":"resp_unterminated')), undefined);
+    assert.equal(responseIdAtHead(Buffer.from('{"id":7}')), undefined);
+    assert.equal(responseIdAtHead(Buffer.from('')), undefined);
   });
 
-  test('a stream: the id of its completed response, whatever the chunking; not of one it did not store, nor of a chat stream', () => {
-    const response = (store: boolean, usage: unknown) => ({ id: 'resp_é1', object: 'response', status: 'completed', store, usage });
+  test("a stream: its response's id from response.created, whatever the chunking; from a usage event when no created event came; none for a chat stream", () => {
+    const response = (usage: unknown) => ({ id: 'resp_é1', object: 'response', status: 'completed', usage });
     const usage = { input_tokens: 5, output_tokens: 2 };
-    const stream = (store: boolean) =>
-      [
-        { type: 'response.created', sequence_number: 0, response: response(store, null) },
-        { type: 'response.output_text.delta', sequence_number: 1, delta: 'résumé "usage"' },
-        { type: 'response.completed', sequence_number: 2, response: response(store, usage) },
-      ]
-        .map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`)
-        .join('');
-    for (const size of [1, 7, 10_000]) {
-      const bytes = Buffer.from(stream(true));
-      const s = new SseUsageScanner(true);
-      for (let i = 0; i < bytes.length; i += size) s.feed(bytes.subarray(i, i + size));
-      assert.equal(s.storedResponseId, 'resp_é1', `pieces of ${size}`);
-      assert.deepEqual(s.usage, { promptTokens: 5, completionTokens: 2 });
+    const events = [
+      { type: 'response.created', sequence_number: 0, response: response(null) },
+      { type: 'response.output_text.delta', sequence_number: 1, delta: 'résumé "usage" "response.created"' },
+      { type: 'response.completed', sequence_number: 2, response: response(usage) },
+    ];
+    const text = (list: typeof events, nl = '\n') => list.map((e) => `event: ${e.type}${nl}data: ${JSON.stringify(e)}${nl}${nl}`).join('');
+    for (const nl of ['\n', '\r\n']) {
+      for (const size of [1, 7, 10_000]) {
+        const bytes = Buffer.from(text(events, nl));
+        const s = new SseUsageScanner(true);
+        for (let i = 0; i < bytes.length; i += size) s.feed(bytes.subarray(i, i + size));
+        assert.equal(s.responseId, 'resp_é1', `pieces of ${size}`);
+        assert.deepEqual(s.usage, { promptTokens: 5, completionTokens: 2 });
+      }
     }
-    const unstored = new SseUsageScanner(true);
-    unstored.feed(Buffer.from(stream(false)));
-    assert.equal(unstored.storedResponseId, undefined);
+    const noCreated = new SseUsageScanner(true);
+    noCreated.feed(Buffer.from(text(events.slice(1))));
+    assert.equal(noCreated.responseId, 'resp_é1');
     const chat = new SseUsageScanner(false);
-    chat.feed(Buffer.from(stream(true)));
-    assert.equal(chat.storedResponseId, undefined);
+    chat.feed(Buffer.from(text(events)));
+    assert.equal(chat.responseId, undefined);
   });
 });
