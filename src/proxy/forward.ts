@@ -370,8 +370,9 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       else (failedOrigins ??= []).push(ep.origin);
       const failed = failedOrigins ?? [];
       const lost = lostOnce ?? [];
-      const pinned = ctx.pinnedOrigin === undefined ? undefined : serverAt(pool.endpoints, ctx.pinnedOrigin);
-      const eligible = ctx.pinnedOrigin === undefined ? pool.eligibleFor(ctx.sreq.model, ctx.clock.now()) : pinned === undefined ? [] : [pinned];
+      // A pinned request's retries go to its home alone, set aside or not (stored-responses.ts).
+      const home = ctx.pinnedOrigin === undefined ? undefined : serverAt(pool.endpoints, ctx.pinnedOrigin);
+      const eligible = ctx.pinnedOrigin === undefined ? pool.eligibleFor(ctx.sreq.model, ctx.clock.now()) : home === undefined ? [] : [home];
       const untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
       const notFailed = eligible.filter((c) => !failed.includes(c.origin));
       candidates = untried.length > 0 ? untried : notFailed;

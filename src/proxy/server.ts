@@ -633,8 +633,7 @@ class Queued implements FlowRequest, ClientWatcher {
     // Over the candidates dispatch will schedule over (forward.ts): its model's servers in a mixed
     // pool; the server holding the response it continues, when pinned there.
     const eligible = ctx.pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
-    const home = ctx.sreq.api === 'responses' ? homeOf(ctx.sreq, ctx.pool.endpoints, ctx.storedResponses) : undefined;
-    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, candidatesFor(home, eligible));
+    return this.runtime().scheduler.favouriteIsSaturated(ctx.sreq, candidatesFor(homeOf(ctx.sreq, ctx.pool.endpoints, ctx.storedResponses), eligible));
   }
 
   /** The flow controller swallows a callback's error: one here must still end the request (a 500 from handleApi). */
