@@ -28,7 +28,12 @@ import {
 } from 'prom-client';
 import type { Endpoint, Stage } from '../datalayer/endpoint.js';
 import type { PoolView } from '../plugins/registry.js';
-import { PREVIOUS_RESPONSE_RESULTS, type PreviousResponseResult } from '../proxy/stored-responses.js';
+import {
+  PREVIOUS_RESPONSE_RESULTS,
+  PREVIOUS_RESPONSE_SEARCH_RESULTS,
+  type PreviousResponseResult,
+  type PreviousResponseSearchResult,
+} from '../proxy/stored-responses.js';
 
 const ignore = (): void => undefined;
 
@@ -602,6 +607,7 @@ export class GatewayMetrics {
   readonly requestBodyIncompleteTotal: Counter<never>;
   readonly requestRejectedTotal: Counter<'reason' | 'code'>;
   readonly previousResponseRoutingTotal: Counter<'result'>;
+  readonly previousResponseSearchTotal: Counter<'result'>;
   readonly requestDuration: FastHistogram<'model_name' | 'target_model_name'>;
   readonly requestTtft: FastHistogram<'model_name' | 'target_model_name' | 'streaming'>;
   readonly requestInputTokens: FastHistogram<'model_name' | 'target_model_name'>;
@@ -707,10 +713,16 @@ export class GatewayMetrics {
     for (const [reason, code] of Object.entries(REJECTION_CODES)) this.requestRejectedTotal.inc({ reason, code }, 0);
     this.previousResponseRoutingTotal = counter({
       name: 'sluice_previous_response_routing_total',
-      help: 'Responses API requests with a previous_response_id, by what Sluice knew of the server holding that response: pinned (sent there, whatever the scorers said), unknown (no stored response of that id relayed by this gateway, or forgotten past server.storedResponses: scheduled as usual, and a vLLM server without it answers 404), unavailable (that server is out of the pool or ejected: scheduled as usual).',
+      help: 'Responses API requests with a previous_response_id, by what Sluice knew of the server holding that response: pinned (sent there, whatever the scorers said), unknown (no stored response of that id relayed by this gateway, or forgotten past server.storedResponses), unavailable (that server left the pool). An unknown or unavailable one is scheduled as usual, and a server answering that it does not hold the response is passed over for the next (sluice_previous_response_search_total).',
       labelNames: ['result'],
     });
     for (const result of PREVIOUS_RESPONSE_RESULTS) this.previousResponseRoutingTotal.inc({ result }, 0);
+    this.previousResponseSearchTotal = counter({
+      name: 'sluice_previous_response_search_total',
+      help: 'Responses API requests continuing a response this gateway knew no server for, whose first server answered 404 that it does not hold it, by how the search over the other servers of the model ended: found (another server answered; it is remembered), not_found (none holds it: the last 404 relayed). A search cut short by the client leaving or by connection failures is not counted.',
+      labelNames: ['result'],
+    });
+    for (const result of PREVIOUS_RESPONSE_SEARCH_RESULTS) this.previousResponseSearchTotal.inc({ result }, 0);
     const storedResponses: Gauge = gauge({
       name: 'sluice_stored_responses',
       help: 'Stored Responses API answers whose server the gateway remembers (at most server.storedResponses), for the requests continuing them (previous_response_id).',
@@ -1208,6 +1220,11 @@ export class GatewayMetrics {
   /** What was known of the server holding the response a request continues (stored-responses.ts). */
   previousResponseRouting(result: PreviousResponseResult): void {
     this.previousResponseRoutingTotal.inc({ result });
+  }
+
+  /** How the search for a response no server was known for ended (forward.ts). */
+  previousResponseSearch(result: PreviousResponseSearchResult): void {
+    this.previousResponseSearchTotal.inc({ result });
   }
 
   /** A request decided prefill-decode was served decode-only after all. */

@@ -1,7 +1,9 @@
 /**
  * Scheduling + forwarding of one admitted request, with retries on connection failures that
  * happen before any byte reached the client (SPEC §2), each on another endpoint; when none is left,
- * one whose connection was lost (not refused) is tried once more. The answer streams back chunk by chunk
+ * one whose connection was lost (not refused) is tried once more. A Responses API request continuing a
+ * response no server was known for asks each server in turn while they answer that they do not hold
+ * it (stored-responses.ts); those 404s are held back. The answer streams back chunk by chunk
  * with backpressure (SSE event by event, never held); a small non-streamed answer of known length
  * is collected and written in one go with its headers. A client disconnect aborts the upstream
  * request at once; the endpoint's in-flight count is released exactly once whatever happens.
@@ -34,7 +36,18 @@ import type { Upstreams } from './upstreams.js';
 import { HeldTail } from './held-tail.js';
 import { SpellLog } from './spell-log.js';
 import { SseUsageScanner, usageFromJson, type Usage } from './usage.js';
-import { candidatesFor, homeOf, responseIdAtHead, serverAt, type PreviousResponseResult, type StoredResponses } from './stored-responses.js';
+import {
+  candidatesFor,
+  homeOf,
+  MAX_NOT_HELD_ANSWER,
+  previousResponseId,
+  responseIdAtHead,
+  saysNotHeld,
+  serverAt,
+  type PreviousResponseResult,
+  type PreviousResponseSearchResult,
+  type StoredResponses,
+} from './stored-responses.js';
 import { connectorFor } from './connectors/index.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import { BodyNotRewritableError, decodeOnly, jsonObjectOf, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
@@ -73,11 +86,22 @@ export interface ForwardContext {
    */
   pinnedOrigin: string | undefined;
   /**
+   * The `previous_response_id` of a request whose server the gateway did not know (`unknown` or
+   * `unavailable`, with `server.storedResponses` on): a server answering that it does not hold that
+   * response is passed over for the next one (saysNotHeld).
+   */
+  searchesFor: string | undefined;
+  /** How that search ended, once a server said it does not hold the response. */
+  previousResponseSearch: PreviousResponseSearchResult | undefined;
+  /**
    * A Responses API request that did not say `store: false` (vLLM stores by default, when its store
    * is on), with `server.storedResponses` on: the id of its answer is remembered with its server.
    */
   recordsResponseId: boolean;
-  /** The endpoint of the last attempt, and how many attempts were made (retries after connection failures). */
+  /**
+   * The endpoint of the last attempt, and how many attempts were made (retries after connection
+   * failures, and the servers asked for a previous response).
+   */
   endpoint: string | undefined;
   attempts: number;
   /** P/D: the prefill endpoint picked (whichever connector), and how long the prefill leg Sluice ran took (nixlv2, shared-storage). */
@@ -274,7 +298,16 @@ type AttemptResult =
    * only after the server had the request for LOST_AT_ONCE_MS or more; `prepared`: the decode leg a
    * prefill leg produced, for the next attempt to reuse.
    */
-  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg };
+  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg }
+  /** The server said it does not hold the previous response searched for: its answer, held back. */
+  | { kind: 'notHeld'; answer: HeldAnswer };
+
+/** An answer held back from the client: relayed as it came when no other server is left to ask. */
+interface HeldAnswer {
+  status: number;
+  headers: Record<string, string | string[]>;
+  body: Buffer;
+}
 
 /** What one attempt sends: the client's request, a P/D decision to carry out, or a prepared decode leg. */
 type AttemptPlan = Disaggregation | DecodeLeg | undefined;
@@ -295,11 +328,16 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       ctx.previousResponse = home.result;
       ctx.pinnedOrigin = home.endpoint?.origin;
       candidates = candidatesFor(home, candidates);
+      // Another replica may have relayed it, or this gateway restarted since: asked of each server in turn.
+      if (home.endpoint === undefined && ctx.storedResponses.enabled) ctx.searchesFor = previousResponseId(ctx.sreq);
     }
     ctx.recordsResponseId = ctx.storedResponses.enabled && ctx.sreq.body.store !== false;
   }
-  /** Servers a connection failed on (by origin: an endpoint a reload moved is a new server). */
-  let failedOrigins: string[] | undefined;
+  /**
+   * Servers a connection failed on, or that said they do not hold the previous response searched
+   * for (by origin: an endpoint a reload moved is a new server).
+   */
+  let ruledOut: string[] | undefined;
   /** Servers that lost a connection once and stay eligible (below). */
   let lostOnce: string[] | undefined;
   /** The retry's candidates with those servers, when scheduling over the untried alone may find none. */
@@ -309,6 +347,12 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let lastError = '';
   let failedOn: Endpoint | undefined;
   let lastTimedOut = false;
+  /** Connection failures so far (each retried, up to `upstream.retries`). */
+  let failures = 0;
+  /** The last attempt's server said it does not hold the previous response: its 404, for when no server is left to ask. */
+  let notHeld: HeldAnswer | undefined;
+  /** A server said it does not hold the previous response: the others are being asked. */
+  let searching = false;
   let prepared: DecodeLeg | undefined;
   /** The P/D decision of the last attempt made (the one carried out): counted once, at the end. */
   let decision: Disaggregation['decision'] | undefined;
@@ -330,6 +374,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       metrics.schedulerDuration((performance.now() - t0) / 1000);
       if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
       if (!outcome.ok) {
+        // No server left to ask for the previous response: the last one's 404, as it came.
+        if (notHeld !== undefined) return relayNotHeld(ctx, notHeld);
         // A retry with nowhere left to go is the connection failure's 502/504, not a scheduling refusal.
         if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`, mayHaveRun);
         metrics.schedulerAttempt('failure', '');
@@ -353,22 +399,35 @@ export async function forward(ctx: ForwardContext): Promise<number> {
         ctx.prefillEndpoint = undefined;
       }
       const r = await attemptOn(ctx, ep, prepared ?? pd, outcome.result);
-      if (r.kind === 'done') return r.status;
-      prepared = r.prepared;
-      lastError = `${ep.name}: ${r.error}`;
-      lastTimedOut = r.timedOut;
-      failedOn = ep;
-      warnUpstream(ctx, ep.name, 'upstream connection failed', { err: r.error, attempt });
-      mayHaveRun ||= r.lost;
-      if (attempt >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`, mayHaveRun);
+      if (r.kind === 'done') {
+        if (ctx.searchesFor !== undefined) previousResponseAnswered(ctx, ep, r.status, searching);
+        return r.status;
+      }
+      if (r.kind === 'notHeld') {
+        // Not a failure of that server: the next one is asked, with the retries left as they were.
+        notHeld = r.answer;
+        searching = true;
+        failedOn = undefined;
+        (ruledOut ??= []).push(ep.origin);
+      } else {
+        notHeld = undefined;
+        prepared = r.prepared;
+        lastError = `${ep.name}: ${r.error}`;
+        lastTimedOut = r.timedOut;
+        failedOn = ep;
+        warnUpstream(ctx, ep.name, 'upstream connection failed', { err: r.error, attempt });
+        mayHaveRun ||= r.lost;
+        if (failures++ >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`, mayHaveRun);
+        // When no other server is left, a server that lost a connection (not refused it) at once is
+        // tried once more: it most likely closed an idle keep-alive connection just as the request
+        // went out, and a fresh connection works. A second loss, or a loss after holding the request
+        // a while (it may have run it), rules it out.
+        if (r.lost && !r.held && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
+        else (ruledOut ??= []).push(ep.origin);
+      }
       // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
-      // without the servers already tried. When no other is left, a server that lost a connection
-      // (not refused it) at once is tried once more: it most likely closed an idle keep-alive
-      // connection just as the request went out, and a fresh connection works. A second loss, or a
-      // loss after holding the request a while (it may have run it), rules it out.
-      if (r.lost && !r.held && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
-      else (failedOrigins ??= []).push(ep.origin);
-      const failed = failedOrigins ?? [];
+      // without the servers already tried.
+      const failed = ruledOut ?? [];
       const lost = lostOnce ?? [];
       // A pinned request's retries go to its home alone, set aside or not (stored-responses.ts).
       const home = ctx.pinnedOrigin === undefined ? undefined : serverAt(pool.endpoints, ctx.pinnedOrigin);
@@ -381,6 +440,27 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   } finally {
     if (decision !== undefined) metrics.disaggDecision(ctx.sreq.model, decision);
   }
+}
+
+/**
+ * A server answered a request continuing a response the gateway knew no server for (`searchesFor`):
+ * a 2xx says it holds that response (remembered, so the next request continuing it is pinned there);
+ * after other servers said they do not hold it, the search found it. A client gone (0) ends nothing.
+ */
+function previousResponseAnswered(ctx: ForwardContext, ep: Endpoint, status: number, searching: boolean): void {
+  if (is2xx(status)) ctx.storedResponses.remember(ctx.searchesFor!, ep.origin);
+  if (searching && status !== 0) {
+    ctx.previousResponseSearch = 'found';
+    ctx.metrics.previousResponseSearch('found');
+  }
+}
+
+/** No server left to ask holds the previous response: the last one's 404 goes to the client as it came. */
+function relayNotHeld(ctx: ForwardContext, answer: HeldAnswer): number {
+  if (ctx.res.destroyed) return 0;
+  ctx.previousResponseSearch = 'not_found';
+  ctx.metrics.previousResponseSearch('not_found');
+  return relayWhole(ctx, answer.status, answer.headers, answer.body);
 }
 
 /** The window of upstreamFailureLog's sums. */
@@ -518,6 +598,11 @@ const enum Mode {
   Buffer,
   /** Collected so its cached_tokens can be rewritten, then written once with its new length. */
   HoldJson,
+  /**
+   * A 404 to a request searching for its previous response (`searchesFor`): collected to read whether
+   * the server says it does not hold it (then the next server is asked), else written once.
+   */
+  HoldNotFound,
 }
 
 /**
@@ -747,6 +832,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       typeof contentType === 'string' && contentType.startsWith('text/event-stream') && (encoding === undefined || encoding === 'identity'));
     const rewrite = cachedTokens !== undefined && is2xx(status) && (encoding === undefined || encoding === 'identity');
     if (!sse && ctx.recordsResponseId && is2xx(status)) this.idHead = EMPTY;
+    if (status === 404 && ctx.searchesFor !== undefined && !sse) {
+      this.mode = Mode.HoldNotFound;
+      this.captured = [];
+      return;
+    }
     if (rewrite) delete headers['content-length'];
     if (sse) {
       const responses = ctx.sreq.api === 'responses';
@@ -789,7 +879,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       this.first = false;
       const now = ctx.clock.now();
       ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
-      if (!this.sse || this.answerBegins(chunk)) this.answer(now);
+      // A 404 held to be read may be no answer at all, only a server saying it lacks the response.
+      if (this.mode !== Mode.HoldNotFound && (!this.sse || this.answerBegins(chunk))) this.answer(now);
     } else if (!this.answered && this.answerBegins(chunk)) this.answer(ctx.clock.now());
     const head = this.idHead;
     if (head !== undefined && head.length < ID_HEAD_BYTES) this.idHead = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
@@ -798,13 +889,15 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       this.capturedBytes += chunk.length;
       return;
     }
-    if (this.mode === Mode.HoldJson) {
-      if (this.capturedBytes + chunk.length <= MAX_JSON_REWRITE) {
+    if (this.mode === Mode.HoldJson || this.mode === Mode.HoldNotFound) {
+      const notFound = this.mode === Mode.HoldNotFound;
+      if (this.capturedBytes + chunk.length <= (notFound ? MAX_NOT_HELD_ANSWER : MAX_JSON_REWRITE)) {
         this.captured!.push(chunk);
         this.capturedBytes += chunk.length;
         return;
       }
-      // Too large to hold: relay it unchanged from here on.
+      // Too large to hold (for a 404: longer than any saying the response is not held): relay it unchanged from here on.
+      if (notFound) this.answer(ctx.clock.now());
       this.mode = Mode.Stream;
       ctx.res.writeHead(this.status, this.headers);
       for (const c of this.captured!) ctx.res.write(c);
@@ -924,6 +1017,9 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
         body = rewriteJsonCachedTokens(body, this.cachedTokens!);
         this.headers!['content-length'] = String(body.length);
         whole = body;
+      } else if (this.mode === Mode.HoldNotFound) {
+        if (saysNotHeld(body, ctx.searchesFor!)) return this.done({ kind: 'notHeld', answer: { status: this.status, headers: this.headers!, body } });
+        this.answer(ctx.clock.now());
       } else if (this.status === 200) whole = body;
       // Status line, headers and body leave in one write.
       res.writeHead(this.status, this.headers);
@@ -1120,12 +1216,19 @@ function firstAnswerByte(ctx: ForwardContext, streaming: boolean, now = ctx.cloc
 
 /** A prefill answer the client gets instead of a decode answer (a prefill 4xx). Returns the status. */
 function relayPrefillReply(ctx: ForwardContext, step: Extract<PdStep, { kind: 'reply' }>): number {
-  // The answer the client gets, timed like any model server's answer (as the same 4xx from a decode endpoint is).
-  firstAnswerByte(ctx, false);
   const headers = clientResponseHeaders(step.headers);
   headers['x-request-id'] = ctx.requestId;
-  headers['content-length'] = String(step.body.length);
-  ctx.res.writeHead(step.status, headers);
-  ctx.res.end(step.body);
-  return step.status;
+  return relayWhole(ctx, step.status, headers, step.body);
+}
+
+/**
+ * A model server's answer held back whole goes to the client, timed like any answer (as the same
+ * status relayed as it comes is). Returns the status.
+ */
+function relayWhole(ctx: ForwardContext, status: number, headers: Record<string, string | string[]>, body: Buffer): number {
+  firstAnswerByte(ctx, false);
+  headers['content-length'] = String(body.length);
+  ctx.res.writeHead(status, headers);
+  ctx.res.end(body);
+  return status;
 }

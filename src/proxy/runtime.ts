@@ -33,4 +33,5 @@ export type ProxyMetrics = Pick<
   | 'bodyIncomplete'
   | 'requestRejected'
   | 'previousResponseRouting'
+  | 'previousResponseSearch'
 >;

@@ -11,8 +11,10 @@
  * conversation too.
  *
  * Bounded: the newest `capacity` responses (`server.storedResponses`), ids of at most
- * MAX_RESPONSE_ID_LENGTH characters; an id it forgot, or never saw (another Sluice replica relayed
- * it), is scheduled as usual.
+ * MAX_RESPONSE_ID_LENGTH characters. An id it forgot, or never saw (another Sluice replica relayed
+ * it, or the gateway restarted since), is scheduled as usual; when the server it reaches answers that
+ * it does not hold that response (saysNotHeld), forward.ts asks the next server, each once, and
+ * remembers the one that answers.
  */
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { SchedulingRequest } from '../scheduling/framework.js';
@@ -20,6 +22,14 @@ import type { SchedulingRequest } from '../scheduling/framework.js';
 /** What became of a request's `previous_response_id` (`sluice_previous_response_routing_total{result}`). */
 export const PREVIOUS_RESPONSE_RESULTS = ['pinned', 'unknown', 'unavailable'] as const;
 export type PreviousResponseResult = (typeof PREVIOUS_RESPONSE_RESULTS)[number];
+
+/**
+ * How the search for a response the gateway did not know ended, once its first server answered it
+ * does not hold it (`sluice_previous_response_search_total{result}`): `found` on another server, or
+ * `not_found` on any (that 404 relayed).
+ */
+export const PREVIOUS_RESPONSE_SEARCH_RESULTS = ['found', 'not_found'] as const;
+export type PreviousResponseSearchResult = (typeof PREVIOUS_RESPONSE_SEARCH_RESULTS)[number];
 
 export class StoredResponses {
   /** Response id → origin of the server holding it, oldest first (a Map keeps insertion order). */
@@ -152,4 +162,26 @@ export function responseIdAtHead(head: Buffer): string | undefined {
     }
   }
   return undefined;
+}
+
+/** A not-found answer is a short JSON error: a 404 longer than this is relayed as it comes, unread. */
+export const MAX_NOT_HELD_ANSWER = 64 << 10;
+
+/**
+ * Whether a 404 answer `body` says the server does not hold response `id`: vLLM's
+ * `Response with id '<id>' not found.` (in `error.message`, or `message` in vLLM's older error body),
+ * or OpenAI's `Previous response with id '<id>' not found.`. Any other 404 (another model, a path)
+ * is about the request, not the server, and is relayed as it came.
+ */
+export function saysNotHeld(body: Buffer, id: string): boolean {
+  let answer: unknown;
+  try {
+    answer = JSON.parse(body.toString('utf8'));
+  } catch {
+    return false;
+  }
+  if (typeof answer !== 'object' || answer === null) return false;
+  const { error, message } = answer as { error?: { message?: unknown }; message?: unknown };
+  const text = typeof error === 'object' && error !== null ? error.message : message;
+  return text === `Response with id '${id}' not found.` || text === `Previous response with id '${id}' not found.`;
 }

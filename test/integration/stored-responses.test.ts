@@ -34,8 +34,14 @@ async function responsesServer(name: string, opts: { pad?: number; status?: numb
   const s: ResponsesServer = { backend: undefined as unknown as FakeBackend, stored: new Set(), served: 0 };
   let n = 0;
   s.backend = await startFakeBackend((r, res) => {
-    const body = JSON.parse(r.body) as { stream?: boolean; store?: boolean; previous_response_id?: string; request_id?: string };
+    const body = JSON.parse(r.body) as { model?: string; stream?: boolean; store?: boolean; previous_response_id?: string; request_id?: string };
     const previous = body.previous_response_id;
+    // vLLM checks the model first: another model's 404 says nothing of the response.
+    if (body.model === 'missing') {
+      res.writeHead(404, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: 'The model `missing` does not exist.', type: 'NotFoundError', param: 'model', code: 404 } }));
+      return;
+    }
     if (previous !== undefined && !s.stored.has(previous)) {
       res.writeHead(404, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ error: { message: `Response with id '${previous}' not found.`, type: 'invalid_request_error', param: 'response_id', code: 404 } }));
@@ -102,11 +108,13 @@ async function metric(gw: Gateway, name: string, labels = ''): Promise<number> {
 }
 
 /** Every server but `home` looks idle, `home` busy (`waiting` queued): the scorers would send anything elsewhere. */
-async function makeBusy(f: Fleet, home: number, waiting: number): Promise<void> {
+async function makeBusy(f: Fleet, home: number, waiting: number, gateways: Gateway[] = [f.gw]): Promise<void> {
   f.servers.forEach((s, i) => (s.backend.metrics = vllmPage(i === home ? waiting : 0, i === home ? 8 : 0)));
-  const ep = f.gw.pool.endpoints.find((e) => e.name === `e${home}`)!;
-  const at = ep.metricsAt;
-  await until(() => ep.metricsAt > at && ep.metrics?.waiting === waiting, 5000, `e${home} scraped busy`);
+  for (const gw of gateways) {
+    const ep = gw.pool.endpoints.find((e) => e.name === `e${home}`)!;
+    const at = ep.metricsAt;
+    await until(() => ep.metricsAt > at && ep.metrics?.waiting === waiting, 5000, `e${home} scraped busy`);
+  }
 }
 
 const homeOf = (f: Fleet, id: string): number => f.servers.findIndex((s) => s.stored.has(id));
@@ -155,8 +163,9 @@ test('a conversation by previous_response_id stays on the server holding it, str
   }
 });
 
-test('the answer to a request that said store: false is not remembered, nor an id longer than 256 characters; an unknown id is scheduled as usual and gets the server\'s 404', async () => {
-  const f = await fleet([await responsesServer('a'), await responsesServer('b')]);
+test('the answer to a request that said store: false is not remembered, nor an id longer than 256 characters; an id no server holds is asked of each server once, then the 404 relayed', async () => {
+  const log = captureLogger('debug');
+  const f = await fleet([await responsesServer('a'), await responsesServer('b')], '', log.logger);
   try {
     await f.client.responses.create({ model: 'm', input: 'hello', store: false });
     // vLLM takes a client's request_id as the response's id: a huge one costs no memory here.
@@ -169,19 +178,41 @@ test('the answer to a request that said store: false is not remembered, nor an i
     });
     assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="unknown"'), 1);
     assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 0);
+    assert.equal(await metric(f.gw, 'sluice_previous_response_search_total', 'result="not_found"'), 1);
+    assert.equal(await metric(f.gw, 'sluice_previous_response_search_total', 'result="found"'), 0);
+    const asked = (s: ResponsesServer) => s.backend.received.filter((r) => r.body.includes('resp_never_seen')).length;
+    assert.deepEqual(f.servers.map(asked), [1, 1], 'each server asked once');
+    const done = log.lines().filter((l) => l.msg === 'request done').at(-1)!;
+    assert.equal(done.status, 404);
+    assert.equal(done.attempts, 2);
+    assert.equal(done.previousResponseSearch, 'not_found');
+    // Only the answer relayed is timed: one TTFT per request, not per server asked.
+    assert.equal(await metric(f.gw, 'llm_d_epp_request_ttft_seconds_count', 'streaming="false"'), 3);
+
+    // Another 404 (here: another model's) is about the request, not the server: relayed at once.
+    const before = f.servers.map((s) => s.backend.received.length);
+    const r = await request(`${f.gw.apiUrl}/v1/responses`, { method: 'POST', body: JSON.stringify({ model: 'missing', input: 'x', previous_response_id: 'resp_never_seen' }) });
+    assert.equal(r.statusCode, 404);
+    assert.match(await r.body.text(), /The model `missing` does not exist/);
+    assert.equal(f.servers.reduce((n, s, i) => n + s.backend.received.length - before[i]!, 0), 1, 'one server asked');
+    assert.equal(await metric(f.gw, 'sluice_previous_response_search_total', 'result="not_found"'), 1);
+    await nothingInFlight(f.gw);
   } finally {
     await f.close();
   }
 });
 
-test('server.storedResponses: 0 remembers nothing', async () => {
+test('server.storedResponses: 0 remembers nothing and asks no other server', async () => {
   const f = await fleet([await responsesServer('a'), await responsesServer('b')], '\n  storedResponses: 0');
   try {
     const first = await f.client.responses.create({ model: 'm', input: 'hello' });
     assert.equal(await metric(f.gw, 'sluice_stored_responses'), 0);
-    await makeBusy(f, homeOf(f, first.id), 4);
+    const home = homeOf(f, first.id);
+    await makeBusy(f, home, 4);
     await assert.rejects(f.client.responses.create({ model: 'm', input: 'next', previous_response_id: first.id }), OpenAI.NotFoundError);
     assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="unknown"'), 1);
+    assert.equal(f.servers[home]!.backend.received.length, 1, 'the home was not asked');
+    assert.equal(await metric(f.gw, 'sluice_previous_response_search_total', 'result="not_found"'), 0);
   } finally {
     await f.close();
   }
@@ -218,6 +249,78 @@ test('the home server gone from the pool: the request is scheduled as usual (una
     assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="unavailable"'), 1);
     assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 1);
     await nothingInFlight(f.gw);
+  } finally {
+    await f.close();
+  }
+});
+
+test('a conversation continued through another replica, or after a restart: the servers are asked in turn until one holds it, which is remembered', async () => {
+  const log = captureLogger('debug');
+  const f = await fleet(await Promise.all([0, 1, 2].map((i) => responsesServer(`s${i}`))));
+  // A second replica over the same servers: it relayed none of their answers (as a restarted gateway).
+  const other = await gatewayFor(fleetConfig(f.servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port }))), { logger: log.logger });
+  try {
+    await waitForMetrics(other);
+    const client = new OpenAI({ baseURL: `${other.apiUrl}/v1`, apiKey: 'k', maxRetries: 0 });
+    const first = await f.client.responses.create({ model: 'm', input: 'hello' });
+    const home = homeOf(f, first.id);
+    // The home looks busiest, so the other replica tries the others first.
+    await makeBusy(f, home, 4, [f.gw, other]);
+    const received = () => f.servers.map((s) => s.backend.received.length);
+    const before = received();
+    const events = [];
+    for await (const e of await client.responses.create({ model: 'm', input: 'and then?', previous_response_id: first.id, stream: true })) events.push(e);
+    const done = events.at(-1) as { type: string; response: { id: string } };
+    assert.equal(done.type, 'response.completed');
+    assert.equal(homeOf(f, done.response.id), home, 'served by the home');
+    assert.deepEqual(received().map((n, i) => n - before[i]!), [1, 1, 1], 'the two others said they do not hold it, then the home answered');
+    assert.equal(await metric(other, 'sluice_previous_response_routing_total', 'result="unknown"'), 1);
+    assert.equal(await metric(other, 'sluice_previous_response_search_total', 'result="found"'), 1);
+    // The previous response is remembered where it was found, and the new one too.
+    assert.equal(await metric(other, 'sluice_stored_responses'), 2);
+    assert.equal(await metric(other, 'llm_d_epp_request_ttft_seconds_count', 'streaming="true"'), 1);
+    const line = log.lines().find((l) => l.msg === 'request done')!;
+    assert.deepEqual([line.previousResponse, line.previousResponseSearch, line.attempts, line.endpoint], ['unknown', 'found', 3, `e${home}`]);
+
+    // A second answer to the same previous response (a fork) goes straight there.
+    const fork = await client.responses.create({ model: 'm', input: 'or else?', previous_response_id: first.id });
+    assert.equal(homeOf(f, fork.id), home);
+    assert.equal(await metric(other, 'sluice_previous_response_routing_total', 'result="pinned"'), 1);
+    assert.deepEqual(received().map((n, i) => n - before[i]!), [1, 1, 1].map((n, i) => (i === home ? n + 1 : n)));
+
+    // A pinned home that lost the response (its server restarted): its 404 is relayed, no other server asked.
+    f.servers[home]!.stored.clear();
+    const asked = received();
+    await assert.rejects(client.responses.create({ model: 'm', input: 'again', previous_response_id: fork.id }), OpenAI.NotFoundError);
+    assert.deepEqual(received().map((n, i) => n - asked[i]!), asked.map((_, i) => (i === home ? 1 : 0)));
+    await nothingInFlight(other);
+  } finally {
+    await other.close();
+    await f.close();
+  }
+});
+
+test('asking the servers in turn spends no retries: with upstream.retries 1, one not holding it and one dropping the connection, the third is found', async () => {
+  const servers = [await responsesServer('s0'), await responsesServer('s1'), await responsesServer('s2')];
+  const answer = servers[1]!.backend.behave;
+  let drop = false;
+  servers[1]!.backend.behave = (r, res) => (drop ? res.socket?.destroy() : answer(r, res));
+  const gw = await gatewayFor(fleetConfig(servers.map((s, i) => ({ name: `e${i}`, port: s.backend.port }))).replace('retries: 2', 'retries: 1'));
+  const f: Fleet = { gw, servers, client: new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'k', maxRetries: 0 }), close: async () => {
+    await gw.close();
+    await Promise.all(servers.map((s) => s.backend.close()));
+  } };
+  try {
+    await waitForMetrics(gw);
+    servers[2]!.stored.add('resp_elsewhere');
+    await makeBusy(f, 2, 4);
+    drop = true;
+    const r = await f.client.responses.create({ model: 'm', input: 'next', previous_response_id: 'resp_elsewhere' });
+    assert.equal(homeOf(f, r.id), 2);
+    assert.deepEqual(servers.map((s) => s.backend.received.length), [1, 1, 1]);
+    assert.equal(await metric(gw, 'sluice_previous_response_search_total', 'result="found"'), 1);
+    assert.equal(await metric(gw, 'llm_d_epp_upstream_retries_total', 'endpoint_name="e1"'), 1);
+    await nothingInFlight(gw);
   } finally {
     await f.close();
   }
@@ -314,6 +417,17 @@ test('simulators with the store on: a six-turn conversation through the gateway,
     assert.equal(cached[0], 0);
     for (let t = 1; t < 6; t++) assert.ok(cached[t]! > cached[t - 1]!, `turn ${t} finds more cached than turn ${t - 1}: ${cached.join(' ')}`);
     assert.equal(await metric(f.gw, 'sluice_previous_response_routing_total', 'result="pinned"'), 5);
+    // A restarted gateway finds the conversation: the simulators' 404 is vLLM's.
+    const restarted = await gatewayFor(fleetConfig(f.sims.map((s) => ({ name: s.name, port: s.port }))));
+    try {
+      await waitForMetrics(restarted);
+      const again = new OpenAI({ baseURL: `${restarted.apiUrl}/v1`, apiKey: 'k', maxRetries: 0 });
+      const r = await again.responses.create({ model: 'sim-model', input: `6: ${words}`, max_output_tokens: 8, previous_response_id: previous });
+      assert.ok(r.usage!.input_tokens_details.cached_tokens > cached[5]!, 'the seventh turn reached the conversation\'s server');
+      assert.equal(await metric(restarted, 'sluice_previous_response_routing_total', 'result="unknown"'), 1);
+    } finally {
+      await restarted.close();
+    }
   } finally {
     await f.close();
   }

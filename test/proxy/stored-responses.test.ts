@@ -8,6 +8,7 @@ import {
   previousResponseId,
   responseIdAtHead,
   responseIdOf,
+  saysNotHeld,
   StoredResponses,
 } from '../../src/proxy/stored-responses.js';
 import { SseUsageScanner } from '../../src/proxy/usage.js';
@@ -25,6 +26,24 @@ const req = (body: Record<string, unknown>, api: ApiKind = 'responses'): Schedul
 });
 
 describe('stored responses', () => {
+  test('saysNotHeld: vLLM\'s not-found for that id (its error body, or its older one) and OpenAI\'s; no other 404', () => {
+    const error = (message: unknown) => Buffer.from(JSON.stringify({ error: { message, type: 'invalid_request_error', param: 'response_id', code: 404 } }));
+    const id = 'resp_1a2b';
+    assert.equal(saysNotHeld(error(`Response with id '${id}' not found.`), id), true);
+    assert.equal(saysNotHeld(Buffer.from(JSON.stringify({ object: 'error', message: `Response with id '${id}' not found.`, type: 'NotFoundError', code: 404 })), id), true);
+    assert.equal(saysNotHeld(error(`Previous response with id '${id}' not found.`), id), true);
+    // An id with quotes and escapes reads as it was sent.
+    const odd = 'resp_"\\\u00e9\'';
+    assert.equal(saysNotHeld(error(`Response with id '${odd}' not found.`), odd), true);
+    // Another id, another 404, or no JSON.
+    assert.equal(saysNotHeld(error(`Response with id 'resp_other' not found.`), id), false);
+    assert.equal(saysNotHeld(error('The model `m` does not exist.'), id), false);
+    assert.equal(saysNotHeld(error(undefined), id), false);
+    assert.equal(saysNotHeld(Buffer.from('Not Found'), id), false);
+    assert.equal(saysNotHeld(Buffer.from('null'), id), false);
+    assert.equal(saysNotHeld(Buffer.from(`"Response with id '${id}' not found."`), id), false);
+  });
+
   test('the newest `capacity` are kept; a repeated id moves to the newest end; a smaller capacity forgets the oldest at once', () => {
     const s = new StoredResponses(3);
     for (const id of ['a', 'b', 'c']) s.remember(id, `o-${id}`);
