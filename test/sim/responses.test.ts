@@ -6,6 +6,7 @@ import { Agent, request } from 'undici';
 import OpenAI from 'openai';
 import { startSimulator, type RunningSimulator, type SimOptions } from '../../src/sim/server.js';
 import { ResponseStore } from '../../src/sim/responses.js';
+import { saysNotHeld } from '../../src/proxy/stored-responses.js';
 
 const agent = new Agent({ keepAliveTimeout: 1000 });
 after(() => agent.close());
@@ -238,6 +239,8 @@ describe('sim POST /v1/responses: the store and previous_response_id', () => {
       const follow = await postJson(sim!, { model: 'sim-model', input: 'more', previous_response_id: r.id });
       assert.equal(follow.status, 404);
       assert.deepEqual(follow.json.error, { message: `Response with id '${r.id}' not found.`, type: 'invalid_request_error', param: 'response_id', code: 404 });
+      // The gateway reads it as a server not holding the response: it asks the next server.
+      assert.equal(saysNotHeld(Buffer.from(JSON.stringify(follow.json)), r.id), true);
     });
   });
 
