@@ -167,10 +167,8 @@ export class Pool implements PoolView {
    */
   eligibleFor(model: string, now: number): readonly Endpoint[] {
     const eligible = this.eligible(now);
-    const served = this.modelCounts;
-    if (served.size < 2) return eligible;
-    const base = served.has(model) ? model : (this.adapterBase.get(model) ?? this.adaptersBefore.get(model));
-    if (base === undefined || !served.has(base)) return eligible;
+    const base = this.servedModelOf(model);
+    if (base === undefined) return eligible;
     // Per model served, not per name asked for: its adapters share its answer (one copy, one pass).
     const hit = this.byModel.get(base);
     if (hit !== undefined && hit.from === eligible) return hit.kept;
@@ -189,6 +187,30 @@ export class Pool implements PoolView {
     const answer = kept.some((ep) => ep.servedModel === base && (ep.stage === 'decode' || ep.stage === 'interleaved')) ? Object.freeze(kept) : eligible;
     this.byModel.set(base, { from: eligible, kept: answer });
     return answer;
+  }
+
+  /**
+   * The servers of `model` that eligibleFor leaves out at `now`, set aside by outlier detection, in
+   * configuration order: a request searching for the server that holds a stored response asks them
+   * last (forward.ts), as a pinned one goes to its home set aside.
+   */
+  setAsideFor(model: string, now: number): Endpoint[] {
+    const eligible = this.eligibleFor(model, now);
+    if (eligible === this.list) return [];
+    const base = this.servedModelOf(model);
+    return this.list.filter((ep) => !eligible.includes(ep) && (base === undefined || ep.servedModel === undefined || ep.servedModel === base));
+  }
+
+  /**
+   * The served model whose servers a request for `model` goes to (an adapter's: the model of the
+   * servers that showed it); undefined when any server may take it (one model served, or a name no
+   * page shows).
+   */
+  private servedModelOf(model: string): string | undefined {
+    const served = this.modelCounts;
+    if (served.size < 2) return undefined;
+    const base = served.has(model) ? model : (this.adapterBase.get(model) ?? this.adaptersBefore.get(model));
+    return base !== undefined && served.has(base) ? base : undefined;
   }
 
   /**

@@ -349,7 +349,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let lastTimedOut = false;
   /** Connection failures so far (each retried, up to `upstream.retries`). */
   let failures = 0;
-  /** The last attempt's server said it does not hold the previous response: its 404, for when no server is left to ask. */
+  /** The last server that said it does not hold the previous response: its 404, for when no server is left to ask. */
   let notHeld: HeldAnswer | undefined;
   /** A server said it does not hold the previous response: the others are being asked. */
   let searching = false;
@@ -374,7 +374,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       metrics.schedulerDuration((performance.now() - t0) / 1000);
       if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
       if (!outcome.ok) {
-        // No server left to ask for the previous response: the last one's 404, as it came.
+        // No server left to ask for the previous response: the last 404, as it came (a server that
+        // could not be reached holds nothing either: vLLM's store is in its memory).
         if (notHeld !== undefined) return relayNotHeld(ctx, notHeld);
         // A retry with nowhere left to go is the connection failure's 502/504, not a scheduling refusal.
         if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`, mayHaveRun);
@@ -410,7 +411,6 @@ export async function forward(ctx: ForwardContext): Promise<number> {
         failedOn = undefined;
         (ruledOut ??= []).push(ep.origin);
       } else {
-        notHeld = undefined;
         prepared = r.prepared;
         lastError = `${ep.name}: ${r.error}`;
         lastTimedOut = r.timedOut;
@@ -432,7 +432,9 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       // A pinned request's retries go to its home alone, set aside or not (stored-responses.ts).
       const home = ctx.pinnedOrigin === undefined ? undefined : serverAt(pool.endpoints, ctx.pinnedOrigin);
       const eligible = ctx.pinnedOrigin === undefined ? pool.eligibleFor(ctx.sreq.model, ctx.clock.now()) : home === undefined ? [] : [home];
-      const untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
+      let untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
+      // A search asks the servers set aside too, last: one may hold the response (as a pinned request goes to its home set aside).
+      if (untried.length === 0 && searching) untried = pool.setAsideFor(ctx.sreq.model, ctx.clock.now()).filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
       const notFailed = eligible.filter((c) => !failed.includes(c.origin));
       candidates = untried.length > 0 ? untried : notFailed;
       if (untried.length > 0 && lost.length > 0) withLostOnce = notFailed;
@@ -445,11 +447,13 @@ export async function forward(ctx: ForwardContext): Promise<number> {
 /**
  * A server answered a request continuing a response the gateway knew no server for (`searchesFor`):
  * a 2xx says it holds that response (remembered, so the next request continuing it is pinned there);
- * after other servers said they do not hold it, the search found it. A client gone (0) ends nothing.
+ * after other servers said they do not hold it, the search found it. Another answer (an error, a
+ * client gone) says nothing of where the response is.
  */
 function previousResponseAnswered(ctx: ForwardContext, ep: Endpoint, status: number, searching: boolean): void {
-  if (is2xx(status)) ctx.storedResponses.remember(ctx.searchesFor!, ep.origin);
-  if (searching && status !== 0) {
+  if (!is2xx(status)) return;
+  ctx.storedResponses.remember(ctx.searchesFor!, ep.origin);
+  if (searching) {
     ctx.previousResponseSearch = 'found';
     ctx.metrics.previousResponseSearch('found');
   }
@@ -881,7 +885,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
       ctx.metrics.endpointFirstByte(this.ep.name, (now - this.sentAt) / 1000);
       // A 404 held to be read may be no answer at all, only a server saying it lacks the response.
       if (this.mode !== Mode.HoldNotFound && (!this.sse || this.answerBegins(chunk))) this.answer(now);
-    } else if (!this.answered && this.answerBegins(chunk)) this.answer(ctx.clock.now());
+    } else if (!this.answered && this.mode !== Mode.HoldNotFound && this.answerBegins(chunk)) this.answer(ctx.clock.now());
     const head = this.idHead;
     if (head !== undefined && head.length < ID_HEAD_BYTES) this.idHead = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
     if (this.mode === Mode.Buffer) {

@@ -13,8 +13,8 @@
  * Bounded: the newest `capacity` responses (`server.storedResponses`), ids of at most
  * MAX_RESPONSE_ID_LENGTH characters. An id it forgot, or never saw (another Sluice replica relayed
  * it, or the gateway restarted since), is scheduled as usual; when the server it reaches answers that
- * it does not hold that response (saysNotHeld), forward.ts asks the next server, each once, and
- * remembers the one that answers.
+ * it does not hold that response (saysNotHeld), forward.ts asks the next server, each once (those
+ * set aside last), and remembers the one that answers 2xx.
  */
 import type { Endpoint } from '../datalayer/endpoint.js';
 import type { SchedulingRequest } from '../scheduling/framework.js';

@@ -13,7 +13,8 @@ import { loadConfigText } from '../../src/config/load.js';
 import { builtinRegistry } from '../../src/plugins/builtin.js';
 import type { Logger } from 'pino';
 import { alwaysDisaggProfiles, captureLogger, fleetConfig, gatewayFor, nothingInFlight, startFleet, waitForMetrics } from '../helpers/fleet.js';
-import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
+import type { ServerResponse } from 'node:http';
+import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend, type Received } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 
 interface ResponsesServer {
@@ -430,5 +431,134 @@ test('simulators with the store on: a six-turn conversation through the gateway,
     }
   } finally {
     await f.close();
+  }
+});
+
+// --- The held 404s of a search, at the edges (from a review) -------------------------------------
+
+const notHeldBody = (id: string) => JSON.stringify({ error: { message: `Response with id '${id}' not found.`, type: 'invalid_request_error', param: 'response_id', code: 404 } });
+
+type Answer = (r: Received, res: ServerResponse) => void;
+
+/** A server that holds `holds` (answers 200) and answers a request continuing another response with vLLM's 404, or with `on404`. */
+async function holder(name: string, holds: string[], on404?: Answer): Promise<FakeBackend> {
+  return startFakeBackend((r, res) => {
+    const prev = (JSON.parse(r.body) as { previous_response_id?: string }).previous_response_id;
+    if (prev !== undefined && !holds.includes(prev)) {
+      if (on404 !== undefined) return on404(r, res);
+      res.writeHead(404, { 'content-type': 'application/json' }).end(notHeldBody(prev));
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: `resp_${name}_${r.body.length}`, object: 'response', status: 'completed', output: [], usage: null }));
+  });
+}
+
+/** A gateway over `backends`, every one idle but `busy` (asked last); `upstream`: members added to server.upstream. */
+async function searchGateway(backends: FakeBackend[], busy?: number, upstream = ''): Promise<Gateway> {
+  backends.forEach((b, i) => (b.metrics = vllmPage(i === busy ? 4 : 0, i === busy ? 8 : 0)));
+  const gw = await gatewayFor(fleetConfig(backends.map((b, i) => ({ name: `e${i}`, port: b.port }))).replace('retries: 2 }', `retries: 2${upstream} }`));
+  await waitForMetrics(gw);
+  if (busy !== undefined) await until(() => gw.pool.endpoints[busy]!.metrics?.waiting === 4, 5000, 'the busy one scraped');
+  return gw;
+}
+
+const postResponse = (gw: Gateway, body: object) => request(`${gw.apiUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+const unaryTtfts = (gw: Gateway) => metric(gw, 'llm_d_epp_request_ttft_seconds_count', 'streaming="false"');
+
+/** Writes vLLM's not-found 404 in two chunks, without a content-length. */
+const chunkedNotHeld: Answer = (r, res) => {
+  const body = notHeldBody((JSON.parse(r.body) as { previous_response_id: string }).previous_response_id);
+  res.writeHead(404, { 'content-type': 'application/json' });
+  res.write(body.slice(0, 10));
+  setTimeout(() => res.end(body.slice(10)), 30);
+};
+
+test('a held 404 is never timed: chunked and passed over, chunked and relayed, or longer than any not-found answer', async () => {
+  const backends = [await holder('a', [], chunkedNotHeld), await holder('b', ['resp_x'])];
+  let gw = await searchGateway(backends, 1);
+  try {
+    const found = await postResponse(gw, { model: 'm', input: 'x', previous_response_id: 'resp_x' });
+    assert.equal(found.statusCode, 200);
+    await found.body.text();
+    const relayed = await postResponse(gw, { model: 'm', input: 'x', previous_response_id: 'resp_nowhere' });
+    assert.equal(relayed.statusCode, 404);
+    const text = await relayed.body.text();
+    assert.equal(text, notHeldBody('resp_nowhere'));
+    assert.equal(relayed.headers['content-length'], String(Buffer.byteLength(text)));
+    assert.equal(await unaryTtfts(gw), 2, 'one TTFT per request');
+    await nothingInFlight(gw);
+  } finally {
+    await gw.close();
+    await Promise.all(backends.map((b) => b.close()));
+  }
+  const big = await holder('a', [], (_r, res) => res.writeHead(404, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'x'.repeat(200_000), code: 404 } })));
+  gw = await searchGateway([big]);
+  try {
+    const r = await postResponse(gw, { model: 'm', input: 'x', previous_response_id: 'resp_x' });
+    assert.equal(r.statusCode, 404);
+    assert.ok((await r.body.text()).length > 200_000);
+    assert.equal(await unaryTtfts(gw), 1);
+    await nothingInFlight(gw);
+  } finally {
+    await gw.close();
+    await big.close();
+  }
+});
+
+test('a search ended by an error answer finds nothing: relayed, not remembered, not counted found', async () => {
+  const backends = [await holder('a', []), await holder('b', [], (_r, res) => res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"boom","code":500}}'))];
+  const gw = await searchGateway(backends, 1);
+  try {
+    const r = await postResponse(gw, { model: 'm', input: 'x', previous_response_id: 'resp_x' });
+    assert.equal(r.statusCode, 500);
+    await r.body.text();
+    assert.equal(await metric(gw, 'sluice_stored_responses'), 0);
+    assert.equal(await metric(gw, 'sluice_previous_response_search_total', 'result="found"'), 0);
+    assert.equal(await metric(gw, 'sluice_previous_response_search_total', 'result="not_found"'), 0);
+  } finally {
+    await gw.close();
+    await Promise.all(backends.map((b) => b.close()));
+  }
+});
+
+test('a search asks the servers outlier detection set aside, last', async () => {
+  let fail = false;
+  const backends = [await holder('a', []), await holder('b', ['resp_x'])];
+  const answer = backends[1]!.behave;
+  backends[1]!.behave = (r, res) => (fail ? res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"boom","code":500}}') : answer(r, res));
+  const gw = await searchGateway(backends, undefined, ', outlierDetection: { consecutiveFailures: 2, baseEjectionTime: 1m }');
+  try {
+    fail = true;
+    const ep = gw.pool.endpoints.find((e) => e.name === 'e1')!;
+    for (let i = 0; i < 8 && gw.pool.eligible(Date.now()).includes(ep); i++) await (await postResponse(gw, { model: 'm', input: 'fail' })).body.text();
+    assert.ok(!gw.pool.eligible(Date.now()).includes(ep), 'e1 set aside');
+    fail = false;
+    const r = await postResponse(gw, { model: 'm', input: 'x', previous_response_id: 'resp_x' });
+    assert.equal(r.statusCode, 200);
+    assert.match(await r.body.text(), /resp_b_/);
+    assert.equal(await metric(gw, 'sluice_previous_response_search_total', 'result="found"'), 1);
+    await nothingInFlight(gw);
+  } finally {
+    await gw.close();
+    await Promise.all(backends.map((b) => b.close()));
+  }
+});
+
+test('a server that cannot be reached holds nothing: one not holding it and one dropping the connection give the 404 in either order', async () => {
+  // The dropper holds the request 300 ms before it drops the connection: ruled out at once, no second try.
+  for (const busy of [0, 1]) {
+    const backends = [await startFakeBackend((_r, res) => void setTimeout(() => res.socket?.destroy(), 300)), await holder('b', [])];
+    const gw = await searchGateway(backends, busy);
+    try {
+      const r = await postResponse(gw, { model: 'm', input: 'x', previous_response_id: 'resp_x' });
+      assert.equal(r.statusCode, 404, `the dropper asked ${busy === 0 ? 'last' : 'first'}`);
+      assert.equal(await r.body.text(), notHeldBody('resp_x'));
+      assert.equal(await metric(gw, 'sluice_previous_response_search_total', 'result="not_found"'), 1);
+      await nothingInFlight(gw);
+    } finally {
+      await gw.close();
+      await Promise.all(backends.map((b) => b.close()));
+    }
   }
 });
