@@ -349,10 +349,11 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let lastTimedOut = false;
   /** Connection failures so far (each retried, up to `upstream.retries`). */
   let failures = 0;
-  /** The last server that said it does not hold the previous response: its 404, for when no server is left to ask. */
+  /**
+   * The last server that said it does not hold the previous response (the others are being asked):
+   * its 404, for when no server is left to ask.
+   */
   let notHeld: HeldAnswer | undefined;
-  /** A server said it does not hold the previous response: the others are being asked. */
-  let searching = false;
   let prepared: DecodeLeg | undefined;
   /** The P/D decision of the last attempt made (the one carried out): counted once, at the end. */
   let decision: Disaggregation['decision'] | undefined;
@@ -401,13 +402,12 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       }
       const r = await attemptOn(ctx, ep, prepared ?? pd, outcome.result);
       if (r.kind === 'done') {
-        if (ctx.searchesFor !== undefined) previousResponseAnswered(ctx, ep, r.status, searching);
+        if (ctx.searchesFor !== undefined) previousResponseAnswered(ctx, ep, r.status, notHeld !== undefined);
         return r.status;
       }
       if (r.kind === 'notHeld') {
         // Not a failure of that server: the next one is asked, with the retries left as they were.
         notHeld = r.answer;
-        searching = true;
         failedOn = undefined;
         (ruledOut ??= []).push(ep.origin);
       } else {
@@ -434,7 +434,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       const eligible = ctx.pinnedOrigin === undefined ? pool.eligibleFor(ctx.sreq.model, ctx.clock.now()) : home === undefined ? [] : [home];
       let untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
       // A search asks the servers set aside too, last: one may hold the response (as a pinned request goes to its home set aside).
-      if (untried.length === 0 && searching) untried = pool.setAsideFor(ctx.sreq.model, ctx.clock.now()).filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
+      if (untried.length === 0 && notHeld !== undefined) untried = pool.setAsideFor(ctx.sreq.model, ctx.clock.now()).filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
       const notFailed = eligible.filter((c) => !failed.includes(c.origin));
       candidates = untried.length > 0 ? untried : notFailed;
       if (untried.length > 0 && lost.length > 0) withLostOnce = notFailed;
