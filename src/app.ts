@@ -10,7 +10,7 @@ import { formatProblem, type ConfigProblem } from './config/load.js';
 import { effectiveConfigDigest } from './config/print.js';
 import { Pool } from './datalayer/pool.js';
 import type { EndpointSpec } from './datalayer/endpoint.js';
-import { Scraper } from './datalayer/scraper.js';
+import { Scraper, silenceWindowMs } from './datalayer/scraper.js';
 import { GatewayMetrics, type PrefixIndexerSnapshot, type SaturationSnapshot } from './metrics/metrics.js';
 import { builtinRegistry } from './plugins/builtin.js';
 import type { PluginRegistry } from './plugins/registry.js';
@@ -97,10 +97,8 @@ export interface Gateway {
  * for several seconds.
  */
 function readinessWindowMs(config: SluiceConfig, staleMs: number): number {
-  const { interval, timeout } = config.pool.metrics;
-  return Math.max(READY_MIN_WINDOW_MS, staleMs, 4 * (interval + timeout));
+  return Math.max(silenceWindowMs(config.pool.metrics), staleMs);
 }
-const READY_MIN_WINDOW_MS = 5_000;
 
 /** Age past which an endpoint's metrics count as stale: the detector's own threshold when it has one. */
 function stalenessMs(config: SluiceConfig): number {

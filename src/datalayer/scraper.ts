@@ -52,6 +52,17 @@ interface ScrapeLoop {
 }
 
 /** Scrapes failing in a row for this long (a dead endpoint, not a hiccup)… */
+/**
+ * A server that answered no scrape for this long is silent, down or hung: at least 5 s and four
+ * scrape rounds, so that a server slow over `/metrics` under load is not. `/ready` fails when every
+ * server is silent; a search for a stored response asks no silent server (it would hold the request
+ * until `upstream.headersTimeout`).
+ */
+export function silenceWindowMs(metrics: { interval: number; timeout: number }): number {
+  return Math.max(MIN_SILENCE_MS, 4 * (metrics.interval + metrics.timeout));
+}
+const MIN_SILENCE_MS = 5_000;
+
 export const SCRAPE_BACKOFF_AFTER_MS = 1000;
 /** …are retried this often (or at the interval when longer) until one succeeds. */
 export const SCRAPE_BACKOFF_MS = 1000;

@@ -719,7 +719,7 @@ export class GatewayMetrics {
     for (const result of PREVIOUS_RESPONSE_RESULTS) this.previousResponseRoutingTotal.inc({ result }, 0);
     this.previousResponseSearchTotal = counter({
       name: 'sluice_previous_response_search_total',
-      help: 'Responses API requests continuing a response this gateway knew no server for, whose first server answered 404 that it does not hold it, by how the search over the other servers of the model ended: found (another server answered 2xx; it is remembered), not_found (none holds it, or could be reached: the last 404 relayed). A search that ended otherwise (the client left, connection failures past upstream.retries, an error answer relayed) is not counted.',
+      help: 'Responses API requests continuing a response this gateway knew no server for, whose first server answered 404 that it does not hold it (or whose known server could not be reached), by how the search over the other servers of the model ended: found (another server answered 2xx; it is remembered), not_found (none holds it, or could be reached: the last 404 relayed). A search that ended otherwise (the client left, connection failures past upstream.retries, an error answer relayed) is not counted.',
       labelNames: ['result'],
     });
     for (const result of PREVIOUS_RESPONSE_SEARCH_RESULTS) this.previousResponseSearchTotal.inc({ result }, 0);

@@ -2,8 +2,8 @@
  * Scheduling + forwarding of one admitted request, with retries on connection failures that
  * happen before any byte reached the client (SPEC §2), each on another endpoint; when none is left,
  * one whose connection was lost (not refused) is tried once more. A Responses API request continuing a
- * response no server was known for asks each server in turn while they answer that they do not hold
- * it (stored-responses.ts); those 404s are held back. The answer streams back chunk by chunk
+ * response no server was known for (or whose server cannot be reached) asks each server in turn while
+ * they answer that they do not hold it (stored-responses.ts); those 404s are held back. The answer streams back chunk by chunk
  * with backpressure (SSE event by event, never held); a small non-streamed answer of known length
  * is collected and written in one go with its headers. A client disconnect aborts the upstream
  * request at once; the endpoint's in-flight count is released exactly once whatever happens.
@@ -49,6 +49,7 @@ import {
   type StoredResponses,
 } from './stored-responses.js';
 import { connectorFor } from './connectors/index.js';
+import { silenceWindowMs } from '../datalayer/scraper.js';
 import { rewriteJsonCachedTokens, SseCachedTokensRewriter } from './connectors/cached-tokens.js';
 import { BodyNotRewritableError, decodeOnly, jsonObjectOf, type DecodeLeg, type PdStep, type PrefillLegResult, type SendPrefill } from './connectors/types.js';
 import { cutIfNeverRead, unwatchClient, watchClient, type ClientWatcher } from './client-watch.js';
@@ -87,8 +88,8 @@ export interface ForwardContext {
   pinnedOrigin: string | undefined;
   /**
    * The `previous_response_id` of a request whose server the gateway did not know (`unknown` or
-   * `unavailable`, with `server.storedResponses` on): a server answering that it does not hold that
-   * response is passed over for the next one (saysNotHeld).
+   * `unavailable`, with `server.storedResponses` on), or could not reach: a server answering that it
+   * does not hold that response is passed over for the next one (saysNotHeld).
    */
   searchesFor: string | undefined;
   /** How that search ended, once a server said it does not hold the response. */
@@ -304,6 +305,8 @@ type AttemptResult =
 
 /** An answer held back from the client: relayed as it came when no other server is left to ask. */
 interface HeldAnswer {
+  /** The endpoint that answered it. */
+  endpoint: string;
   status: number;
   headers: Record<string, string | string[]>;
   body: Buffer;
@@ -321,6 +324,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   if (res.destroyed || ctx.req.socket?.destroyed) return 0;
   const retries = rt.config.server.upstream.retries;
   let candidates: readonly Endpoint[] = pool.eligibleFor(ctx.sreq.model, ctx.clock.now());
+  /** The response a Responses API request continues (read now: an attempt drops the parsed body). */
+  let previousId: string | undefined;
   if (ctx.sreq.api === 'responses') {
     const home = homeOf(ctx.sreq, pool.endpoints, ctx.storedResponses);
     if (home !== undefined) {
@@ -328,8 +333,9 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       ctx.previousResponse = home.result;
       ctx.pinnedOrigin = home.endpoint?.origin;
       candidates = candidatesFor(home, candidates);
+      previousId = previousResponseId(ctx.sreq);
       // Another replica may have relayed it, or this gateway restarted since: asked of each server in turn.
-      if (home.endpoint === undefined && ctx.storedResponses.enabled) ctx.searchesFor = previousResponseId(ctx.sreq);
+      if (home.endpoint === undefined && ctx.storedResponses.enabled) ctx.searchesFor = previousId;
     }
     ctx.recordsResponseId = ctx.storedResponses.enabled && ctx.sreq.body.store !== false;
   }
@@ -373,7 +379,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       }
       withLostOnce = undefined;
       metrics.schedulerDuration((performance.now() - t0) / 1000);
-      if (trace !== undefined) logDecision(ctx, attempt, outcome, trace);
+      // A run over no candidate at all (every server tried) is no decision to show.
+      if (trace !== undefined && candidates.length > 0) logDecision(ctx, attempt, outcome, trace);
       if (!outcome.ok) {
         // No server left to ask for the previous response: the last 404, as it came (a server that
         // could not be reached holds nothing either: vLLM's store is in its memory).
@@ -429,13 +436,26 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       // without the servers already tried.
       const failed = ruledOut ?? [];
       const lost = lostOnce ?? [];
+      if (ctx.pinnedOrigin !== undefined && failed.includes(ctx.pinnedOrigin)) {
+        // The home cannot be reached, and its store is in its memory: the others are asked, as for
+        // a response no server is known for, so that the client gets their 404 (as through a replica
+        // that never knew the home), or the answer of one that holds it after all.
+        ctx.searchesFor = previousId;
+        ctx.pinnedOrigin = undefined;
+      }
       // A pinned request's retries go to its home alone, set aside or not (stored-responses.ts).
       const home = ctx.pinnedOrigin === undefined ? undefined : serverAt(pool.endpoints, ctx.pinnedOrigin);
-      const eligible = ctx.pinnedOrigin === undefined ? pool.eligibleFor(ctx.sreq.model, ctx.clock.now()) : home === undefined ? [] : [home];
-      let untried = eligible.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
+      const now = ctx.clock.now();
+      const eligible = ctx.pinnedOrigin === undefined ? pool.eligibleFor(ctx.sreq.model, now) : home === undefined ? [] : [home];
+      // A search asks no silent server (down or hung): it would hold the request until
+      // upstream.headersTimeout, where a server without the response answers at once.
+      const silence = ctx.searchesFor === undefined ? Infinity : silenceWindowMs(rt.config.pool.metrics);
+      const untriedOf = (servers: readonly Endpoint[]): Endpoint[] =>
+        servers.filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin) && c.metricsAge(now) <= silence);
+      let untried = untriedOf(eligible);
       // A search asks the servers set aside too, last: one may hold the response (as a pinned request goes to its home set aside).
-      if (untried.length === 0 && notHeld !== undefined) untried = pool.setAsideFor(ctx.sreq.model, ctx.clock.now()).filter((c) => !failed.includes(c.origin) && !lost.includes(c.origin));
-      const notFailed = eligible.filter((c) => !failed.includes(c.origin));
+      if (untried.length === 0 && notHeld !== undefined) untried = untriedOf(pool.setAsideFor(ctx.sreq.model, now));
+      const notFailed = eligible.filter((c) => !failed.includes(c.origin) && c.metricsAge(now) <= silence);
       candidates = untried.length > 0 ? untried : notFailed;
       if (untried.length > 0 && lost.length > 0) withLostOnce = notFailed;
     }
@@ -462,6 +482,7 @@ function previousResponseAnswered(ctx: ForwardContext, ep: Endpoint, status: num
 /** No server left to ask holds the previous response: the last one's 404 goes to the client as it came. */
 function relayNotHeld(ctx: ForwardContext, answer: HeldAnswer): number {
   if (ctx.res.destroyed) return 0;
+  ctx.endpoint = answer.endpoint;
   ctx.previousResponseSearch = 'not_found';
   ctx.metrics.previousResponseSearch('not_found');
   return relayWhole(ctx, answer.status, answer.headers, answer.body);
@@ -1022,7 +1043,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
         this.headers!['content-length'] = String(body.length);
         whole = body;
       } else if (this.mode === Mode.HoldNotFound) {
-        if (saysNotHeld(body, ctx.searchesFor!)) return this.done({ kind: 'notHeld', answer: { status: this.status, headers: this.headers!, body } });
+        if (saysNotHeld(body, ctx.searchesFor!)) return this.done({ kind: 'notHeld', answer: { endpoint: this.ep.name, status: this.status, headers: this.headers!, body } });
         this.answer(ctx.clock.now());
       } else if (this.status === 200) whole = body;
       // Status line, headers and body leave in one write.

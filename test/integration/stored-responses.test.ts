@@ -16,6 +16,7 @@ import { alwaysDisaggProfiles, captureLogger, fleetConfig, gatewayFor, nothingIn
 import type { ServerResponse } from 'node:http';
 import { startFakeBackend, vllmPage, type Behaviour, type FakeBackend, type Received } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
+import { systemClock } from '../../src/util/clock.js';
 
 interface ResponsesServer {
   backend: FakeBackend;
@@ -219,7 +220,7 @@ test('server.storedResponses: 0 remembers nothing and asks no other server', asy
   }
 });
 
-test('the home server gone from the pool: the request is scheduled as usual (unavailable); a home that drops connections is retried alone, then 502', async () => {
+test('the home server gone from the pool: the request is scheduled as usual (unavailable); a home that drops connections is tried again, then the others are asked and their 404 relayed', async () => {
   // s1 stores as the others do, but can be told to drop every connection.
   let drop = false;
   const servers = [await responsesServer('s0'), await responsesServer('s1'), await responsesServer('s2')];
@@ -236,11 +237,14 @@ test('the home server gone from the pool: the request is scheduled as usual (una
     }
     assert.ok(onS1 !== undefined, 'a first turn served by s1');
     drop = true;
-    const others = servers[0]!.backend.received.length + servers[2]!.backend.received.length;
+    const received = () => servers.map((s) => s.backend.received.length);
+    const before = received();
+    // Its store went with it: the client gets what a replica that never knew the home would get.
     const r = await request(`${f.gw.apiUrl}/v1/responses`, { method: 'POST', body: JSON.stringify({ model: 'm', input: 'next', previous_response_id: onS1 }) });
-    assert.equal(r.statusCode, 502);
-    assert.match(await r.body.text(), /no other endpoint is eligible/);
-    assert.equal(servers[0]!.backend.received.length + servers[2]!.backend.received.length, others, 'no other server got the request');
+    assert.equal(r.statusCode, 404);
+    assert.equal(await r.body.text(), JSON.stringify({ error: { message: `Response with id '${onS1}' not found.`, type: 'invalid_request_error', param: 'response_id', code: 404 } }));
+    assert.deepEqual(received().map((n, i) => n - before[i]!), [1, 2, 1], 'the home twice (a connection lost at once gets one more try), each other once');
+    assert.equal(await metric(f.gw, 'sluice_previous_response_search_total', 'result="not_found"'), 1);
     drop = false;
 
     // s1 removed by a reload: its responses are gone with it.
@@ -454,9 +458,9 @@ async function holder(name: string, holds: string[], on404?: Answer): Promise<Fa
 }
 
 /** A gateway over `backends`, every one idle but `busy` (asked last); `upstream`: members added to server.upstream. */
-async function searchGateway(backends: FakeBackend[], busy?: number, upstream = ''): Promise<Gateway> {
+async function searchGateway(backends: FakeBackend[], busy?: number, upstream = '', logger?: Logger): Promise<Gateway> {
   backends.forEach((b, i) => (b.metrics = vllmPage(i === busy ? 4 : 0, i === busy ? 8 : 0)));
-  const gw = await gatewayFor(fleetConfig(backends.map((b, i) => ({ name: `e${i}`, port: b.port }))).replace('retries: 2 }', `retries: 2${upstream} }`));
+  const gw = await gatewayFor(fleetConfig(backends.map((b, i) => ({ name: `e${i}`, port: b.port }))).replace('retries: 2 }', `retries: 2${upstream} }`), { logger });
   await waitForMetrics(gw);
   if (busy !== undefined) await until(() => gw.pool.endpoints[busy]!.metrics?.waiting === 4, 5000, 'the busy one scraped');
   return gw;
@@ -549,16 +553,42 @@ test('a server that cannot be reached holds nothing: one not holding it and one 
   // The dropper holds the request 300 ms before it drops the connection: ruled out at once, no second try.
   for (const busy of [0, 1]) {
     const backends = [await startFakeBackend((_r, res) => void setTimeout(() => res.socket?.destroy(), 300)), await holder('b', [])];
-    const gw = await searchGateway(backends, busy);
+    const log = captureLogger('debug');
+    const gw = await searchGateway(backends, busy, '', log.logger);
     try {
       const r = await postResponse(gw, { model: 'm', input: 'x', previous_response_id: 'resp_x' });
       assert.equal(r.statusCode, 404, `the dropper asked ${busy === 0 ? 'last' : 'first'}`);
       assert.equal(await r.body.text(), notHeldBody('resp_x'));
       assert.equal(await metric(gw, 'sluice_previous_response_search_total', 'result="not_found"'), 1);
+      // The request's endpoint is the one whose answer the client got.
+      const done = log.lines().find((l) => l.msg === 'request done')!;
+      assert.deepEqual([done.endpoint, done.attempts], ['e1', 2]);
+      // Every scheduling decision logged picked a server (the run over none left is not one).
+      assert.deepEqual(log.lines().filter((l) => l.msg === 'scheduling decision').map((l) => l.refused), [undefined, undefined]);
       await nothingInFlight(gw);
     } finally {
       await gw.close();
       await Promise.all(backends.map((b) => b.close()));
     }
+  }
+});
+
+test('a search asks no silent server (down or hung: no scrape answered for several seconds), which would hold the request until upstream.headersTimeout', async () => {
+  // e2 accepts the request and never answers; its scrapes fail.
+  const backends = [await holder('a', []), await holder('b', []), await startFakeBackend(() => undefined)];
+  // Asked, it would answer the client a 504 after 3 s.
+  const gw = await searchGateway(backends, undefined, ', headersTimeout: 3s');
+  try {
+    backends[2]!.metrics = 500;
+    const silent = gw.pool.endpoints[2]!;
+    silent.metricsAt = systemClock.now() - 60_000;
+    const r = await postResponse(gw, { model: 'm', input: 'x', previous_response_id: 'resp_x' });
+    assert.equal(r.statusCode, 404);
+    assert.equal(await r.body.text(), notHeldBody('resp_x'));
+    assert.equal(backends[2]!.received.length, 0, 'the silent server was not asked');
+    assert.equal(await metric(gw, 'sluice_previous_response_search_total', 'result="not_found"'), 1);
+  } finally {
+    await gw.close();
+    await Promise.all(backends.map((b) => b.close()));
   }
 });
