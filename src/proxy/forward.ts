@@ -3,10 +3,11 @@
  * happen before any byte reached the client (SPEC §2), each on another endpoint; when none is left,
  * one whose connection was lost (not refused) is tried once more. A Responses API request continuing a
  * response no server was known for (or whose server cannot be reached) asks each server in turn while
- * they answer that they do not hold it (stored-responses.ts); those 404s are held back. The answer streams back chunk by chunk
- * with backpressure (SSE event by event, never held); a small non-streamed answer of known length
- * is collected and written in one go with its headers. A client disconnect aborts the upstream
- * request at once; the endpoint's in-flight count is released exactly once whatever happens.
+ * they answer that they do not hold it (stored-responses.ts); those 404s are held back. The answer
+ * streams back chunk by chunk with backpressure (SSE event by event, never held); a small
+ * non-streamed answer of known length is collected and written in one go with its headers. A client
+ * disconnect aborts the upstream request at once; the endpoint's in-flight count is released exactly
+ * once whatever happens.
  *
  * The upstream request runs on undici's dispatch API with one handler object per attempt
  * (`Exchange`): no response stream, no promise per chunk, no AbortController.
