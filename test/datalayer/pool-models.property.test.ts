@@ -1,5 +1,5 @@
 /**
- * The pool's model bookkeeping (Pool.eligibleFor and what feeds it), against a from-scratch reading
+ * The pool's model bookkeeping (Pool.eligibleFor, setAsideFor and what feeds them), against a from-scratch reading
  * after random sequences of reloads (add, remove, re-add, move, relabel), scrapes naming models and
  * LoRA adapters, failures that eject, requests and time passing.
  */
@@ -107,6 +107,11 @@ test('Pool: model counts, onServedModels and eligibleFor agree with a from-scrat
         for (const model of [...MODELS, ...ADAPTERS, 'zz']) {
           const base = set.has(model) ? model : adapterRef.get(model);
           assert.deepEqual(pool.eligibleFor(model, now).map((e) => e.name), reference(pool, base, set, now), `eligibleFor(${model}) after ${JSON.stringify(op)}`);
+          // setAsideFor: the rest of the model's servers (every server when any may take it), in configuration order.
+          const named = set.size >= 2 && base !== undefined && set.has(base);
+          const ofModel = pool.endpoints.filter((ep) => !named || ep.servedModel === undefined || ep.servedModel === base).map((e) => e.name);
+          const eligibleNames = reference(pool, base, set, now);
+          assert.deepEqual(pool.setAsideFor(model, now).map((e) => e.name), ofModel.filter((n) => !eligibleNames.includes(n)), `setAsideFor(${model}) after ${JSON.stringify(op)}`);
         }
       }
     }),
