@@ -237,6 +237,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
   const pool = new Pool(endpointSpecs(loaded.config), {
     onInvariantViolation: (message, ep) => logger.error({ endpoint: ep.name }, message),
     outlierPolicy: loaded.config.server.upstream.outlierDetection,
+    silenceMs: silenceWindowMs(loaded.config.pool.metrics),
     onServedModels: (servedBy) => {
       if (servedBy.size < 2) return;
       const mix = JSON.stringify([...servedBy.keys()].sort());
@@ -433,6 +434,7 @@ export async function startGateway(loaded: LoadedConfig & { warnings?: ConfigPro
       // settings, and to a new endpoint through its own pooled connections.
       upstreams.configure(config.server.upstream);
       pool.setOutlierPolicy(config.server.upstream.outlierDetection, clock.now());
+      pool.setSilenceWindow(silenceWindowMs(config.pool.metrics));
       upstreams.retain(pool.endpoints); // pools of removed endpoints close once their requests finish
       storedResponses.resize(config.server.storedResponses);
       live = nextLive;

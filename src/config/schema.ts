@@ -314,6 +314,7 @@ export const outlierDetectionSchema = z
     maxEjectionTime: durationField({ positive: true }).prefault('5m'),
     maxEjectionPercent: z.number().int().min(0).max(100).default(50),
     stallTimeout: durationField().prefault('30s'),
+    rescueInFlight: z.boolean().default(true),
   })
   .prefault({})
   .superRefine((o, ctx) => {

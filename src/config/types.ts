@@ -28,6 +28,11 @@ export interface OutlierDetectionConfig {
   maxEjectionPercent: number;
   /** An endpoint running requests whose work counters have not moved for this long (ms) is set aside; 0 = never. Default 30s. */
   stallTimeout: number;
+  /**
+   * Requests in flight on a stalled or silent endpoint that it has said nothing of for that long are
+   * given up on: sent to another server, or ended with a 504 once part of the answer went out. Default true.
+   */
+  rescueInFlight: boolean;
 }
 
 export interface ServerConfig {

@@ -24,6 +24,18 @@ export function engineTypeOf(labels: Readonly<Record<string, string>>, defaultEn
 
 export type Stage = 'prefill' | 'decode' | 'interleaved';
 
+/**
+ * A request (or a prefill leg) in flight on an endpoint, which the pool may give up on when the
+ * server stalls or goes silent (Pool.rescueStuck): the proxy then sends it to another server, or
+ * ends its answer with an error if part of it reached the client.
+ */
+export interface InFlightAttempt {
+  /** Clock time (ms) the server was last heard of for it: the request sent, its status line, a chunk. */
+  readonly heardAt: number;
+  /** Gives up on it: `why` says what became of its server (`stalled (…)`, `silent (…)`). */
+  abandon(why: string): void;
+}
+
 /** The `llm-d.ai/role` values llm-d knows (SPEC §6); any other reads as decode. */
 export const KNOWN_ROLES: readonly string[] = ['prefill', 'decode', 'both', 'prefill-decode', 'encode', 'encode-prefill', 'encode-prefill-decode'];
 
@@ -181,6 +193,15 @@ export class Endpoint {
   progressAt = 0;
   /** Set while it owes work and its page has not changed for `stallTimeout` (outlier.ts): why. */
   stalledFor: string | undefined = undefined;
+  /** Clock time of the first scrape that got no answer at all since the last answered one (Pool.rescueStuck). */
+  unansweredSince: number | undefined = undefined;
+  /** What is in flight here and can be given up on (Pool.rescueStuck). */
+  readonly attempts = new Set<InFlightAttempt>();
+  /**
+   * Work was given up on here while it stalled (Pool.rescueStuck): still owed until its page moves,
+   * so that the stall does not end only because its requests went elsewhere.
+   */
+  gaveUpOnWork = false;
   /** Requests in flight sent while it was on probation (Pool.acquire): its probe. */
   probes = 0;
   /** Of inFlightTokens: held for a sidecar's prefill leg, which Sluice cannot see end (not owed work). */

@@ -26,6 +26,12 @@
  * step: tokens generated, KV blocks filled by a prefill chunk. A page without work counters
  * (trtllm-serve) is never read as stalled.
  *
+ * Its requests in flight would wait for the upstream time-outs (10 minutes for an answer to begin),
+ * as would those of a server gone silent (its scrapes got no answer at all for the silence window:
+ * its node down, its process frozen, or cut off from the gateway). With `rescueInFlight`, each one of theirs the server has said nothing
+ * of for that long (`stallTimeout`; the silence window) is given up on (Pool.rescueStuck): sent to
+ * another server when nothing of it reached the client yet, else ended with a 504.
+ *
  * Pure: plain data in, plain data out; the Pool applies it.
  */
 import type { OutlierDetectionConfig } from '../config/types.js';
@@ -38,6 +44,7 @@ export const DEFAULT_OUTLIER_POLICY: OutlierPolicy = Object.freeze({
   maxEjectionTime: 300_000,
   maxEjectionPercent: 50,
   stallTimeout: 30_000,
+  rescueInFlight: true,
 });
 
 /**

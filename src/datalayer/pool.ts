@@ -6,13 +6,14 @@
  * when anything that could change saturation changes.
  */
 import type { PoolView } from '../plugins/registry.js';
-import { Endpoint, engineTypeOf, type EndpointMetrics, type EndpointSpec } from './endpoint.js';
+import { Endpoint, engineTypeOf, type EndpointMetrics, type EndpointSpec, type InFlightAttempt } from './endpoint.js';
 import { formatDuration } from '../config/units.js';
 import { DEFAULT_OUTLIER_POLICY, recordFailure, recordSuccess, stalledMs, type OutlierPolicy } from './outlier.js';
 
 export type PoolChangeReason = 'metrics' | 'endpoints' | 'inflight' | 'outlier';
 export type PoolListener = (reason: PoolChangeReason, ep?: Endpoint) => void;
-export type ScrapeResult = { metrics: EndpointMetrics } | { error: string };
+/** A scrape's outcome; `answered`: the server gave an answer (an HTTP error, a page that could not be read), so it is not silent. */
+export type ScrapeResult = { metrics: EndpointMetrics } | { error: string; answered?: boolean };
 
 /** An endpoint was set aside for failing (`ms` long) or for making no progress (stalled), or takes requests again. */
 export type OutlierEvent =
@@ -30,6 +31,8 @@ export interface PoolOptions {
   onOutlier?: (ep: Endpoint, event: OutlierEvent) => void;
   /** Told when the set of models the endpoints' pages name changes (each endpoint's in `servedBy`). */
   onServedModels?: (servedBy: ReadonlyMap<string, readonly string[]>) => void;
+  /** An endpoint that answered no scrape for this long (ms) is silent (scraper.ts silenceWindowMs); default: never. */
+  silenceMs?: number;
 }
 
 function sameLabels(a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): boolean {
@@ -105,6 +108,7 @@ export class Pool implements PoolView {
   private readonly onInvariantViolation: ((message: string, ep: Endpoint) => void) | undefined;
   private readonly onOutlier: ((ep: Endpoint, event: OutlierEvent) => void) | undefined;
   private outlierPolicy: OutlierPolicy;
+  private silenceMs: number;
   // The endpoints requests may go to (`eligible`), as of the last look: recomputed when an ejection
   // starts or ends, when a stall starts or ends, when a probe leaves or returns, when the list or the
   // policy changes — never per request otherwise.
@@ -135,6 +139,7 @@ export class Pool implements PoolView {
     this.onOutlier = opts.onOutlier;
     this.onServedModels = opts.onServedModels;
     this.outlierPolicy = opts.outlierPolicy ?? DEFAULT_OUTLIER_POLICY;
+    this.silenceMs = opts.silenceMs ?? Infinity;
     this.setEndpoints(specs);
   }
 
@@ -342,6 +347,7 @@ export class Pool implements PoolView {
         ep.ejections = 0;
         ep.ejectedUntil = 0;
       } else if (ep.ejectedUntil > now + policy.maxEjectionTime) ep.ejectedUntil = now + policy.maxEjectionTime;
+      if (policy.stallTimeout === 0) ep.gaveUpOnWork = false;
       if (policy.stallTimeout === 0 && ep.stalledFor !== undefined) {
         ep.stalledFor = undefined;
         this.onOutlier?.(ep, { kind: 'progressing' });
@@ -349,6 +355,11 @@ export class Pool implements PoolView {
     }
     this.eligibleStale = true;
     this.notify('outlier');
+  }
+
+  /** The silence window (ms) of a new metrics configuration (scraper.ts silenceWindowMs). */
+  setSilenceWindow(ms: number): void {
+    this.silenceMs = ms;
   }
 
   /**
@@ -569,8 +580,10 @@ export class Pool implements PoolView {
       m.waiting !== prev.waiting ||
       m.kvUsage !== prev.kvUsage;
     // Requests it should be working on: those its page shows running, and Sluice's whose answer has
-    // not begun (a hung engine's page often froze idle); not a stream a slow client still drains.
-    const owed = m.running > 0 || ep.inFlightTokens - ep.unseenPromptTokens > 0;
+    // not begun (a hung engine's page often froze idle), or that were given up on there while it
+    // stalled; not a stream a slow client still drains.
+    if (moved) ep.gaveUpOnWork = false;
+    const owed = m.running > 0 || ep.inFlightTokens - ep.unseenPromptTokens > 0 || ep.gaveUpOnWork;
     const ms = stalledMs(ep, moved, owed, now);
     const timeout = this.outlierPolicy.stallTimeout;
     const stalled = timeout > 0 && ms >= timeout;
@@ -636,13 +649,46 @@ export class Pool implements PoolView {
         this.noteAdapters(m.lora.waiting, m.model);
       }
       ep.lastError = undefined;
+      ep.unansweredSince = undefined;
       // A page fetched while a request was being refused says nothing about the server now.
       if (ep.connectFailures === ep.connectFailuresAtScrapeStart) ep.connectFailure = undefined;
     } else {
       ep.lastError = result.error;
       ep.scrapeErrors++;
+      if (result.answered === true) ep.unansweredSince = undefined;
+      else ep.unansweredSince ??= now;
     }
+    this.rescueStuck(ep, now);
     this.notify('metrics', ep);
+  }
+
+  /**
+   * With `rescueInFlight`, what is in flight on an endpoint that stalled, or went silent (its scrapes
+   * got no answer at all for the silence window, counted from the first that got none), and that it
+   * has said nothing of for as long (`stallTimeout`; the window), is given up on: its server would
+   * most likely hold it until the upstream time-outs.
+   * Looked at on every scrape of the endpoint, so that what is sent there later is too.
+   */
+  private rescueStuck(ep: Endpoint, now: number): void {
+    if (ep.attempts.size === 0 || !this.outlierPolicy.rescueInFlight) return;
+    let quietMs: number;
+    let why: string;
+    if (ep.stalledFor !== undefined) {
+      quietMs = this.outlierPolicy.stallTimeout;
+      why = `stalled (${ep.stalledFor})`;
+    } else {
+      // Silent: its scrapes get no answer at all (an HTTP error is an answer: the server is there).
+      const silentMs = ep.unansweredSince === undefined ? 0 : now - ep.unansweredSince;
+      if (silentMs < this.silenceMs) return;
+      quietMs = this.silenceMs;
+      why = `silent (no answer to its metrics scrapes for ${formatDuration(Math.round(silentMs))})`;
+    }
+    let stuck: InFlightAttempt[] | undefined;
+    for (const a of ep.attempts) if (now - a.heardAt >= quietMs) (stuck ??= []).push(a);
+    // Each ends its own membership (abandon → release), so not while iterating the set.
+    if (stuck === undefined) return;
+    if (ep.stalledFor !== undefined) ep.gaveUpOnWork = true;
+    for (const a of stuck) a.abandon(why);
   }
 }
 

@@ -83,6 +83,8 @@ interface InProgressScrape {
   promise: Promise<void>;
   /** Why the scrape was aborted; 'stopped' and 'removed' outcomes are not recorded as errors. */
   abortReason: 'timeout' | 'stopped' | 'removed' | undefined;
+  /** The server answered (a status line came), whatever the page: it is not silent (Pool.rescueStuck). */
+  answered: boolean;
 }
 
 class ScrapeHttpError extends Error {}
@@ -168,7 +170,7 @@ export class Scraper {
   scrapeOnce(ep: Endpoint): Promise<void> {
     const current = this.inProgress.get(ep);
     if (current !== undefined) return current.promise;
-    const scrape: InProgressScrape = { controller: new AbortController(), promise: Promise.resolve(), abortReason: undefined };
+    const scrape: InProgressScrape = { controller: new AbortController(), promise: Promise.resolve(), abortReason: undefined, answered: false };
     this.inProgress.set(ep, scrape);
     scrape.promise = this.runScrape(ep, scrape).finally(() => {
       if (this.inProgress.get(ep) === scrape) this.inProgress.delete(ep);
@@ -242,10 +244,11 @@ export class Scraper {
     let result: ScrapeResult;
     this.pool.scrapeStarted(ep);
     try {
-      const text = await this.fetchText(ep, scrape.controller.signal);
+      const text = await this.fetchText(ep, scrape);
       result = { metrics: extractVllmMetrics(text, ep.engineType) };
     } catch (err) {
-      result = { error: scrape.abortReason === 'timeout' ? `timed out after ${this.timeoutMs} ms` : describeError(err) };
+      const error = scrape.abortReason === 'timeout' ? `timed out after ${this.timeoutMs} ms` : describeError(err);
+      result = scrape.answered ? { error, answered: true } : { error };
     } finally {
       clearTimeout(deadline);
     }
@@ -277,14 +280,15 @@ export class Scraper {
     }
   }
 
-  private async fetchText(ep: Endpoint, signal: AbortSignal): Promise<string> {
+  private async fetchText(ep: Endpoint, scrape: InProgressScrape): Promise<string> {
     const { statusCode, headers, body } = await this.getAgent().request({
       origin: ep.origin,
       path: this.path,
       method: 'GET',
       headers: SCRAPE_HEADERS,
-      signal,
+      signal: scrape.controller.signal,
     });
+    scrape.answered = true;
     // Errors surface through the iterator or dump(); without a listener, destroying an unread body
     // (or an abort landing between reads) would emit an 'error' nobody handles: an uncaught exception.
     body.on('error', ignoreError);

@@ -63,7 +63,7 @@ export type RequestStage = (typeof REQUEST_STAGES)[number];
 const GATEWAY_ERROR_CODES = ['429', '502', '503', '504'] as const;
 
 /** How a request failed at an endpoint (`sluice_endpoint_upstream_errors_total{error}`). */
-const UPSTREAM_ERROR_KINDS = ['connect', 'reset', 'headers_timeout', 'body_timeout', 'failed', 'cut', 'http_5xx', 'stream_error'] as const;
+const UPSTREAM_ERROR_KINDS = ['connect', 'reset', 'headers_timeout', 'body_timeout', 'failed', 'cut', 'http_5xx', 'stream_error', 'abandoned'] as const;
 export type UpstreamErrorKind = (typeof UPSTREAM_ERROR_KINDS)[number];
 
 /** The status of each answer the gateway gives a request before it counts as an inference request. */

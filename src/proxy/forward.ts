@@ -24,7 +24,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
 import { errors as undiciErrors, type Dispatcher } from 'undici';
-import type { Endpoint } from '../datalayer/endpoint.js';
+import type { Endpoint, InFlightAttempt } from '../datalayer/endpoint.js';
 import type { Pool } from '../datalayer/pool.js';
 import type { Disaggregation, SchedulingRequest, SchedulingResult } from '../scheduling/framework.js';
 import type { DecisionTrace, SchedulingOutcome } from '../scheduling/scheduler.js';
@@ -169,6 +169,14 @@ function connectErrorKind(err: unknown): 'connect' | 'reset' {
 }
 
 /**
+ * The gateway gave up on a request whose server stalled or went silent (Pool.rescueStuck): a
+ * time-out of the upstream (SPEC §2: 504), sent to another endpoint when nothing reached the client.
+ */
+class UpstreamStuckError extends Error {
+  override readonly name = 'UpstreamStuckError';
+}
+
+/**
  * Index just past the last blank line of SSE text (0 when it has none): the end of its last whole
  * event. Lines end with LF, CR LF or CR (the SSE grammar), so a blank line is two line ends in a
  * row. Scanned from the end: a chunk that ends an event is decided in a few compares. Only blank
@@ -300,7 +308,7 @@ type AttemptResult =
    * only after the server had the request for LOST_AT_ONCE_MS or more; `prepared`: the decode leg a
    * prefill leg produced, for the next attempt to reuse.
    */
-  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg }
+  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg; abandoned?: true }
   /** The server said it does not hold the previous response searched for: its answer, held back. */
   | { kind: 'notHeld'; answer: HeldAnswer };
 
@@ -353,7 +361,8 @@ export async function forward(ctx: ForwardContext): Promise<number> {
   let mayHaveRun = false;
   let lastError = '';
   let failedOn: Endpoint | undefined;
-  let lastTimedOut = false;
+  /** How the last attempt failed: its connection timed out, or its server stuck (a 504), else 502. */
+  let lastFailure: 'failed' | 'timed_out' | 'stuck' = 'failed';
   /** Connection failures so far (each retried, up to `upstream.retries`). */
   let failures = 0;
   /**
@@ -387,7 +396,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
         // could not be reached holds nothing either: vLLM's store is in its memory).
         if (notHeld !== undefined) return relayNotHeld(ctx, notHeld);
         // A retry with nowhere left to go is the connection failure's 502/504, not a scheduling refusal.
-        if (attempt > 0) return connectFailed(ctx, lastTimedOut, `and no other endpoint is eligible: ${lastError}`, mayHaveRun);
+        if (attempt > 0) return connectFailed(ctx, lastFailure, `and no other endpoint is eligible: ${lastError}`, mayHaveRun);
         metrics.schedulerAttempt('failure', '');
         if (outcome.reason === 'no-endpoints') {
           sendError(res, 503, outcome.message, { droppedReason: 'rejected-no-endpoints', requestId });
@@ -421,11 +430,12 @@ export async function forward(ctx: ForwardContext): Promise<number> {
       } else {
         prepared = r.prepared;
         lastError = `${ep.name}: ${r.error}`;
-        lastTimedOut = r.timedOut;
+        lastFailure = r.abandoned ? 'stuck' : r.timedOut ? 'timed_out' : 'failed';
         failedOn = ep;
-        warnUpstream(ctx, ep.name, 'upstream connection failed', { err: r.error, attempt });
+        if (r.abandoned) warnUpstream(ctx, ep.name, 'model server stuck: request given up on there, sent to another', { err: r.error, attempt });
+        else warnUpstream(ctx, ep.name, 'upstream connection failed', { err: r.error, attempt });
         mayHaveRun ||= r.lost;
-        if (failures++ >= retries) return connectFailed(ctx, lastTimedOut, `after ${attempt + 1} attempt(s): ${lastError}`, mayHaveRun);
+        if (failures++ >= retries) return connectFailed(ctx, lastFailure, `after ${attempt + 1} attempt(s): ${lastError}`, mayHaveRun);
         // When no other server is left, a server that lost a connection (not refused it) at once is
         // tried once more: it most likely closed an idle keep-alive connection just as the request
         // went out, and a fresh connection works. A second loss, or a loss after holding the request
@@ -524,12 +534,13 @@ function upstreamError(ctx: ForwardContext, ep: Endpoint, kind: UpstreamErrorKin
 }
 
 /**
- * The last attempt could not connect: 504 when its connect timed out (an upstream time-out, SPEC §2),
- * else 502. `mayHaveRun`: a server lost a connection the request went out on (not refused it).
+ * The last attempt could not connect, or was given up on as its server stuck: 504 when its connect
+ * timed out or it stuck (upstream time-outs, SPEC §2), else 502. `mayHaveRun`: a server lost a
+ * connection the request went out on (not refused it), or was given it and stuck.
  */
-function connectFailed(ctx: ForwardContext, timedOut: boolean, detail: string, mayHaveRun: boolean): number {
-  const status = timedOut ? 504 : 502;
-  const what = timedOut ? 'upstream connection timed out' : 'upstream connection failed';
+function connectFailed(ctx: ForwardContext, failure: 'failed' | 'timed_out' | 'stuck', detail: string, mayHaveRun: boolean): number {
+  const status = failure === 'failed' ? 502 : 504;
+  const what = failure === 'stuck' ? 'upstream stopped answering' : failure === 'timed_out' ? 'upstream connection timed out' : 'upstream connection failed';
   sendError(ctx.res, status, `${what} ${detail}`, { requestId: ctx.requestId, noRetry: mayHaveRun });
   return status;
 }
@@ -568,7 +579,7 @@ async function attemptOn(ctx: ForwardContext, ep: Endpoint, plan: AttemptPlan, p
       const pairId = ctx.prefillMs === undefined ? ctx.requestId : `${ctx.requestId}-attempt${ctx.attempts}`;
       let step: PdStep;
       try {
-        const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, prefillPromptTokens, ac.signal, pairId));
+        const pending = connector.carryOut(input, prefillSender(ctx, plan.prefill, prefillPromptTokens, ac, pairId));
         step = pending instanceof Promise ? await pending : pending;
       } catch (err) {
         // A body nested too deeply to serialise again (JSON.parse reads any depth): the decoder takes the bytes as sent.
@@ -642,8 +653,10 @@ const enum Mode {
  * parses every response header into an object first; this reads the raw header list once, keeping
  * what it relays.
  */
-class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
+class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAttempt {
   clientGone = false;
+  /** Clock time the server was last heard of for this request (InFlightAttempt): sent, status line, a chunk. */
+  heardAt = 0;
   /** Set while a prefill leg runs: aborted when the client goes away. */
   prefillAbort: AbortController | undefined = undefined;
   private released = false;
@@ -738,6 +751,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   holdSidecarPrefill(on: Endpoint, tokens: number): void {
     this.sidecarProbe = this.ctx.pool.acquire(on);
     this.sidecarPrefillEp = on;
+    // A prefill server stuck on the leg holds this request too.
+    on.attempts.add(this);
     this.countPrompt(on, tokens, true);
   }
 
@@ -746,6 +761,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     const prefill = this.sidecarPrefillEp;
     if (prefill !== undefined) {
       this.sidecarPrefillEp = undefined;
+      prefill.attempts.delete(this);
       this.ctx.pool.release(prefill, is2xx(this.status), this.sidecarProbe);
     }
     if (this.promptEp === undefined) return;
@@ -764,7 +780,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     return new Promise<AttemptResult>((resolve) => {
       this.resolve = resolve;
       this.settled = false;
-      this.sentAt = ctx.clock.now();
+      this.sentAt = this.heardAt = ctx.clock.now();
+      this.ep.attempts.add(this);
       ctx.upstreams.get(this.ep).dispatch({ method: 'POST', path: ctx.req.url ?? '/', headers, body: leg?.body ?? ctx.raw }, this);
     });
   }
@@ -773,6 +790,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   finish(): void {
     if (!this.released) {
       this.released = true;
+      this.ep.attempts.delete(this);
       try {
         this.promptDone();
       } finally {
@@ -802,6 +820,20 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     this.clientClosed();
   }
 
+  /**
+   * Its server stalled or went silent (Pool.rescueStuck): the request is sent to another server when
+   * nothing of it reached the client, else its answer ends with a 504 (onError).
+   */
+  abandon(why: string): void {
+    // Paused for its client (backpressure): the silence is the client's, not the server's.
+    if (this.settled || this.waitingDrain) return;
+    const err = new UpstreamStuckError(why);
+    const abort = this.abortUpstream;
+    this.onError(err);
+    // Settled now: undici's own onError for it is ignored (one still queued is dropped at onConnect).
+    abort?.(err);
+  }
+
   private done(r: AttemptResult): void {
     if (this.settled) return;
     this.settled = true;
@@ -829,6 +861,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
 
   onHeaders(status: number, rawHeaders: Buffer[], resume: () => void): boolean {
     this.resumeUpstream = resume;
+    this.heardAt = this.ctx.clock.now();
     try {
       this.responseStart(status, rawHeaders);
     } catch (err) {
@@ -890,6 +923,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
   }
 
   onData(chunk: Buffer): boolean {
+    this.heardAt = this.ctx.clock.now();
     try {
       this.responseData(chunk);
     } catch (err) {
@@ -1123,6 +1157,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     if (err === this.ownError) return this.failedInGateway(err);
     if (this.headers === undefined) {
       // No answer yet.
+      if (err instanceof UpstreamStuckError) {
+        upstreamError(ctx, ep, 'abandoned');
+        // It may have run (or be running) it: a retry decides and prefills anew.
+        return this.done({ kind: 'retry', error: err.message, timedOut: true, lost: true, held: true, abandoned: true });
+      }
       if (isConnectError(err)) {
         upstreamError(ctx, ep, connectErrorKind(err));
         const code = (err as { code?: string }).code ?? '';
@@ -1156,11 +1195,16 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
     }
     // The upstream failed mid-answer: when the status line is gone, end the stream visibly. A
     // time-out is a 504 (SPEC §2), whether or not part of the answer was relayed.
-    const timedOut = err instanceof undiciErrors.BodyTimeoutError;
+    const stuck = err instanceof UpstreamStuckError;
+    const timedOut = stuck || err instanceof undiciErrors.BodyTimeoutError;
     const status = timedOut ? 504 : 502;
-    const what = timedOut ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)` : `failed mid-response: ${err.message}`;
+    const what = stuck
+      ? `stopped answering: ${err.message}`
+      : timedOut
+        ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)`
+        : `failed mid-response: ${err.message}`;
     // A 5xx answer that then broke off is one failure (counted at its status line), not two.
-    upstreamError(ctx, ep, timedOut ? 'body_timeout' : 'cut', this.status < 500);
+    upstreamError(ctx, ep, stuck ? 'abandoned' : timedOut ? 'body_timeout' : 'cut', this.status < 500);
     this.brokeOff = true;
     warnUpstream(ctx, ep.name, 'upstream failed mid-response', { err: err.message, status });
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, noRetry: true });
@@ -1176,20 +1220,26 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher {
 
 /**
  * The prefill leg of a connector: same path and headers as the client request (uncompressed answer),
- * the prefill endpoint in flight for exactly the leg, aborted with the attempt's signal.
+ * the prefill endpoint in flight for exactly the leg, aborted with the attempt's controller (`abort`).
+ * Given up on when the prefill server stalls or goes silent (Pool.rescueStuck): a failed leg, after
+ * which the request goes on as the connector decides (decode-only).
  */
-function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: number, signal: AbortSignal, requestId: string): SendPrefill {
+function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: number, abort: AbortController, requestId: string): SendPrefill {
   return async (body: Buffer): Promise<PrefillLegResult> => {
     const { pool } = ctx;
+    const { signal } = abort;
     if (signal.aborted) return { kind: 'aborted' };
     const probe = pool.acquire(prefill);
     pool.promptSent(prefill, promptTokens);
     const started = ctx.clock.now();
+    const leg = { heardAt: started, abandon: (why: string) => abort.abort(new UpstreamStuckError(why)) };
+    prefill.attempts.add(leg);
     let status = 0; // the answer's, once it began
     let failed = false;
     try {
       const headers = upstreamRequestHeaders(ctx.req.headers, requestId);
       const up = await ctx.upstreams.get(prefill).request({ method: 'POST', path: ctx.req.url ?? '/', headers, body, signal });
+      leg.heardAt = ctx.clock.now();
       status = up.statusCode;
       // A prefill answer is one token, sent whole: its status line is its first byte.
       ctx.metrics.endpointFirstByte(prefill.name, (ctx.clock.now() - started) / 1000);
@@ -1197,6 +1247,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       const chunks: Buffer[] = [];
       let size = 0;
       for await (const chunk of up.body as AsyncIterable<Buffer>) {
+        leg.heardAt = ctx.clock.now();
         if (size + chunk.length <= MAX_PREFILL_ANSWER) {
           chunks.push(chunk);
           size += chunk.length;
@@ -1214,15 +1265,25 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       }
       return { kind: 'answer', status, headers: up.headers, body: answer, json };
     } catch (err) {
-      if (signal.aborted) return { kind: 'aborted' };
-      const e = err as Error & { code?: string };
-      const kind = status !== 0 ? 'cut' : isConnectError(e) ? connectErrorKind(e) : e instanceof undiciErrors.HeadersTimeoutError ? 'headers_timeout' : 'failed';
+      const stuck = signal.aborted && signal.reason instanceof UpstreamStuckError;
+      if (signal.aborted && !stuck) return { kind: 'aborted' };
+      const e = (stuck ? signal.reason : err) as Error & { code?: string };
+      const kind = stuck
+        ? 'abandoned'
+        : status !== 0
+          ? 'cut'
+          : isConnectError(e)
+            ? connectErrorKind(e)
+            : e instanceof undiciErrors.HeadersTimeoutError
+              ? 'headers_timeout'
+              : 'failed';
       // A 5xx whose body broke off was counted at its status line.
       upstreamError(ctx, prefill, kind, !(kind === 'cut' && status >= 500));
       failed = true;
       if (kind === 'connect') pool.connectFailed(prefill, `a request could not connect: ${e.message}`);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {
+      prefill.attempts.delete(leg);
       ctx.prefillMs = ctx.clock.now() - started;
       pool.promptDone(prefill, promptTokens);
       pool.release(prefill, is2xx(status) && !failed, probe);

@@ -71,7 +71,7 @@ describe('§3.5 defaults with no plugins', () => {
         bodyTimeout: 300_000,
         retries: 2,
         connections: 0,
-        outlierDetection: { consecutiveFailures: 5, baseEjectionTime: 5000, maxEjectionTime: 300_000, maxEjectionPercent: 50, stallTimeout: 30_000 },
+        outlierDetection: { consecutiveFailures: 5, baseEjectionTime: 5000, maxEjectionTime: 300_000, maxEjectionPercent: 50, stallTimeout: 30_000, rescueInFlight: true },
       },
     });
     // A pool built without a config (tests, benchmarks) detects outliers as the config's defaults do.

@@ -9,7 +9,7 @@ import { ConcurrencyDetector, concurrencyDetectorParams } from '../../src/satura
 import { globalSaturation, stageSaturation } from '../../src/saturation/stages.js';
 
 const spec = (name: string, port: number, role?: string): EndpointSpec => ({ name, address: '10.0.0.1', port, labels: role === undefined ? {} : { 'llm-d.ai/role': role } });
-const POLICY: OutlierPolicy = { consecutiveFailures: 3, baseEjectionTime: 1000, maxEjectionTime: 3500, maxEjectionPercent: 50, stallTimeout: 0 };
+const POLICY: OutlierPolicy = { consecutiveFailures: 3, baseEjectionTime: 1000, maxEjectionTime: 3500, maxEjectionPercent: 50, stallTimeout: 0, rescueInFlight: true };
 
 function poolOf(n: number, policy: OutlierPolicy = POLICY) {
   const events: [string, OutlierEvent][] = [];
@@ -337,5 +337,107 @@ describe('Pool: stalled endpoints (work owed, metrics page unchanged)', () => {
     pool.setOutlierPolicy({ ...POLICY, stallTimeout: 0 }, 1003);
     assert.equal(pool.eligible(1003), pool.endpoints);
     assert.deepEqual(events.map(([, e]) => e.kind), ['stalled', 'progressing']);
+  });
+});
+
+describe('Pool: what is in flight on a stalled or silent endpoint is given up on (rescueInFlight)', () => {
+  const page = (running: number, progress: number) => ({ metrics: { waiting: 0, running, kvUsage: 0.1, progress } });
+
+  /** An attempt on `ep` heard of last at `heardAt`; it leaves the endpoint when given up on, as the proxy's do. */
+  function attempt(ep: Endpoint, heardAt: number, gaveUp: string[]) {
+    const a = { heardAt, abandon: (why: string) => void (gaveUp.push(`${heardAt}: ${why}`), ep.attempts.delete(a)) };
+    ep.attempts.add(a);
+    return a;
+  }
+
+  test('stalled: those not heard of for stallTimeout, at each scrape; the stall holds until the page moves, though nothing is owed then', () => {
+    const { pool, events, ep } = poolOf(2, { ...POLICY, stallTimeout: 1000 });
+    const hung = ep(0);
+    const gaveUp: string[] = [];
+    /** A request with its prompt sent (work owed), released when given up on, as the proxy's are. */
+    const sent = (heardAt: number) => {
+      const probe = pool.acquire(hung);
+      pool.promptSent(hung, 100);
+      const a = attempt(hung, heardAt, gaveUp);
+      a.abandon = (why: string) => {
+        gaveUp.push(`${heardAt}: ${why}`);
+        hung.attempts.delete(a);
+        pool.promptDone(hung, 100);
+        pool.release(hung, false, probe);
+      };
+      return a;
+    };
+    // Its page froze idle: what it owes is what Sluice sent it.
+    pool.recordScrape(hung, page(0, 7), 0);
+    sent(0);
+    const late = sent(600);
+    pool.recordScrape(hung, page(0, 7), 1000);
+    assert.deepEqual(events.map(([, e]) => e.kind), ['stalled']);
+    assert.deepEqual(gaveUp, ['0: stalled (requests sent and not answered, and its metrics page unchanged for 1s)']);
+    assert.equal(hung.attempts.size, 1, 'the one heard of 400 ms ago stays');
+    late.heardAt = 900; // a chunk came
+    pool.recordScrape(hung, page(0, 7), 1850);
+    assert.equal(gaveUp.length, 1, 'heard of 950 ms ago');
+    pool.recordScrape(hung, page(0, 7), 1900);
+    assert.equal(gaveUp.length, 2);
+    assert.deepEqual([hung.attempts.size, hung.inFlight, hung.inFlightTokens], [0, 0, 0]);
+    // Sluice has nothing there now, and its page has not moved: still stalled (no new request goes there to hang)…
+    pool.recordScrape(hung, page(0, 7), 2500);
+    assert.deepEqual(names(pool.eligible(2500)), ['ep1']);
+    // …until the page moves.
+    pool.recordScrape(hung, page(0, 8), 2600);
+    assert.equal(pool.eligible(2600), pool.endpoints);
+    pool.recordScrape(hung, page(0, 8), 9000);
+    assert.deepEqual(events.map(([, e]) => e.kind), ['stalled', 'progressing'], 'owes nothing now');
+  });
+
+  test('silent: its scrapes get no answer at all for the silence window; those not heard of for as long', () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2)], { outlierPolicy: POLICY, silenceMs: 5000 });
+    const [a, b] = pool.endpoints as [Endpoint, Endpoint];
+    const gaveUp: string[] = [];
+    pool.recordScrape(a, page(1, 1), 1000);
+    attempt(a, 2000, gaveUp);
+    // An HTTP error is an answer: the server is there (a wrong metrics path, a broken exporter).
+    for (let t = 2000; t <= 20_000; t += 1000) pool.recordScrape(a, { error: 'HTTP 404 from /metrics', answered: true }, t);
+    assert.deepEqual(gaveUp, []);
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 21_000);
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 25_999);
+    assert.deepEqual(gaveUp, [], 'no answer for 4.999 s');
+    // Sent there during the silence (a detector that reads no staleness).
+    attempt(a, 24_000, gaveUp);
+    pool.recordScrape(a, { error: 'connect ECONNREFUSED' }, 26_000);
+    assert.deepEqual(gaveUp, ['2000: silent (no answer to its metrics scrapes for 5s)']);
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 28_999);
+    assert.equal(gaveUp.length, 1, 'heard of 4.999 s ago');
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 31_000);
+    assert.deepEqual(gaveUp.at(-1), '24000: silent (no answer to its metrics scrapes for 10s)');
+    // Any answer ends a silence; the next one counts from its own first unanswered scrape.
+    const later = attempt(a, 31_000, gaveUp);
+    pool.recordScrape(a, { error: 'HTTP 500 from /metrics', answered: true }, 31_500);
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 33_000);
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 37_999);
+    assert.ok(a.attempts.has(later));
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 38_000);
+    assert.ok(!a.attempts.has(later));
+    // A server that answers its scrapes keeps what it holds, however long.
+    const kept = attempt(b, 0, gaveUp);
+    pool.recordScrape(b, page(1, 2), 100);
+    pool.recordScrape(b, page(1, 3), 60_000);
+    assert.ok(b.attempts.has(kept));
+  });
+
+  test('rescueInFlight false: nothing is given up on (a reload applies it)', () => {
+    const pool = new Pool([spec('a', 1)], { outlierPolicy: { ...POLICY, stallTimeout: 1000, rescueInFlight: false }, silenceMs: 5000 });
+    const a = pool.endpoints[0]!;
+    const gaveUp: string[] = [];
+    attempt(a, 0, gaveUp);
+    pool.recordScrape(a, page(1, 1), 0);
+    pool.recordScrape(a, page(1, 1), 2000);
+    pool.recordScrape(a, { error: 'timeout' }, 9000);
+    assert.equal(a.stalledFor !== undefined, true);
+    assert.deepEqual(gaveUp, []);
+    pool.setOutlierPolicy({ ...POLICY, stallTimeout: 1000, rescueInFlight: true }, 9000);
+    pool.recordScrape(a, { error: 'timeout' }, 10_000);
+    assert.equal(gaveUp.length, 1);
   });
 });

@@ -139,6 +139,7 @@ describe('Scraper.scrapeOnce', () => {
       assert.equal(ep.scrapeErrors, 1);
       assert.equal(errors.length, 1);
       assert.match(errors[0]!, /^ep-0: .*500/);
+      assert.equal(ep.unansweredSince, undefined, 'an HTTP error is an answer: the server is not silent');
     } finally {
       await scraper.stop();
       await server.close();
@@ -312,6 +313,7 @@ describe('Scraper.scrapeOnce', () => {
       const ep = pool.endpoints[0]!;
       await scraper.scrapeOnce(ep);
       assert.match(ep.lastError ?? '', /ECONNREFUSED/);
+      assert.notEqual(ep.unansweredSince, undefined, 'no answer: silent from this scrape on');
     } finally {
       await scraper.stop();
     }
@@ -386,6 +388,7 @@ describe('Scraper loops', () => {
       assert.deepEqual(errorMessages.slice(0, 2), ['timed out after 150 ms', 'timed out after 150 ms']);
       assert.equal(ep.metrics?.waiting, 9);
       assert.equal(ep.lastError, undefined);
+      assert.equal(ep.unansweredSince, undefined, 'answered again');
       assert.equal(server.maxActive, 1, 'timed-out requests were really aborted, never overlapped');
     } finally {
       await scraper.stop();
@@ -405,6 +408,7 @@ describe('Scraper loops', () => {
       await scraper.scrapeOnce(ep);
       assert.ok(Date.now() - t0 < 1000);
       assert.match(ep.lastError ?? '', /timed out after 100 ms/);
+      assert.equal(ep.unansweredSince, undefined, 'its status line came: the server is there');
     } finally {
       await scraper.stop();
       await server.close();

@@ -34,6 +34,8 @@ export interface FakeBackend {
   metrics: string | number;
   /** Delay before each /metrics answer, ms (a model server busy enough to answer slowly). */
   metricsDelayMs?: number;
+  /** /metrics gets no answer at all (a server cut off, frozen): its requests are held until the connection closes. */
+  metricsSilent?: boolean;
   /** Requests being answered right now, and the most seen at once. */
   active: number;
   maxActive: number;
@@ -64,6 +66,7 @@ export async function startFakeBackend(behave: Behaviour = okJson): Promise<Fake
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       if (req.url === '/metrics') {
+        if (fb.metricsSilent) return;
         const page = fb.metrics;
         const answer = (): void => {
           if (typeof page === 'number') res.writeHead(page).end('metrics unavailable');

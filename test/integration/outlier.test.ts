@@ -6,7 +6,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { request } from 'undici';
-import { alwaysDisaggProfiles, captureLogger, fleetConfig, withGateway, type FleetEndpoint } from '../helpers/fleet.js';
+import { alwaysDisaggProfiles, captureLogger, fleetConfig, nothingInFlight, waitForMetrics, withGateway, type FleetEndpoint } from '../helpers/fleet.js';
 import { okJson, startFakeBackend, vllmPage, type Behaviour, type FakeBackend } from '../helpers/fake-backend.js';
 import { until } from '../helpers/wait.js';
 import type { Gateway } from '../../src/app.js';
@@ -351,5 +351,142 @@ describe('outlier detection (real servers)', () => {
       await until(() => gw.pool.byName('only')!.inFlight === 0, 5000, 'the request released');
       assert.equal(gw.pool.byName('only')!.failureStreak, 3);
     });
+  });
+});
+
+/**
+ * POSTs a chat completion (streamed or not) with undici; resolves with the status and the whole body.
+ * Gives up after `timeoutMs` (a request left with a hung server fails the test rather than hang it).
+ */
+async function chat(gw: Gateway, stream = false, timeoutMs = 10_000): Promise<{ status: number; text: string; headers: Record<string, unknown> }> {
+  const signal = AbortSignal.timeout(timeoutMs);
+  const r = await request(`${gw.apiUrl}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: 'hi' }] }),
+    signal,
+  });
+  return { status: r.statusCode, text: await r.body.text(), headers: r.headers };
+}
+
+describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)', () => {
+  /** A fleet whose idlest-looking server takes requests and never answers, its page frozen idle. */
+  async function stuckFleet(): Promise<{ healthy: FakeBackend[]; broken: FakeBackend; all: FakeBackend[] }> {
+    const b = await fleet();
+    b.broken.behave = () => undefined;
+    b.broken.metrics = `${vllmPage(0, 0, 0.0)}vllm:generation_tokens_total 1000\n`;
+    return b;
+  }
+
+  test('a request held by a hung engine is sent to another server once the engine reads as stalled; the stall lasts until its page moves', async () => {
+    const b = await stuckFleet();
+    const log = captureLogger();
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 300ms }'), async (gw) => {
+      await waitForMetrics(gw);
+      // The first request goes to the idlest-looking server, which hangs.
+      const first = chat(gw);
+      await until(() => b.broken.received.length === 1, 3000, 'the hung server got the request');
+      const r = await first;
+      assert.equal(r.status, 200, r.text);
+      assert.equal(b.healthy[0]!.received.length + b.healthy[1]!.received.length, 1, 'answered by a healthy server');
+      const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="broken",error="abandoned"[^}]*\} 1$/m);
+      assert.match(text, /^llm_d_epp_upstream_retries_total\{endpoint_name="broken"[^}]*\} 1$/m);
+      const warned = log.lines().find((l) => l['msg']?.toString().startsWith('model server stuck'));
+      assert.equal(warned?.['endpoint'], 'broken');
+      assert.match(String(warned?.['err']), /^stalled \(requests sent and not answered, and its metrics page unchanged for \d+ms\)$/);
+      // It owes nothing now (its request went elsewhere), yet stays set aside: its page has not moved.
+      await new Promise((res) => setTimeout(res, 500));
+      assert.notEqual(gw.pool.byName('broken')!.stalledFor, undefined, 'still stalled');
+      assert.deepEqual(await send(gw, 6, 2), Array(6).fill(200));
+      assert.equal(b.broken.received.length, 1, 'no new request went to it');
+      // Its engine works again: the stall ends.
+      b.broken.behave = okJson;
+      b.broken.metrics = `${vllmPage(0, 0, 0.0)}vllm:generation_tokens_total 1001\n`;
+      await until(() => gw.pool.byName('broken')!.stalledFor === undefined, 3000, 'the stall ended');
+      await nothingInFlight(gw);
+    }, { logger: log.logger });
+  });
+
+  test('with rescueInFlight false the request stays with the hung engine (what the test above guards against)', async () => {
+    const b = await stuckFleet();
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 300ms, rescueInFlight: false }'), async (gw) => {
+      await waitForMetrics(gw);
+      const client = new OpenAI({ baseURL: `${gw.apiUrl}/v1`, apiKey: 'x', maxRetries: 0, timeout: 1500 });
+      await assert.rejects(client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }), /timed out/i);
+      assert.equal(b.broken.received.length, 1);
+      assert.notEqual(gw.pool.byName('broken')!.stalledFor, undefined, 'it was read as stalled');
+    });
+  });
+
+  test('a stream whose status line went out is ended with a 504 error event, not held until upstream.bodyTimeout', async () => {
+    const b = await stuckFleet();
+    b.broken.behave = (_r, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders();
+    };
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 300ms }'), async (gw) => {
+      await waitForMetrics(gw);
+      const r = await chat(gw, true);
+      assert.equal(r.status, 200);
+      assert.equal(b.broken.received.length, 1);
+      assert.match(r.text, /^data: \{"error":\{"message":"upstream broken stopped answering: stalled \([^"]*\)","type":"[^"]+","param":null,"code":504\}\}\n\n/);
+      const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="broken",error="abandoned"[^}]*\} 1$/m);
+    });
+  });
+
+  test('a request held by a server that went silent (its scrapes get no answer for the silence window, 5 s) is sent to another server', async () => {
+    const b = await stuckFleet();
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 0s }'), async (gw) => {
+      await waitForMetrics(gw);
+      const started = Date.now();
+      const first = chat(gw, false, 20_000);
+      await until(() => b.broken.received.length === 1, 3000, 'the silent-to-be server got the request');
+      // Cut off from the gateway: its scrapes get no answer from now on (an HTTP error would be one).
+      b.broken.metricsSilent = true;
+      const r = await first;
+      assert.equal(r.status, 200, r.text);
+      const took = Date.now() - started;
+      assert.ok(took >= 4500 && took < 20_000, `rescued after ${took} ms`);
+      const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="broken",error="abandoned"[^}]*\} 1$/m);
+    });
+  });
+
+  test('with no other server to go to, the client gets a 504 that names the stall', async () => {
+    const only = await startFakeBackend(() => undefined);
+    only.metrics = `${vllmPage(0, 0, 0.0)}vllm:generation_tokens_total 1000\n`;
+    await withGateway(only, outlierConfig([{ name: 'only', port: only.port }], '{ stallTimeout: 300ms }'), async (gw) => {
+      await waitForMetrics(gw);
+      const r = await chat(gw);
+      assert.equal(r.status, 504, r.text);
+      assert.equal(r.headers['x-should-retry'], 'false', 'it may have run');
+      assert.match(JSON.parse(r.text).error.message, /^upstream stopped answering and no other endpoint is eligible: only: stalled \(requests sent and not answered, and its metrics page unchanged for \d+ms\)$/);
+      await nothingInFlight(gw);
+    });
+  });
+
+  test('P/D: a prefill leg held by a hung prefill server is given up on, and the request served decode-only', async () => {
+    const prefill = await startFakeBackend(() => undefined);
+    prefill.metrics = `${vllmPage(0, 0, 0.0)}vllm:generation_tokens_total 1000\n`;
+    const decode = await startFakeBackend(okJson);
+    const endpoints = [
+      { name: 'prefill-0', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
+      { name: 'decode-0', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
+    ];
+    const log = captureLogger();
+    await withGateway(closeAll([prefill, decode]), outlierConfig(endpoints, '{ stallTimeout: 300ms }', PD_PROFILES), async (gw) => {
+      await waitForMetrics(gw);
+      const r = await chat(gw);
+      assert.equal(r.status, 200, r.text);
+      assert.equal(prefill.received.length, 1);
+      assert.equal(decode.received.length, 1);
+      const degraded = log.lines().find((l) => l['msg'] === 'P/D degraded');
+      assert.match(String(degraded?.['reason']), /stalled \(requests sent and not answered/);
+      const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="prefill-0",error="abandoned"[^}]*\} 1$/m);
+      await nothingInFlight(gw);
+    }, { logger: log.logger });
   });
 });

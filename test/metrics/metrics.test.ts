@@ -163,7 +163,7 @@ describe('GatewayMetrics', () => {
     assert.deepEqual(zeros('llm_d_epp_request_error_total', 'error_code'), ['429', '502', '503', '504']);
     assert.deepEqual(zeros('llm_d_epp_datalayer_poll_errors_total', 'endpoint_name'), ['pod-a']);
     assert.deepEqual(zeros('llm_d_epp_upstream_retries_total', 'endpoint_name'), ['pod-a']);
-    assert.deepEqual(zeros('sluice_endpoint_upstream_errors_total', 'error'), ['body_timeout', 'connect', 'cut', 'failed', 'headers_timeout', 'http_5xx', 'reset', 'stream_error']);
+    assert.deepEqual(zeros('sluice_endpoint_upstream_errors_total', 'error'), ['abandoned', 'body_timeout', 'connect', 'cut', 'failed', 'headers_timeout', 'http_5xx', 'reset', 'stream_error']);
     const outcomes = samplesOf(text, 'llm_d_epp_flow_control_requests_total').filter((s) => s.value === 0);
     assert.equal(outcomes.length, 16, 'eight outcomes × two priorities');
     assert.ok(outcomes.some((s) => s.labels.outcome === 'EvictedTTL' && s.labels.priority === '-1' && s.labels.inference_pool === 'test-pool'));
