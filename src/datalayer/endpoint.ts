@@ -32,8 +32,8 @@ export type Stage = 'prefill' | 'decode' | 'interleaved';
 export interface InFlightAttempt {
   /** Clock time (ms) the server was last heard of for it: the request sent, its status line, a chunk. */
   readonly heardAt: number;
-  /** Gives up on it: `why` says what became of its server (`stalled (…)`, `silent (…)`). */
-  abandon(why: string): void;
+  /** Gives up on it: `why` says what became of its server `on` (`stalled (…)`, `silent (…)`). */
+  abandon(why: string, on: Endpoint): void;
 }
 
 /** The `llm-d.ai/role` values llm-d knows (SPEC §6); any other reads as decode. */

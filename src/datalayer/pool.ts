@@ -688,7 +688,7 @@ export class Pool implements PoolView {
     // Each ends its own membership (abandon → release), so not while iterating the set.
     if (stuck === undefined) return;
     if (ep.stalledFor !== undefined) ep.gaveUpOnWork = true;
-    for (const a of stuck) a.abandon(why);
+    for (const a of stuck) a.abandon(why, ep);
   }
 }
 

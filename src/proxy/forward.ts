@@ -308,7 +308,11 @@ type AttemptResult =
    * only after the server had the request for LOST_AT_ONCE_MS or more; `prepared`: the decode leg a
    * prefill leg produced, for the next attempt to reuse.
    */
-  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg; abandoned?: true }
+  /**
+   * `stuckOn`: given up on as that endpoint stuck (Pool.rescueStuck): the attempt's own, or the
+   * prefill endpoint a routing sidecar sent the prompt to.
+   */
+  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg; stuckOn?: Endpoint }
   /** The server said it does not hold the previous response searched for: its answer, held back. */
   | { kind: 'notHeld'; answer: HeldAnswer };
 
@@ -428,11 +432,13 @@ export async function forward(ctx: ForwardContext): Promise<number> {
         failedOn = undefined;
         (ruledOut ??= []).push(ep.origin);
       } else {
+        // Where it failed: the attempt's endpoint, or the sidecar's prefill endpoint that stuck.
+        const at = r.stuckOn ?? ep;
         prepared = r.prepared;
-        lastError = `${ep.name}: ${r.error}`;
-        lastFailure = r.abandoned ? 'stuck' : r.timedOut ? 'timed_out' : 'failed';
-        failedOn = ep;
-        if (r.abandoned) warnUpstream(ctx, ep.name, 'model server stuck: request given up on there, sent to another', { err: r.error, attempt });
+        lastError = `${at.name}: ${r.error}`;
+        lastFailure = r.stuckOn !== undefined ? 'stuck' : r.timedOut ? 'timed_out' : 'failed';
+        failedOn = at;
+        if (r.stuckOn !== undefined) warnUpstream(ctx, at.name, 'model server stuck: request given up on there, sent again', { err: r.error, attempt });
         else warnUpstream(ctx, ep.name, 'upstream connection failed', { err: r.error, attempt });
         mayHaveRun ||= r.lost;
         if (failures++ >= retries) return connectFailed(ctx, lastFailure, `after ${attempt + 1} attempt(s): ${lastError}`, mayHaveRun);
@@ -440,7 +446,10 @@ export async function forward(ctx: ForwardContext): Promise<number> {
         // tried once more: it most likely closed an idle keep-alive connection just as the request
         // went out, and a fresh connection works. A second loss, or a loss after holding the request
         // a while (it may have run it), rules it out.
-        if (r.lost && !r.held && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
+        // The sidecar's prefill endpoint that stuck is left out of the next run (its decode server
+        // is not at fault and may take the request again, with another prefill endpoint or none).
+        if (at !== ep) (ruledOut ??= []).push(at.origin);
+        else if (r.lost && !r.held && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
         else (ruledOut ??= []).push(ep.origin);
       }
       // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
@@ -657,6 +666,8 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
   clientGone = false;
   /** Clock time the server was last heard of for this request (InFlightAttempt): sent, status line, a chunk. */
   heardAt = 0;
+  /** The endpoint whose stall or silence it was given up on for (abandon). */
+  private stuckOn: Endpoint | undefined = undefined;
   /** Set while a prefill leg runs: aborted when the client goes away. */
   prefillAbort: AbortController | undefined = undefined;
   private released = false;
@@ -824,9 +835,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
    * Its server stalled or went silent (Pool.rescueStuck): the request is sent to another server when
    * nothing of it reached the client, else its answer ends with a 504 (onError).
    */
-  abandon(why: string): void {
+  abandon(why: string, on: Endpoint): void {
     // Paused for its client (backpressure): the silence is the client's, not the server's.
     if (this.settled || this.waitingDrain) return;
+    this.stuckOn = on;
     const err = new UpstreamStuckError(why);
     const abort = this.abortUpstream;
     this.onError(err);
@@ -1158,9 +1170,10 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
     if (this.headers === undefined) {
       // No answer yet.
       if (err instanceof UpstreamStuckError) {
-        upstreamError(ctx, ep, 'abandoned');
+        const at = this.stuckOn ?? ep;
+        upstreamError(ctx, at, 'abandoned');
         // It may have run (or be running) it: a retry decides and prefills anew.
-        return this.done({ kind: 'retry', error: err.message, timedOut: true, lost: true, held: true, abandoned: true });
+        return this.done({ kind: 'retry', error: err.message, timedOut: true, lost: true, held: true, stuckOn: at });
       }
       if (isConnectError(err)) {
         upstreamError(ctx, ep, connectErrorKind(err));

@@ -489,4 +489,33 @@ describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)
       await nothingInFlight(gw);
     }, { logger: log.logger });
   });
+
+  test('sidecar P/D: a decode request waiting on a prefill server that went silent is sent again, counted against the prefill server', async () => {
+    const prefill = await startFakeBackend(okJson);
+    // The decode server's sidecar waits for its prefill leg, which never comes back; decode-only it answers.
+    const decode = await startFakeBackend((r, res) => (r.headers['x-prefiller-host-port'] === undefined ? okJson(r, res) : undefined));
+    const endpoints = [
+      { name: 'prefill-0', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
+      { name: 'decode-0', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
+    ];
+    const log = captureLogger();
+    await withGateway(closeAll([prefill, decode]), outlierConfig(endpoints, '{}', alwaysDisaggProfiles('sidecar')), async (gw) => {
+      await waitForMetrics(gw);
+      const pending = chat(gw, false, 20_000);
+      await until(() => decode.received.length === 1, 3000, 'the decode request sent');
+      assert.notEqual(decode.received[0]!.headers['x-prefiller-host-port'], undefined);
+      prefill.metricsSilent = true;
+      const r = await pending;
+      assert.equal(r.status, 200, r.text);
+      assert.equal(decode.received.length, 2);
+      assert.equal(decode.received[1]!.headers['x-prefiller-host-port'], undefined, 'decode-only: the prefill server that stuck is left out');
+      const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="prefill-0",error="abandoned"[^}]*\} 1$/m);
+      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="decode-0",error="abandoned"[^}]*\} 0$/m);
+      assert.equal(gw.pool.byName('decode-0')!.failureStreak, 0, 'not a failure of the decode server');
+      const warned = log.lines().find((l) => l['msg']?.toString().startsWith('model server stuck'));
+      assert.equal(warned?.['endpoint'], 'prefill-0');
+      await nothingInFlight(gw);
+    }, { logger: log.logger });
+  });
 });
