@@ -6,6 +6,8 @@
  * results, proxy in-flight accounting); scheduling and detectors read them synchronously.
  */
 
+import { AgeList, type AgeLinked } from '../util/age-list.js';
+
 export const ROLE_LABEL = 'llm-d.ai/role';
 export const ENGINE_LABEL = 'llm-d.ai/engine-type';
 /** GIE's older name for ENGINE_LABEL, still read by llm-d when the new one is absent. */
@@ -29,9 +31,9 @@ export type Stage = 'prefill' | 'decode' | 'interleaved';
  * server stalls or goes silent (Pool.rescueStuck): the proxy then sends it to another server, or
  * ends its answer with an error if part of it reached the client.
  */
-export interface InFlightAttempt {
+export interface InFlightAttempt extends AgeLinked<InFlightAttempt> {
   /** Clock time (ms) the server was last heard of for it: the request sent, its status line, a chunk. */
-  readonly heardAt: number;
+  heardAt: number;
   /** Gives up on it: `why` says what became of its server `on` (`stalled (…)`, `silent (…)`). */
   abandon(why: string, on: Endpoint): void;
 }
@@ -195,8 +197,8 @@ export class Endpoint {
   stalledFor: string | undefined = undefined;
   /** Clock time of the first scrape that got no answer at all since the last answered one (Pool.rescueStuck). */
   unansweredSince: number | undefined = undefined;
-  /** What is in flight here and can be given up on (Pool.rescueStuck). */
-  readonly attempts = new Set<InFlightAttempt>();
+  /** What is in flight here and can be given up on (Pool.rescueStuck); linked through them, not a Set (age-list.ts: why). */
+  readonly attempts = new AgeList<InFlightAttempt>();
   /**
    * Work was given up on here while it stalled (Pool.rescueStuck): still owed until its page moves,
    * so that the stall does not end only because its requests went elsewhere.

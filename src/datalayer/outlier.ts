@@ -28,9 +28,10 @@
  *
  * Its requests in flight would wait for the upstream time-outs (10 minutes for an answer to begin),
  * as would those of a server gone silent (its scrapes got no answer at all for the silence window:
- * its node down, its process frozen, or cut off from the gateway). With `rescueInFlight`, each one of theirs the server has said nothing
- * of for that long (`stallTimeout`; the silence window) is given up on (Pool.rescueStuck): sent to
- * another server when nothing of it reached the client yet, else ended with a 504.
+ * its node down, its process frozen, or cut off from the gateway). With `rescueInFlight`, each one
+ * the server has said nothing of for that long (`stallTimeout`; the silence window) is given up on
+ * (Pool.rescueStuck): sent to another server when nothing of it reached the client yet, else ended
+ * with a 504.
  *
  * Pure: plain data in, plain data out; the Pool applies it.
  */

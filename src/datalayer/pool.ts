@@ -31,7 +31,7 @@ export interface PoolOptions {
   onOutlier?: (ep: Endpoint, event: OutlierEvent) => void;
   /** Told when the set of models the endpoints' pages name changes (each endpoint's in `servedBy`). */
   onServedModels?: (servedBy: ReadonlyMap<string, readonly string[]>) => void;
-  /** An endpoint that answered no scrape for this long (ms) is silent (scraper.ts silenceWindowMs); default: never. */
+  /** An endpoint whose scrapes got no answer at all for this long (ms) is silent (scraper.ts silenceWindowMs); default: never. */
   silenceMs?: number;
 }
 
@@ -670,7 +670,7 @@ export class Pool implements PoolView {
    * Looked at on every scrape of the endpoint, so that what is sent there later is too.
    */
   private rescueStuck(ep: Endpoint, now: number): void {
-    if (ep.attempts.size === 0 || !this.outlierPolicy.rescueInFlight) return;
+    if (ep.attempts.oldest === undefined || !this.outlierPolicy.rescueInFlight) return;
     let quietMs: number;
     let why: string;
     if (ep.stalledFor !== undefined) {
@@ -684,8 +684,8 @@ export class Pool implements PoolView {
       why = `silent (no answer to its metrics scrapes for ${formatDuration(Math.round(silentMs))})`;
     }
     let stuck: InFlightAttempt[] | undefined;
-    for (const a of ep.attempts) if (now - a.heardAt >= quietMs) (stuck ??= []).push(a);
-    // Each ends its own membership (abandon → release), so not while iterating the set.
+    for (let a: InFlightAttempt | undefined = ep.attempts.oldest; a !== undefined; a = a.newer) if (now - a.heardAt >= quietMs) (stuck ??= []).push(a);
+    // Each ends its own membership (abandon → release), so not while walking the list.
     if (stuck === undefined) return;
     if (ep.stalledFor !== undefined) ep.gaveUpOnWork = true;
     for (const a of stuck) a.abandon(why, ep);

@@ -306,11 +306,9 @@ type AttemptResult =
   /**
    * `lost`: a connection was made and lost before any answer byte (else none was made); `held`: lost
    * only after the server had the request for LOST_AT_ONCE_MS or more; `prepared`: the decode leg a
-   * prefill leg produced, for the next attempt to reuse.
-   */
-  /**
-   * `stuckOn`: given up on as that endpoint stuck (Pool.rescueStuck): the attempt's own, or the
-   * prefill endpoint a routing sidecar sent the prompt to.
+   * prefill leg produced, for the next attempt to reuse; `stuckOn`: given up on as that endpoint
+   * stuck (Pool.rescueStuck), the attempt's own or the prefill endpoint a routing sidecar sent the
+   * prompt to.
    */
   | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg; stuckOn?: Endpoint }
   /** The server said it does not hold the previous response searched for: its answer, held back. */
@@ -666,6 +664,11 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
   clientGone = false;
   /** Clock time the server was last heard of for this request (InFlightAttempt): sent, status line, a chunk. */
   heardAt = 0;
+  // Its links in its endpoint's list of attempts (InFlightAttempt).
+  older: InFlightAttempt | undefined = undefined;
+  newer: InFlightAttempt | undefined = undefined;
+  /** Its entry in the list of attempts of a routing sidecar's prefill endpoint (holdSidecarPrefill). */
+  private onSidecarPrefill: InFlightAttempt | undefined = undefined;
   /** The endpoint whose stall or silence it was given up on for (abandon). */
   private stuckOn: Endpoint | undefined = undefined;
   /** Set while a prefill leg runs: aborted when the client goes away. */
@@ -763,7 +766,15 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
     this.sidecarProbe = this.ctx.pool.acquire(on);
     this.sidecarPrefillEp = on;
     // A prefill server stuck on the leg holds this request too.
-    on.attempts.add(this);
+    const x = this;
+    on.attempts.push((this.onSidecarPrefill = {
+      older: undefined,
+      newer: undefined,
+      get heardAt() {
+        return x.heardAt;
+      },
+      abandon: (why, stuck) => this.abandon(why, stuck),
+    }));
     this.countPrompt(on, tokens, true);
   }
 
@@ -772,7 +783,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
     const prefill = this.sidecarPrefillEp;
     if (prefill !== undefined) {
       this.sidecarPrefillEp = undefined;
-      prefill.attempts.delete(this);
+      prefill.attempts.remove(this.onSidecarPrefill!);
       this.ctx.pool.release(prefill, is2xx(this.status), this.sidecarProbe);
     }
     if (this.promptEp === undefined) return;
@@ -792,7 +803,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
       this.resolve = resolve;
       this.settled = false;
       this.sentAt = this.heardAt = ctx.clock.now();
-      this.ep.attempts.add(this);
+      this.ep.attempts.push(this);
       ctx.upstreams.get(this.ep).dispatch({ method: 'POST', path: ctx.req.url ?? '/', headers, body: leg?.body ?? ctx.raw }, this);
     });
   }
@@ -801,7 +812,7 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
   finish(): void {
     if (!this.released) {
       this.released = true;
-      this.ep.attempts.delete(this);
+      this.ep.attempts.remove(this);
       try {
         this.promptDone();
       } finally {
@@ -1211,13 +1222,15 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
     const stuck = err instanceof UpstreamStuckError;
     const timedOut = stuck || err instanceof undiciErrors.BodyTimeoutError;
     const status = timedOut ? 504 : 502;
+    // A stream's status line may come before its sidecar's prefill leg ends: the prefill endpoint stuck.
+    const at = stuck ? (this.stuckOn ?? ep) : ep;
     const what = stuck
-      ? `stopped answering: ${err.message}`
+      ? `stopped answering: ${at === ep ? '' : `its prefill endpoint ${at.name} is `}${err.message}`
       : timedOut
         ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)`
         : `failed mid-response: ${err.message}`;
     // A 5xx answer that then broke off is one failure (counted at its status line), not two.
-    upstreamError(ctx, ep, stuck ? 'abandoned' : timedOut ? 'body_timeout' : 'cut', this.status < 500);
+    upstreamError(ctx, at, stuck ? 'abandoned' : timedOut ? 'body_timeout' : 'cut', this.status < 500);
     this.brokeOff = true;
     warnUpstream(ctx, ep.name, 'upstream failed mid-response', { err: err.message, status });
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, noRetry: true });
@@ -1245,8 +1258,8 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     const probe = pool.acquire(prefill);
     pool.promptSent(prefill, promptTokens);
     const started = ctx.clock.now();
-    const leg = { heardAt: started, abandon: (why: string) => abort.abort(new UpstreamStuckError(why)) };
-    prefill.attempts.add(leg);
+    const leg: InFlightAttempt = { older: undefined, newer: undefined, heardAt: started, abandon: (why) => abort.abort(new UpstreamStuckError(why)) };
+    prefill.attempts.push(leg);
     let status = 0; // the answer's, once it began
     let failed = false;
     try {
@@ -1296,7 +1309,7 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
       if (kind === 'connect') pool.connectFailed(prefill, `a request could not connect: ${e.message}`);
       return { kind: 'failed', error: e.code !== undefined ? `${e.code}: ${e.message}` : e.message };
     } finally {
-      prefill.attempts.delete(leg);
+      prefill.attempts.remove(leg);
       ctx.prefillMs = ctx.clock.now() - started;
       pool.promptDone(prefill, promptTokens);
       pool.release(prefill, is2xx(status) && !failed, probe);

@@ -519,3 +519,29 @@ describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)
     }, { logger: log.logger });
   });
 });
+
+test('sidecar P/D: a stream whose status line went out while its prefill server went silent ends with a 504 error event naming that server', async () => {
+  const prefill = await startFakeBackend(okJson);
+  const decode = await startFakeBackend((_r, res) => {
+    // The sidecar's answer begins at once; its first event waits for the prefill leg, which never ends.
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.flushHeaders();
+  });
+  const endpoints = [
+    { name: 'prefill-0', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
+    { name: 'decode-0', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
+  ];
+  await withGateway(closeAll([prefill, decode]), outlierConfig(endpoints, '{}', alwaysDisaggProfiles('sidecar')), async (gw) => {
+    await waitForMetrics(gw);
+    const pending = chat(gw, true, 20_000);
+    await until(() => decode.received.length === 1, 3000, 'the decode request sent');
+    prefill.metricsSilent = true;
+    const r = await pending;
+    assert.equal(r.status, 200);
+    assert.match(r.text, /^data: \{"error":\{"message":"upstream decode-0 stopped answering: its prefill endpoint prefill-0 is silent \(no answer to its metrics scrapes for [^"]+\)","type":"[^"]+","param":null,"code":504\}\}\n\n/);
+    const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+    assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="prefill-0",error="abandoned"[^}]*\} 1$/m);
+    assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="decode-0",error="abandoned"[^}]*\} 0$/m);
+    await nothingInFlight(gw);
+  });
+});
