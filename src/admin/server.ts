@@ -121,6 +121,9 @@ export function debugPool(deps: Pick<AdminDeps, 'pool' | 'clock' | 'detector' | 
       // A request could not connect since the last good scrape began: read as stale until the next.
       connectFailure: ep.connectFailure ?? null,
       scrapeErrors: ep.scrapeErrors,
+      // Its scrapes have got no answer at all (time-outs, refused) for this long: past the silence
+      // window it is silent, and what it holds is given up on (outlierDetection.rescueInFlight).
+      unansweredSeconds: ep.unansweredSince === undefined ? null : (now - ep.unansweredSince) / 1000,
       // Set aside for failing (server.upstream.outlierDetection): no requests until it runs out.
       ejected: ep.ejectedUntil > now ? { secondsLeft: (ep.ejectedUntil - now) / 1000, reason: ep.ejectedFor ?? null } : null,
       // Failed requests, and ejections, since its last whole 2xx answer (after an ejection it takes one request at a time until then).

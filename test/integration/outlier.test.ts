@@ -449,6 +449,9 @@ describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)
       assert.equal(r.status, 200, r.text);
       const took = Date.now() - started;
       assert.ok(took >= 4500 && took < 20_000, `rescued after ${took} ms`);
+      const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; unansweredSeconds: number | null }[] };
+      assert.ok((pool.endpoints.find((e) => e.name === 'broken')!.unansweredSeconds ?? 0) >= 5, 'shown in /debug/pool');
+      assert.equal(pool.endpoints.find((e) => e.name === 'a')!.unansweredSeconds, null);
       const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
       assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="broken",error="abandoned"[^}]*\} 1$/m);
     });
