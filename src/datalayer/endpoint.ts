@@ -34,8 +34,11 @@ export type Stage = 'prefill' | 'decode' | 'interleaved';
 export interface InFlightAttempt extends AgeLinked<InFlightAttempt> {
   /** Clock time (ms) the server was last heard of for it: the request sent, its status line, a chunk. */
   heardAt: number;
-  /** Gives up on it: `why` says what became of its server `on` (`stalled (…)`, `silent (…)`). */
-  abandon(why: string, on: Endpoint): void;
+  /**
+   * Gives up on it: `why` says what became of its server (`stalled (…)`, `silent (…)`). Whether it
+   * did (not for an attempt paused for its client, or already ended).
+   */
+  abandon(why: string): boolean;
 }
 
 /** The `llm-d.ai/role` values llm-d knows (SPEC §6); any other reads as decode. */
@@ -200,10 +203,11 @@ export class Endpoint {
   /** What is in flight here and can be given up on (Pool.rescueStuck); linked through them, not a Set (age-list.ts: why). */
   readonly attempts = new AgeList<InFlightAttempt>();
   /**
-   * Work was given up on here while it stalled (Pool.rescueStuck): still owed until its page moves,
-   * so that the stall does not end only because its requests went elsewhere.
+   * When work was last given up on here while it stalled (clock ms; 0: not since its page last
+   * moved, Pool.rescueStuck): still owed for one more stallTimeout, so that the stall does not end
+   * only because its requests went elsewhere (the next ones would wait as long again).
    */
-  gaveUpOnWork = false;
+  gaveUpOnWorkAt = 0;
   /** Requests in flight sent while it was on probation (Pool.acquire): its probe. */
   probes = 0;
   /** Of inFlightTokens: held for a sidecar's prefill leg, which Sluice cannot see end (not owed work). */

@@ -347,7 +347,7 @@ export class Pool implements PoolView {
         ep.ejections = 0;
         ep.ejectedUntil = 0;
       } else if (ep.ejectedUntil > now + policy.maxEjectionTime) ep.ejectedUntil = now + policy.maxEjectionTime;
-      if (policy.stallTimeout === 0) ep.gaveUpOnWork = false;
+      if (policy.stallTimeout === 0 || !policy.rescueInFlight) ep.gaveUpOnWorkAt = 0;
       if (policy.stallTimeout === 0 && ep.stalledFor !== undefined) {
         ep.stalledFor = undefined;
         this.onOutlier?.(ep, { kind: 'progressing' });
@@ -455,6 +455,9 @@ export class Pool implements PoolView {
 
     for (const ep of removed) {
       ep.removed = true;
+      // Not scraped while out: a silence or a give-up before is no news of it when it is back.
+      ep.unansweredSince = undefined;
+      ep.gaveUpOnWorkAt = 0;
       if (ep.inFlight > 0 || ep.inFlightTokens > 0) this.draining.set(ep.name, ep);
     }
     this.byNameMap.clear();
@@ -582,8 +585,9 @@ export class Pool implements PoolView {
     // Requests it should be working on: those its page shows running, and Sluice's whose answer has
     // not begun (a hung engine's page often froze idle), or that were given up on there while it
     // stalled; not a stream a slow client still drains.
-    if (moved) ep.gaveUpOnWork = false;
-    const owed = m.running > 0 || ep.inFlightTokens - ep.unseenPromptTokens > 0 || ep.gaveUpOnWork;
+    if (moved) ep.gaveUpOnWorkAt = 0;
+    const gaveUpOnWork = ep.gaveUpOnWorkAt > 0 && now - ep.gaveUpOnWorkAt < this.outlierPolicy.stallTimeout;
+    const owed = m.running > 0 || ep.inFlightTokens - ep.unseenPromptTokens > 0 || gaveUpOnWork;
     const ms = stalledMs(ep, moved, owed, now);
     const timeout = this.outlierPolicy.stallTimeout;
     const stalled = timeout > 0 && ms >= timeout;
@@ -673,22 +677,23 @@ export class Pool implements PoolView {
     if (ep.attempts.oldest === undefined || !this.outlierPolicy.rescueInFlight) return;
     let quietMs: number;
     let why: string;
-    if (ep.stalledFor !== undefined) {
-      quietMs = this.outlierPolicy.stallTimeout;
-      why = `stalled (${ep.stalledFor})`;
-    } else {
-      // Silent: its scrapes get no answer at all (an HTTP error is an answer: the server is there).
-      const silentMs = ep.unansweredSince === undefined ? 0 : now - ep.unansweredSince;
-      if (silentMs < this.silenceMs) return;
+    // Silent: its scrapes get no answer at all (an HTTP error is an answer: the server is there).
+    // Read first: a stalled server that then went silent too is given the (shorter) silence window.
+    const silentMs = ep.unansweredSince === undefined ? 0 : now - ep.unansweredSince;
+    if (silentMs >= this.silenceMs) {
       quietMs = this.silenceMs;
       why = `silent (no answer to its metrics scrapes for ${formatDuration(Math.round(silentMs))})`;
-    }
+    } else if (ep.stalledFor !== undefined) {
+      quietMs = this.outlierPolicy.stallTimeout;
+      why = `stalled (${ep.stalledFor})`;
+    } else return;
     let stuck: InFlightAttempt[] | undefined;
     for (let a: InFlightAttempt | undefined = ep.attempts.oldest; a !== undefined; a = a.newer) if (now - a.heardAt >= quietMs) (stuck ??= []).push(a);
     // Each ends its own membership (abandon → release), so not while walking the list.
     if (stuck === undefined) return;
-    if (ep.stalledFor !== undefined) ep.gaveUpOnWork = true;
-    for (const a of stuck) a.abandon(why, ep);
+    let gaveUp = false;
+    for (const a of stuck) gaveUp = a.abandon(why) || gaveUp;
+    if (gaveUp && ep.stalledFor !== undefined) ep.gaveUpOnWorkAt = now;
   }
 }
 

@@ -306,11 +306,10 @@ type AttemptResult =
   /**
    * `lost`: a connection was made and lost before any answer byte (else none was made); `held`: lost
    * only after the server had the request for LOST_AT_ONCE_MS or more; `prepared`: the decode leg a
-   * prefill leg produced, for the next attempt to reuse; `stuckOn`: given up on as that endpoint
-   * stuck (Pool.rescueStuck), the attempt's own or the prefill endpoint a routing sidecar sent the
-   * prompt to.
+   * prefill leg produced, for the next attempt to reuse; `stuck`: given up on as its endpoint stuck
+   * (Pool.rescueStuck).
    */
-  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg; stuckOn?: Endpoint }
+  | { kind: 'retry'; error: string; timedOut: boolean; lost: boolean; held: boolean; prepared?: DecodeLeg; stuck?: true }
   /** The server said it does not hold the previous response searched for: its answer, held back. */
   | { kind: 'notHeld'; answer: HeldAnswer };
 
@@ -430,13 +429,11 @@ export async function forward(ctx: ForwardContext): Promise<number> {
         failedOn = undefined;
         (ruledOut ??= []).push(ep.origin);
       } else {
-        // Where it failed: the attempt's endpoint, or the sidecar's prefill endpoint that stuck.
-        const at = r.stuckOn ?? ep;
         prepared = r.prepared;
-        lastError = `${at.name}: ${r.error}`;
-        lastFailure = r.stuckOn !== undefined ? 'stuck' : r.timedOut ? 'timed_out' : 'failed';
-        failedOn = at;
-        if (r.stuckOn !== undefined) warnUpstream(ctx, at.name, 'model server stuck: request given up on there, sent again', { err: r.error, attempt });
+        lastError = `${ep.name}: ${r.error}`;
+        lastFailure = r.stuck ? 'stuck' : r.timedOut ? 'timed_out' : 'failed';
+        failedOn = ep;
+        if (r.stuck) warnUpstream(ctx, ep.name, 'model server stuck: request given up on there, sent again', { err: r.error, attempt });
         else warnUpstream(ctx, ep.name, 'upstream connection failed', { err: r.error, attempt });
         mayHaveRun ||= r.lost;
         if (failures++ >= retries) return connectFailed(ctx, lastFailure, `after ${attempt + 1} attempt(s): ${lastError}`, mayHaveRun);
@@ -444,10 +441,7 @@ export async function forward(ctx: ForwardContext): Promise<number> {
         // tried once more: it most likely closed an idle keep-alive connection just as the request
         // went out, and a fresh connection works. A second loss, or a loss after holding the request
         // a while (it may have run it), rules it out.
-        // The sidecar's prefill endpoint that stuck is left out of the next run (its decode server
-        // is not at fault and may take the request again, with another prefill endpoint or none).
-        if (at !== ep) (ruledOut ??= []).push(at.origin);
-        else if (r.lost && !r.held && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
+        if (r.lost && !r.held && !(lostOnce ??= []).includes(ep.origin)) lostOnce.push(ep.origin);
         else (ruledOut ??= []).push(ep.origin);
       }
       // A fresh scheduling run over the endpoints as they are now (a reload may have changed them),
@@ -667,10 +661,6 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
   // Its links in its endpoint's list of attempts (InFlightAttempt).
   older: InFlightAttempt | undefined = undefined;
   newer: InFlightAttempt | undefined = undefined;
-  /** Its entry in the list of attempts of a routing sidecar's prefill endpoint (holdSidecarPrefill). */
-  private onSidecarPrefill: InFlightAttempt | undefined = undefined;
-  /** The endpoint whose stall or silence it was given up on for (abandon). */
-  private stuckOn: Endpoint | undefined = undefined;
   /** Set while a prefill leg runs: aborted when the client goes away. */
   prefillAbort: AbortController | undefined = undefined;
   private released = false;
@@ -761,20 +751,13 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
   /**
    * A routing sidecar runs the prefill leg on `on` before it sends the decode: `on` is in flight,
    * with the prompt's tokens, until the decode answer begins (the gateway cannot see the leg end).
+   * Not one of `on`'s attempts (Pool.rescueStuck): the leg may have ended long before a non-streamed
+   * answer begins, and a prefill server that froze since owes this request nothing; one stuck on the
+   * leg itself is the sidecar's to time out.
    */
   holdSidecarPrefill(on: Endpoint, tokens: number): void {
     this.sidecarProbe = this.ctx.pool.acquire(on);
     this.sidecarPrefillEp = on;
-    // A prefill server stuck on the leg holds this request too.
-    const x = this;
-    on.attempts.push((this.onSidecarPrefill = {
-      older: undefined,
-      newer: undefined,
-      get heardAt() {
-        return x.heardAt;
-      },
-      abandon: (why, stuck) => this.abandon(why, stuck),
-    }));
     this.countPrompt(on, tokens, true);
   }
 
@@ -783,7 +766,6 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
     const prefill = this.sidecarPrefillEp;
     if (prefill !== undefined) {
       this.sidecarPrefillEp = undefined;
-      prefill.attempts.remove(this.onSidecarPrefill!);
       this.ctx.pool.release(prefill, is2xx(this.status), this.sidecarProbe);
     }
     if (this.promptEp === undefined) return;
@@ -846,15 +828,15 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
    * Its server stalled or went silent (Pool.rescueStuck): the request is sent to another server when
    * nothing of it reached the client, else its answer ends with a 504 (onError).
    */
-  abandon(why: string, on: Endpoint): void {
+  abandon(why: string): boolean {
     // Paused for its client (backpressure): the silence is the client's, not the server's.
-    if (this.settled || this.waitingDrain) return;
-    this.stuckOn = on;
+    if (this.settled || this.waitingDrain) return false;
     const err = new UpstreamStuckError(why);
     const abort = this.abortUpstream;
     this.onError(err);
     // Settled now: undici's own onError for it is ignored (one still queued is dropped at onConnect).
     abort?.(err);
+    return true;
   }
 
   private done(r: AttemptResult): void {
@@ -1178,14 +1160,16 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
     const { res, requestId } = ctx;
     if (this.clientGone || res.destroyed) return this.done(DONE_GONE);
     if (err === this.ownError) return this.failedInGateway(err);
+    if (err instanceof UpstreamStuckError && !res.headersSent) {
+      // Nothing of it reached the client (a status line held with the answer counts as none).
+      // A 5xx status line that came was one failure already.
+      upstreamError(ctx, ep, 'abandoned', this.status < 500);
+      // Sent to the server (not still queued in the gateway), it may have run it: a retry decides and prefills anew.
+      const sent = this.abortUpstream !== undefined;
+      return this.done({ kind: 'retry', error: err.message, timedOut: true, lost: sent, held: true, stuck: true });
+    }
     if (this.headers === undefined) {
       // No answer yet.
-      if (err instanceof UpstreamStuckError) {
-        const at = this.stuckOn ?? ep;
-        upstreamError(ctx, at, 'abandoned');
-        // It may have run (or be running) it: a retry decides and prefills anew.
-        return this.done({ kind: 'retry', error: err.message, timedOut: true, lost: true, held: true, stuckOn: at });
-      }
       if (isConnectError(err)) {
         upstreamError(ctx, ep, connectErrorKind(err));
         const code = (err as { code?: string }).code ?? '';
@@ -1222,15 +1206,13 @@ class Exchange implements Dispatcher.DispatchHandler, ClientWatcher, InFlightAtt
     const stuck = err instanceof UpstreamStuckError;
     const timedOut = stuck || err instanceof undiciErrors.BodyTimeoutError;
     const status = timedOut ? 504 : 502;
-    // A stream's status line may come before its sidecar's prefill leg ends: the prefill endpoint stuck.
-    const at = stuck ? (this.stuckOn ?? ep) : ep;
     const what = stuck
-      ? `stopped answering: ${at === ep ? '' : `its prefill endpoint ${at.name} is `}${err.message}`
+      ? `stopped answering: ${err.message}`
       : timedOut
         ? `stopped answering for longer than upstream.bodyTimeout (${ctx.rt.config.server.upstream.bodyTimeout} ms)`
         : `failed mid-response: ${err.message}`;
     // A 5xx answer that then broke off is one failure (counted at its status line), not two.
-    upstreamError(ctx, at, stuck ? 'abandoned' : timedOut ? 'body_timeout' : 'cut', this.status < 500);
+    upstreamError(ctx, ep, stuck ? 'abandoned' : timedOut ? 'body_timeout' : 'cut', this.status < 500);
     this.brokeOff = true;
     warnUpstream(ctx, ep.name, 'upstream failed mid-response', { err: err.message, status });
     if (!res.headersSent) sendError(res, status, `upstream ${ep.name} ${what}`, { requestId, noRetry: true });
@@ -1258,7 +1240,16 @@ function prefillSender(ctx: ForwardContext, prefill: Endpoint, promptTokens: num
     const probe = pool.acquire(prefill);
     pool.promptSent(prefill, promptTokens);
     const started = ctx.clock.now();
-    const leg: InFlightAttempt = { older: undefined, newer: undefined, heardAt: started, abandon: (why) => abort.abort(new UpstreamStuckError(why)) };
+    const leg: InFlightAttempt = {
+      older: undefined,
+      newer: undefined,
+      heardAt: started,
+      abandon: (why) => {
+        if (signal.aborted) return false;
+        abort.abort(new UpstreamStuckError(why));
+        return true;
+      },
+    };
     prefill.attempts.push(leg);
     let status = 0; // the answer's, once it began
     let failed = false;

@@ -345,7 +345,7 @@ describe('Pool: what is in flight on a stalled or silent endpoint is given up on
 
   /** An attempt on `ep` heard of last at `heardAt`; it leaves the endpoint when given up on, as the proxy's do. */
   function attempt(ep: Endpoint, heardAt: number, gaveUp: string[]): InFlightAttempt {
-    const a: InFlightAttempt = { older: undefined, newer: undefined, heardAt, abandon: (why) => void (gaveUp.push(`${heardAt}: ${why}`), ep.attempts.remove(a)) };
+    const a: InFlightAttempt = { older: undefined, newer: undefined, heardAt, abandon: (why) => (gaveUp.push(`${heardAt}: ${why}`), ep.attempts.remove(a), true) };
     ep.attempts.push(a);
     return a;
   }
@@ -356,7 +356,7 @@ describe('Pool: what is in flight on a stalled or silent endpoint is given up on
     return false;
   }
 
-  test('stalled: those not heard of for stallTimeout, at each scrape; the stall holds until the page moves, though nothing is owed then', () => {
+  test('stalled: those not heard of for stallTimeout, at each scrape; the stall holds until the page moves, or for one more stallTimeout', () => {
     const { pool, events, ep } = poolOf(2, { ...POLICY, stallTimeout: 1000 });
     const hung = ep(0);
     const gaveUp: string[] = [];
@@ -370,6 +370,7 @@ describe('Pool: what is in flight on a stalled or silent endpoint is given up on
         hung.attempts.remove(a);
         pool.promptDone(hung, 100);
         pool.release(hung, false, probe);
+        return true;
       };
       return a;
     };
@@ -387,14 +388,30 @@ describe('Pool: what is in flight on a stalled or silent endpoint is given up on
     pool.recordScrape(hung, page(0, 7), 1900);
     assert.equal(gaveUp.length, 2);
     assert.deepEqual([hung.attempts.size, hung.inFlight, hung.inFlightTokens], [0, 0, 0]);
-    // Sluice has nothing there now, and its page has not moved: still stalled (no new request goes there to hang)…
+    // Sluice has nothing there now, and its page has not moved: still stalled for one more
+    // stallTimeout after the last give-up (1900), so that the next requests do not wait as long again…
     pool.recordScrape(hung, page(0, 7), 2500);
     assert.deepEqual(names(pool.eligible(2500)), ['ep1']);
-    // …until the page moves.
-    pool.recordScrape(hung, page(0, 8), 2600);
-    assert.equal(pool.eligible(2600), pool.endpoints);
-    pool.recordScrape(hung, page(0, 8), 9000);
-    assert.deepEqual(events.map(([, e]) => e.kind), ['stalled', 'progressing'], 'owes nothing now');
+    pool.recordScrape(hung, page(0, 7), 2899);
+    assert.deepEqual(names(pool.eligible(2899)), ['ep1']);
+    // …not for good: an idle server that recovered shows the same page for ever (and gets no request to change it).
+    pool.recordScrape(hung, page(0, 7), 2900);
+    assert.equal(pool.eligible(2900), pool.endpoints);
+    assert.deepEqual(events.map(([, e]) => e.kind), ['stalled', 'progressing']);
+    // Given up on again: the hold again; a page that moves ends it at once.
+    sent(2900);
+    pool.recordScrape(hung, page(0, 7), 3900);
+    assert.deepEqual(events.map(([, e]) => e.kind), ['stalled', 'progressing', 'stalled']);
+    assert.equal(gaveUp.length, 3);
+    pool.recordScrape(hung, page(0, 8), 4000);
+    assert.equal(pool.eligible(4000), pool.endpoints);
+    // A reload turning rescueInFlight off ends a hold.
+    sent(4000);
+    pool.recordScrape(hung, page(0, 8), 5000);
+    assert.equal(gaveUp.length, 4);
+    pool.setOutlierPolicy({ ...POLICY, stallTimeout: 1000, rescueInFlight: false }, 5001);
+    pool.recordScrape(hung, page(0, 8), 5002);
+    assert.equal(pool.eligible(5002), pool.endpoints);
   });
 
   test('silent: its scrapes get no answer at all for the silence window; those not heard of for as long', () => {

@@ -378,10 +378,10 @@ describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)
     return b;
   }
 
-  test('a request held by a hung engine is sent to another server once the engine reads as stalled; the stall lasts until its page moves', async () => {
+  test('a request held by a hung engine is sent to another server once the engine reads as stalled; the stall holds a while after', async () => {
     const b = await stuckFleet();
     const log = captureLogger();
-    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 300ms }'), async (gw) => {
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 1s }'), async (gw) => {
       await waitForMetrics(gw);
       // The first request goes to the idlest-looking server, which hangs.
       const first = chat(gw);
@@ -394,9 +394,9 @@ describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)
       assert.match(text, /^llm_d_epp_upstream_retries_total\{endpoint_name="broken"[^}]*\} 1$/m);
       const warned = log.lines().find((l) => l['msg']?.toString().startsWith('model server stuck'));
       assert.equal(warned?.['endpoint'], 'broken');
-      assert.match(String(warned?.['err']), /^stalled \(requests sent and not answered, and its metrics page unchanged for \d+ms\)$/);
-      // It owes nothing now (its request went elsewhere), yet stays set aside: its page has not moved.
-      await new Promise((res) => setTimeout(res, 500));
+      assert.match(String(warned?.['err']), /^stalled \(requests sent and not answered, and its metrics page unchanged for [\d.]+m?s\)$/);
+      // It owes nothing now (its request went elsewhere), yet stays set aside for one more
+      // stallTimeout (or until its page moves): the next requests do not wait as long again.
       assert.notEqual(gw.pool.byName('broken')!.stalledFor, undefined, 'still stalled');
       assert.deepEqual(await send(gw, 6, 2), Array(6).fill(200));
       assert.equal(b.broken.received.length, 1, 'no new request went to it');
@@ -493,15 +493,15 @@ describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)
     }, { logger: log.logger });
   });
 
-  test('sidecar P/D: a decode request waiting on a prefill server that went silent is sent again, counted against the prefill server', async () => {
+  test('sidecar P/D: a decode server generating a non-streamed answer is left alone when its prefill server goes silent after the leg', async () => {
+    // The sidecar ran the prefill leg at once, out of Sluice's sight; then the prefill server froze.
     const prefill = await startFakeBackend(okJson);
-    // The decode server's sidecar waits for its prefill leg, which never comes back; decode-only it answers.
-    const decode = await startFakeBackend((r, res) => (r.headers['x-prefiller-host-port'] === undefined ? okJson(r, res) : undefined));
+    // Decoding takes longer than the silence window (5 s): the answer's first byte comes when it is whole.
+    const decode = await startFakeBackend((r, res) => void setTimeout(() => okJson(r, res), 8000));
     const endpoints = [
       { name: 'prefill-0', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
       { name: 'decode-0', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
     ];
-    const log = captureLogger();
     await withGateway(closeAll([prefill, decode]), outlierConfig(endpoints, '{}', alwaysDisaggProfiles('sidecar')), async (gw) => {
       await waitForMetrics(gw);
       const pending = chat(gw, false, 20_000);
@@ -510,41 +510,13 @@ describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)
       prefill.metricsSilent = true;
       const r = await pending;
       assert.equal(r.status, 200, r.text);
-      assert.equal(decode.received.length, 2);
-      assert.equal(decode.received[1]!.headers['x-prefiller-host-port'], undefined, 'decode-only: the prefill server that stuck is left out');
+      assert.equal(decode.received.length, 1, 'not sent again');
+      const pool = (await (await request(`${gw.metricsUrl}/debug/pool`)).body.json()) as { endpoints: { name: string; unansweredSeconds: number | null }[] };
+      assert.ok((pool.endpoints.find((e) => e.name === 'prefill-0')!.unansweredSeconds ?? 0) >= 5, 'the prefill server read as silent meanwhile');
       const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
-      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="prefill-0",error="abandoned"[^}]*\} 1$/m);
-      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="decode-0",error="abandoned"[^}]*\} 0$/m);
-      assert.equal(gw.pool.byName('decode-0')!.failureStreak, 0, 'not a failure of the decode server');
-      const warned = log.lines().find((l) => l['msg']?.toString().startsWith('model server stuck'));
-      assert.equal(warned?.['endpoint'], 'prefill-0');
+      assert.doesNotMatch(text, /^sluice_endpoint_upstream_errors_total\{[^}]*error="abandoned"[^}]*\} [1-9]/m);
       await nothingInFlight(gw);
-    }, { logger: log.logger });
+    });
   });
 });
 
-test('sidecar P/D: a stream whose status line went out while its prefill server went silent ends with a 504 error event naming that server', async () => {
-  const prefill = await startFakeBackend(okJson);
-  const decode = await startFakeBackend((_r, res) => {
-    // The sidecar's answer begins at once; its first event waits for the prefill leg, which never ends.
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
-    res.flushHeaders();
-  });
-  const endpoints = [
-    { name: 'prefill-0', port: prefill.port, labels: { 'llm-d.ai/role': 'prefill' } },
-    { name: 'decode-0', port: decode.port, labels: { 'llm-d.ai/role': 'decode' } },
-  ];
-  await withGateway(closeAll([prefill, decode]), outlierConfig(endpoints, '{}', alwaysDisaggProfiles('sidecar')), async (gw) => {
-    await waitForMetrics(gw);
-    const pending = chat(gw, true, 20_000);
-    await until(() => decode.received.length === 1, 3000, 'the decode request sent');
-    prefill.metricsSilent = true;
-    const r = await pending;
-    assert.equal(r.status, 200);
-    assert.match(r.text, /^data: \{"error":\{"message":"upstream decode-0 stopped answering: its prefill endpoint prefill-0 is silent \(no answer to its metrics scrapes for [^"]+\)","type":"[^"]+","param":null,"code":504\}\}\n\n/);
-    const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
-    assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="prefill-0",error="abandoned"[^}]*\} 1$/m);
-    assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="decode-0",error="abandoned"[^}]*\} 0$/m);
-    await nothingInFlight(gw);
-  });
-});
