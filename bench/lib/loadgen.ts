@@ -114,8 +114,12 @@ export async function runWrk(
   let out = '';
   child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
   child.stderr?.on('data', (c: Buffer) => (out += c.toString()));
+  // Not installed (ENOENT): an 'error' event, which unheard would end the whole benchmark.
+  let spawnError: Error | undefined;
+  child.on('error', (err) => (spawnError = err));
   const code = await new Promise<number | null>((r) => child.on('close', r));
   process.off('exit', kill);
+  if (spawnError !== undefined) throw new Error(`wrk could not start (${spawnError.message}): apt-get install -y wrk`);
   const line = out.split('\n').find((l) => l.startsWith('WRKJSON '));
   if (code !== 0 || line === undefined) throw new Error(`wrk failed (exit ${code}):\n${out}`);
   const r = JSON.parse(line.slice('WRKJSON '.length)) as {
