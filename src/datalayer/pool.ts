@@ -347,7 +347,8 @@ export class Pool implements PoolView {
         ep.ejections = 0;
         ep.ejectedUntil = 0;
       } else if (ep.ejectedUntil > now + policy.maxEjectionTime) ep.ejectedUntil = now + policy.maxEjectionTime;
-      if (policy.stallTimeout === 0 || !policy.rescueInFlight) ep.gaveUpOnWorkAt = 0;
+      // (With stallTimeout 0 a hold has run out already.)
+      if (!policy.rescueInFlight) ep.gaveUpOnWorkAt = 0;
       if (policy.stallTimeout === 0 && ep.stalledFor !== undefined) {
         ep.stalledFor = undefined;
         this.onOutlier?.(ep, { kind: 'progressing' });

@@ -449,6 +449,23 @@ describe('Pool: what is in flight on a stalled or silent endpoint is given up on
     assert.ok(listed(b, kept));
   });
 
+  test('an endpoint a reload took out while it was silent starts afresh when it is back: no silence carried over', () => {
+    const pool = new Pool([spec('a', 1), spec('b', 2)], { outlierPolicy: POLICY, silenceMs: 5000 });
+    const a = pool.endpoints[0]!;
+    const gaveUp: string[] = [];
+    pool.acquire(a); // in flight: a removed endpoint drains, and is taken back as it was
+    attempt(a, 0, gaveUp);
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 1000);
+    pool.setEndpoints([spec('b', 2)]);
+    pool.setEndpoints([spec('a', 1), spec('b', 2)]);
+    assert.equal(pool.endpoints[0], a, 'the same endpoint, taken back from draining');
+    // Not scraped while out: its silence counts from its first unanswered scrape since it is back.
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 6500);
+    assert.deepEqual(gaveUp, []);
+    pool.recordScrape(a, { error: 'timed out after 1000 ms' }, 11_500);
+    assert.deepEqual(gaveUp, ['0: silent (no answer to its metrics scrapes for 5s)']);
+  });
+
   test('rescueInFlight false: nothing is given up on (a reload applies it)', () => {
     const pool = new Pool([spec('a', 1)], { outlierPolicy: { ...POLICY, stallTimeout: 1000, rescueInFlight: false }, silenceMs: 5000 });
     const a = pool.endpoints[0]!;

@@ -436,6 +436,25 @@ describe('requests in flight on a stuck server (outlierDetection.rescueInFlight)
     });
   });
 
+  test('a non-streamed request whose status line came and no body is sent to another server (nothing of it reached the client)', async () => {
+    const b = await stuckFleet();
+    b.broken.behave = (_r, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.flushHeaders();
+    };
+    await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 300ms }'), async (gw) => {
+      await waitForMetrics(gw);
+      const r = await chat(gw);
+      assert.equal(r.status, 200, r.text);
+      assert.equal(JSON.parse(r.text).object, 'chat.completion');
+      assert.equal(b.broken.received.length, 1);
+      assert.equal(b.healthy[0]!.received.length + b.healthy[1]!.received.length, 1, 'answered by a healthy server');
+      const text = await (await request(`${gw.metricsUrl}/metrics`)).body.text();
+      assert.match(text, /^sluice_endpoint_upstream_errors_total\{endpoint_name="broken",error="abandoned"[^}]*\} 1$/m);
+      await nothingInFlight(gw);
+    });
+  });
+
   test('a request held by a server that went silent (its scrapes get no answer for the silence window, 5 s) is sent to another server', async () => {
     const b = await stuckFleet();
     await withGateway(closeAll(b.all), configFor(b, '{ stallTimeout: 0s }'), async (gw) => {
